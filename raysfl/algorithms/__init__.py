@@ -1,0 +1,29 @@
+"""Algorithm registry: ``--algo NAME`` resolves here."""
+
+from __future__ import annotations
+
+from raysfl.algorithms.base import Algorithm, ClientUpdate, FederationContext, NoParams
+from raysfl.algorithms.centralized import Centralized
+from raysfl.algorithms.fedavg import FedAvg, FedProx
+from raysfl.algorithms.splitfed import ParallelSplitLearning, SplitFedV1, SplitFedV2, SplitLearning
+from raysfl.errors import ConfigError
+
+ALGORITHMS: dict[str, type[Algorithm]] = {
+    cls.name: cls
+    for cls in (FedAvg, FedProx, SplitLearning, SplitFedV1, SplitFedV2, ParallelSplitLearning, Centralized)
+}
+
+
+def register(cls: type[Algorithm]) -> type[Algorithm]:
+    """Add an algorithm class to the registry (usable as a decorator)."""
+    ALGORITHMS[cls.name] = cls
+    return cls
+
+
+def get_algorithm(name: str) -> type[Algorithm]:
+    if name not in ALGORITHMS:
+        raise ConfigError(f"unknown algorithm '{name}'; allowed: {', '.join(ALGORITHMS)}")
+    return ALGORITHMS[name]
+
+
+__all__ = ["ALGORITHMS", "Algorithm", "ClientUpdate", "FederationContext", "NoParams", "get_algorithm", "register"]

@@ -1,0 +1,131 @@
+"""The algorithm plug-in interface: the hooks the runtime calls, with SplitFed defaults.
+
+An algorithm is one class. Its *class attributes* tell the runtime the shape of the
+protocol; its *hooks* hold the mathematics:
+
+driver (planning, once per round)    ``select``, ``assign_cuts``, ``assign_servers``,
+                                     ``round_sim_time``
+client actor (per local step)        ``client_loss`` (local loss when a client trains the
+                                     whole model), ``client_regularizer`` (e.g. FedProx)
+server actor (per group step)        ``server_step``
+fed server (per round)               ``aggregate``
+
+Hooks run inside Ray actors, so an algorithm instance must pickle (keep it to the config
+and plain data). Adding an algorithm = one module subclassing :class:`Algorithm`,
+registered in ``raysfl/algorithms/__init__.py``, plus one example.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from raysfl.aggregation import weighted_average
+from raysfl.server_steps import per_client_server_step, shared_server_step
+
+if TYPE_CHECKING:  # pragma: no cover
+    from raysfl.config import Config
+    from raysfl.devices import DeviceProfile
+
+
+@dataclass
+class NoParams:
+    """Algorithms without knobs of their own."""
+
+
+@dataclass
+class FederationContext:
+    """What the driver knows about the federation (no raw data): for planning hooks."""
+
+    num_clients: int
+    num_blocks: int
+    valid_cuts: list[int]
+    sizes: np.ndarray          # samples per client
+    histograms: np.ndarray     # (clients, classes) label counts
+    profiles: list["DeviceProfile"]
+
+
+@dataclass
+class ClientUpdate:
+    """A client's model after its local steps, as the fed server receives it."""
+
+    client: int
+    state: dict[str, np.ndarray]   # the blocks it trained
+    weight: float                  # its sample count this round
+
+
+class Algorithm:
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    params_cls: ClassVar[type] = NoParams
+    uses_cut: ClassVar[bool] = True            # False: clients train the whole model (FedAvg)
+    aggregate_clients: ClassVar[bool] = True   # False: clients keep their own client-side models (PSL)
+    per_client_server: ClassVar[bool] = False  # True: one server-side model per client (SplitFed V1)
+    sequential: ClassVar[bool] = False         # True: clients take turns, one after another (SL)
+    num_servers: ClassVar[int] = 1
+    distributed: ClassVar[bool] = True         # False: runs in one process (centralized)
+
+    def __init__(self, cfg: "Config"):
+        self.cfg = cfg
+        self.params = cfg.algo_params if cfg.algo_params is not None else self.params_cls()
+
+    @classmethod
+    def validate(cls, cfg: "Config") -> None:
+        """Raise ConfigError for settings this algorithm cannot run with."""
+
+    # ----------------------------------------------------------------- driver hooks
+    def select(self, rnd: int, ctx: FederationContext) -> list[int]:
+        """Clients that take part in round ``rnd`` (uniform without replacement, seeded)."""
+        k = self.cfg.selected_per_round
+        if k >= ctx.num_clients:
+            return list(range(ctx.num_clients))
+        rng = np.random.default_rng([self.cfg.seed, rnd, 0x5E1EC7])
+        return sorted(int(c) for c in rng.choice(ctx.num_clients, size=k, replace=False))
+
+    def assign_cuts(self, rnd: int, clients: list[int], ctx: FederationContext) -> dict[int, int]:
+        """Split point per client: blocks [0, cut) run on the client."""
+        cut = self.cfg.cut if self.uses_cut else ctx.num_blocks
+        return {c: cut for c in clients}
+
+    def assign_servers(self, rnd: int, clients: list[int], cuts: dict[int, int],
+                       ctx: FederationContext) -> dict[int, int]:
+        """Index of the server actor that runs each client's server-side part."""
+        return {c: 0 for c in clients}
+
+    def round_sim_time(self, client_times: list[float]) -> float:
+        if not client_times:
+            return 0.0
+        return float(sum(client_times) if self.sequential else max(client_times))
+
+    # ----------------------------------------------------------------- client hooks
+    def client_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Loss of a client that runs the whole model (no server-side part)."""
+        return F.cross_entropy(logits, labels)
+
+    def client_regularizer(self, part: torch.nn.Module,
+                           anchor: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """Extra term added to the client's objective; ``anchor`` = state at round start."""
+        return None
+
+    # ----------------------------------------------------------------- server hooks
+    def server_step(self, server, batches):
+        """Train the server side on one group step; return (grads, losses) per client.
+
+        ``server`` is the :class:`raysfl.runtime.server_actor.ServerState` (model,
+        optimizer, per-client models); ``batches`` a list of (client, cut, x, y).
+        """
+        if self.per_client_server:
+            return per_client_server_step(server.client_models, server.client_opts, batches)
+        return shared_server_step(server.model, server.opt, batches)
+
+    # ----------------------------------------------------------------- fed hooks
+    def aggregate(self, global_state: dict[str, np.ndarray],
+                  updates: list[ClientUpdate]) -> dict[str, np.ndarray]:
+        """New global client-side state from this round's client updates (FedAvg weights)."""
+        if not self.aggregate_clients or not updates:
+            return global_state
+        return weighted_average([(u.state, u.weight) for u in updates], base=global_state)

@@ -1,0 +1,192 @@
+"""The Python API: ``raysfl.run(Config(...))`` runs one experiment end to end.
+
+It validates the config (before Ray starts), prepares the run directory
+(``config.json``, ``metrics.parquet``, ``clients.parquet``, ``tb/``, ``checkpoints/``),
+loads and partitions the data, samples device profiles, and drives the rounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from raysfl import checkpoint
+from raysfl.algorithms import get_algorithm
+from raysfl.algorithms.base import FederationContext
+from raysfl.config import Config, from_dict, validate
+from raysfl.errors import ConfigError
+from raysfl.metrics import RunLogger
+from raysfl.simclock import client_time
+
+# Settings a resumed run may change; everything else must match the original run.
+RESUMABLE_OVERRIDES = {"rounds", "progress", "checkpoint_every", "eval_every", "resume", "out", "name"}
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    metrics: list[dict]
+
+    @property
+    def final(self) -> dict:
+        return self.metrics[-1]
+
+
+def _run_dir(cfg: Config) -> Path:
+    name = cfg.name or f"{cfg.algo}-{cfg.dataset}-{cfg.model}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    base = Path(cfg.out) / name
+    d, i = base, 1
+    while d.exists():
+        d, i = Path(f"{base}-{i}"), i + 1
+    d.mkdir(parents=True)
+    return d
+
+
+def resume_config(run_dir: str | Path, overrides: dict | None = None) -> Config:
+    """The config of an existing run, with the few settings a resume may change."""
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"cannot resume '{run_dir}': no config.json in it")
+    data = json.loads(path.read_text())
+    algo_params = data.pop("algo_params", {}) or {}
+    data[data["algo"]] = algo_params
+    overrides = dict(overrides or {})
+    for k, v in overrides.items():
+        if k not in RESUMABLE_OVERRIDES and data.get(k) != v:
+            raise ConfigError(f"cannot change '{k}' when resuming (it was {data.get(k)!r}); "
+                              f"allowed: {', '.join(sorted(RESUMABLE_OVERRIDES - {'resume'}))}")
+    data.update({k: v for k, v in overrides.items() if k in RESUMABLE_OVERRIDES})
+    cfg = from_dict(data)
+    cfg.resume = str(run_dir)
+    return cfg
+
+
+def run(cfg: Config) -> RunResult:
+    """Run (or resume, if ``cfg.resume`` is set) one experiment and return its metrics."""
+    from raysfl.data import label_histograms, load_dataset, partition
+    from raysfl.devices import sample_profiles
+    from raysfl.models import build_model
+
+    cfg = validate(cfg)
+    algo = get_algorithm(cfg.algo)(cfg)
+    if cfg.resume:
+        run_dir = Path(cfg.resume)
+        state = checkpoint.load_latest(run_dir)
+    else:
+        run_dir, state = _run_dir(cfg), None
+    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+
+    ds = load_dataset(cfg.dataset, cfg.data_root, cfg.download)
+    parts = partition(ds.y_train, cfg.clients, cfg.partition, alpha=cfg.alpha,
+                      classes_per_client=cfg.classes_per_client, shards_per_client=cfg.shards_per_client,
+                      quantity_skew=cfg.quantity_skew or None, seed=cfg.seed)
+    profiles = sample_profiles(cfg.clients, cfg.devices, cfg.seed)
+    model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
+    ctx = FederationContext(num_clients=cfg.clients, num_blocks=model.num_blocks, valid_cuts=model.valid_cuts(),
+                            sizes=np.array([len(p) for p in parts]),
+                            histograms=label_histograms(ds.y_train, parts, ds.num_classes), profiles=profiles)
+    (run_dir / "devices.json").write_text(json.dumps([p.to_dict() for p in profiles], indent=1) + "\n")
+
+    start = state["round"] if state else 0
+    if start >= cfg.rounds:
+        raise ConfigError(f"run '{run_dir}' already finished {start} rounds; pass --rounds > {start} to continue")
+    logger = RunLogger(run_dir, start_round=start, progress=cfg.progress, total_rounds=cfg.rounds)
+    try:
+        if algo.distributed:
+            _run_federated(cfg, algo, ds, parts, ctx, run_dir, logger, state)
+        else:
+            from raysfl.runtime.centralized import run_centralized
+
+            run_centralized(cfg, algo, ds, parts, ctx, run_dir, logger, state)
+    finally:
+        logger.close()
+    return RunResult(run_dir, logger.rows)
+
+
+def _run_federated(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
+    import ray
+
+    from raysfl.runtime.driver import Federation, plan_round
+    from raysfl.runtime.placement import init_ray
+
+    num_actors = cfg.resources.num_client_actors(cfg.clients)
+    started = init_ray(cfg, num_actors, algo.num_servers if algo.uses_cut else 0)
+    fed = None
+    try:
+        fed = Federation(cfg, algo, ds, parts, num_actors)
+        counters = {"stream_pos": {}, "sim_total": 0.0, "wall_total": 0.0}
+        start = 0
+        if state:
+            fed.load_state(state["federation"])
+            counters, start = state["counters"], state["round"]
+        for rnd in range(start + 1, cfg.rounds + 1):
+            t0 = time.perf_counter()
+            plans, server_of = plan_round(cfg, algo, rnd, ctx, counters["stream_pos"])
+            evaluate = rnd % cfg.eval_every == 0 or rnd == cfg.rounds
+            stats, result = fed.run_round(plans, server_of, evaluate)
+            wall = time.perf_counter() - t0
+            for c, p in plans.items():
+                counters["stream_pos"][c] = p.stream_pos + p.steps * p.batch
+            row, client_rows = round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters)
+            logger.log_round(row, client_rows)
+            if cfg.checkpoint_every and (rnd % cfg.checkpoint_every == 0 or rnd == cfg.rounds):
+                checkpoint.save(run_dir, rnd, {"round": rnd, "counters": counters,
+                                               "federation": fed.get_state()})
+    finally:
+        if fed is not None:
+            fed.shutdown()
+        if started:
+            ray.shutdown()
+
+
+def round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters):
+    """The metrics.parquet row and clients.parquet rows of one round."""
+    server_speed = cfg.devices.server_tflops * 1e12
+    client_rows, times = [], []
+    for c in sorted(stats):
+        st = stats[c]
+        t = client_time(st, ctx.profiles[c], server_speed)
+        times.append(t)
+        tr = st.traffic
+        client_rows.append({
+            "round": rnd, "client": c, "cut": st.cut, "samples": st.samples, "steps": st.steps,
+            "bytes_up": tr.up, "bytes_down": tr.down, "bytes_smashed_up": tr.smashed_up,
+            "bytes_grad_down": tr.grad_down, "bytes_params_up": tr.params_up, "bytes_params_down": tr.params_down,
+            "client_flops": st.client_flops, "server_flops": st.server_flops, "sim_time_s": t,
+            "train_loss": st.loss_sum / st.loss_count if st.loss_count else float("nan"),
+        })
+    sim = algo.round_sim_time(times)
+    counters["sim_total"] += sim
+    counters["wall_total"] += wall
+    loss_n = sum(s.loss_count for s in stats.values())
+    acc, test_loss = result if result is not None else (float("nan"), float("nan"))
+    row = {
+        "round": rnd, "algo": cfg.algo, "test_accuracy": float(acc), "test_loss": float(test_loss),
+        "train_loss": sum(s.loss_sum for s in stats.values()) / loss_n if loss_n else float("nan"),
+        "participants": len(stats),
+        "bytes_up": sum(r["bytes_up"] for r in client_rows),
+        "bytes_down": sum(r["bytes_down"] for r in client_rows),
+        "bytes_smashed_up": sum(r["bytes_smashed_up"] for r in client_rows),
+        "bytes_grad_down": sum(r["bytes_grad_down"] for r in client_rows),
+        "bytes_params_up": sum(r["bytes_params_up"] for r in client_rows),
+        "bytes_params_down": sum(r["bytes_params_down"] for r in client_rows),
+        "client_flops": sum(r["client_flops"] for r in client_rows),
+        "server_flops": sum(r["server_flops"] for r in client_rows),
+        "sim_time_s": sim, "sim_time_total_s": counters["sim_total"],
+        "wall_time_s": wall, "wall_time_total_s": counters["wall_total"],
+        "failures": 0, "fallbacks": 0,
+    }
+    return row, client_rows
+
+
+def config_from_kwargs(**kwargs) -> Config:
+    """Build a Config from keyword settings, e.g. ``config_from_kwargs(algo="psl", rounds=3)``."""
+    return from_dict(kwargs)
+
+
+__all__ = ["Config", "RunResult", "run", "resume_config", "config_from_kwargs", "dataclasses"]

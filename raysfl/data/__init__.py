@@ -1,0 +1,17 @@
+"""Data sets (in-memory numpy arrays) and seeded federated partitioning."""
+
+from raysfl.data.catalog import DatasetInfo, dataset_info
+from raysfl.data.datasets import DATASETS, DatasetArrays, check_dataset_args, load_dataset
+from raysfl.data.partition import PARTITIONERS, label_histograms, partition
+
+__all__ = [
+    "DATASETS",
+    "DatasetArrays",
+    "DatasetInfo",
+    "PARTITIONERS",
+    "check_dataset_args",
+    "dataset_info",
+    "label_histograms",
+    "load_dataset",
+    "partition",
+]

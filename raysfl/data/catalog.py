@@ -1,0 +1,31 @@
+"""What each dataset looks like, known without loading it (for validation before Ray starts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from raysfl.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    name: str
+    input_shape: tuple[int, int, int]
+    num_classes: int
+    num_train: int
+    num_test: int
+
+
+_CATALOG = {
+    "digits": DatasetInfo("digits", (1, 8, 8), 10, 1437, 360),
+    "mnist": DatasetInfo("mnist", (1, 28, 28), 10, 60000, 10000),
+    "fashion_mnist": DatasetInfo("fashion_mnist", (1, 28, 28), 10, 60000, 10000),
+    "cifar10": DatasetInfo("cifar10", (3, 32, 32), 10, 50000, 10000),
+    "cifar100": DatasetInfo("cifar100", (3, 32, 32), 100, 50000, 10000),
+}
+
+
+def dataset_info(name: str) -> DatasetInfo:
+    if name not in _CATALOG:
+        raise ConfigError(f"unknown dataset '{name}'; allowed: {', '.join(_CATALOG)}")
+    return _CATALOG[name]

@@ -1,0 +1,9 @@
+"""Errors raised for bad user input.
+
+Every message is one line naming the bad value and what is allowed; the CLI prints it
+and exits with status 2 (no traceback).
+"""
+
+
+class ConfigError(ValueError):
+    """A configuration value, CLI flag, data set or file that cannot be used."""

@@ -1,0 +1,1 @@
+"""Ray runtime: client, server and fed-server actors, and the driver that runs rounds."""

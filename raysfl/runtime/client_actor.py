@@ -1,0 +1,168 @@
+"""Client actor: hosts many virtual clients and runs their client-side steps.
+
+One actor hosts every client k with ``k % num_actors == index``; only the clients selected
+in a round hold a model in memory, so 1,000 clients need a handful of processes. A local
+step for all of an actor's active clients is ONE call (:meth:`ClientActor.exchange`): it
+applies the gradients of the previous step and forwards the next batch, returning one
+payload per destination server, so tensors go actor to actor and never via the driver.
+
+Each client draws batches from its own endless, seeded stream of its sample indices (a
+fresh permutation per epoch), so a run is reproducible and resumable from a position.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+
+from raysfl.algorithms.base import ClientUpdate
+from raysfl.runtime.placement import device_for_actor, set_threads
+from raysfl.transport import ClientRoundStats, Smashed, Wire, pack, state_nbytes, state_to_wire, unpack
+
+
+def sample_stream(indices: np.ndarray, client: int, seed: int, start: int, count: int) -> np.ndarray:
+    """Items ``start .. start+count`` of a client's endless stream of shuffled indices."""
+    n = len(indices)
+    out = []
+    pos = start
+    while len(out) < count:
+        epoch, offset = divmod(pos, n)
+        perm = np.random.default_rng([seed, client, epoch, 0x57EA]).permutation(n)
+        take = min(count - len(out), n - offset)
+        out.extend(indices[perm[offset:offset + take]].tolist())
+        pos += take
+    return np.asarray(out, dtype=np.int64)
+
+
+class _Active:
+    """A virtual client during a round: its client-side part, optimizer, stream and stats."""
+
+    def __init__(self, client, cut, steps, batch, stream_pos, part, opt, anchor, stats):
+        self.client, self.cut, self.steps, self.batch = client, cut, steps, batch
+        self.stream_pos, self.part, self.opt, self.anchor, self.stats = stream_pos, part, opt, anchor, stats
+        self.pending: torch.Tensor | None = None  # activations awaiting their gradient
+
+
+class ClientActor:
+    def __init__(self, index: int, cfg, algo, dataset, parts: dict[int, np.ndarray], gpus: float = 0.0):
+        from raysfl.models import build_model
+
+        set_threads(cfg.resources.client_cpus)
+        self.index, self.cfg, self.algo, self.ds, self.parts = index, cfg, algo, dataset, parts
+        self.device = device_for_actor(gpus)
+        self.model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, seed=cfg.seed)
+        self.flops = self.model.block_flops()
+        self.active: dict[int, _Active] = {}
+
+    def ping(self) -> int:
+        return self.index
+
+    # ------------------------------------------------------------------ round life cycle
+    def begin_round(self, plan: dict[int, dict], models: dict) -> None:
+        """Materialise the round's clients: plan[c] = {cut, steps, batch, stream_pos}.
+
+        ``models`` = {"global": state, "own": {client: state}}: a client loads its own state
+        when it has one (algorithms without client aggregation), otherwise the global one.
+        """
+        self.active = {}
+        for c, p in sorted(plan.items()):
+            src = models["own"].get(c, models["global"])
+            part = copy.deepcopy(self.model.part(0, p["cut"])).to(self.device)
+            keys = set(part.state_dict().keys())
+            arrays = {k: v for k, v in src.items() if k in keys}
+            part.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}, strict=True)
+            part.train()
+            opt = torch.optim.SGD(part.parameters(), lr=self.cfg.lr, momentum=self.cfg.momentum,
+                                  weight_decay=self.cfg.weight_decay)
+            anchor = {k: v.detach().clone() for k, v in part.named_parameters()}
+            stats = ClientRoundStats(client=c, cut=p["cut"], samples=0)
+            if self.algo.aggregate_clients or c not in models["own"]:
+                stats.traffic.params_down += state_nbytes(arrays)
+                stats.traffic.messages += 1
+            self.active[c] = _Active(c, p["cut"], p["steps"], p["batch"], p["stream_pos"], part, opt, anchor, stats)
+
+    def _next_batch(self, a: _Active) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = sample_stream(self.parts[a.client], a.client, self.cfg.seed, a.stream_pos, a.batch)
+        a.stream_pos += a.batch
+        a.stats.samples += len(idx)
+        x = self.ds.to_tensor(self.ds.x_train[idx]).to(self.device)
+        y = torch.from_numpy(self.ds.y_train[idx]).to(self.device)
+        return x, y
+
+    def _client_flops(self, a: _Active, n: int) -> float:
+        # forward + backward ~= 3x the forward FLOPs of the client-side blocks
+        return 3.0 * n * float(sum(self.flops[:a.cut]))
+
+    def _apply_grads(self, grad_payloads) -> None:
+        for payload in grad_payloads:
+            if not payload:
+                continue
+            for c, g in payload.items():
+                a = self.active[c]
+                a.stats.traffic.grad_down += g.nbytes
+                a.stats.traffic.messages += 1
+                grad = unpack(g, self.device)
+                loss = a.pending
+                reg = self.algo.client_regularizer(a.part, a.anchor)
+                if reg is not None:
+                    # d/dw [<a, g> + reg] = backprop of the server's gradient plus the regulariser's
+                    (loss * grad).sum().add(reg).backward()
+                else:
+                    loss.backward(grad)
+                a.opt.step()
+                a.opt.zero_grad(set_to_none=True)
+                a.pending = None
+
+    def exchange(self, step: int, dests: list[int], routes: dict[int, int], *grad_payloads):
+        """Apply last step's gradients, then forward step ``step`` for the active clients.
+
+        ``routes[c]`` is the destination server of client c; the result holds one payload
+        ({client: Smashed}) per entry of ``dests``, in that order.
+        """
+        self._apply_grads(grad_payloads)
+        out: dict[int, dict[int, Smashed]] = {d: {} for d in dests}
+        for c, a in self.active.items():
+            if step >= a.steps or c not in routes:
+                continue
+            x, y = self._next_batch(a)
+            acts = a.part(x)
+            a.pending = acts
+            s = Smashed(c, a.cut, pack(acts, self.cfg.transfer_dtype), y.cpu().numpy())
+            a.stats.traffic.smashed_up += s.nbytes
+            a.stats.traffic.messages += 1
+            a.stats.client_flops += self._client_flops(a, len(y))
+            a.stats.steps += 1
+            out[routes[c]][c] = s
+        result = [out[d] for d in dests]
+        return result if len(result) != 1 else result[0]
+
+    def train_local(self) -> None:
+        """All local steps of every active client when it holds the whole model (FedAvg)."""
+        for a in self.active.values():
+            for _ in range(a.steps):
+                x, y = self._next_batch(a)
+                loss = self.algo.client_loss(a.part(x), y)
+                reg = self.algo.client_regularizer(a.part, a.anchor)
+                a.opt.zero_grad(set_to_none=True)
+                (loss if reg is None else loss + reg).backward()
+                a.opt.step()
+                a.stats.loss_sum += float(loss) * len(y)
+                a.stats.loss_count += len(y)
+                a.stats.client_flops += self._client_flops(a, len(y))
+                a.stats.steps += 1
+
+    def finish(self, *grad_payloads):
+        """Apply the last gradients; return (updates for the fed server, stats for the driver)."""
+        self._apply_grads(grad_payloads)
+        updates, stats = [], []
+        for c, a in sorted(self.active.items()):
+            state = state_to_wire(a.part.state_dict())
+            if self.algo.aggregate_clients:
+                a.stats.traffic.params_up += state_nbytes(state)
+                a.stats.traffic.messages += 1
+            updates.append(ClientUpdate(c, state, float(a.stats.samples)))
+            stats.append(a.stats)
+        self.active = {}
+        return updates, stats

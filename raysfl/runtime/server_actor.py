@@ -1,0 +1,104 @@
+"""Server actor: runs the server-side part of the model for a group of clients.
+
+It keeps the server-side weights and optimizer across rounds (a shared model, or, for
+SplitFed V1, one copy per client during a round that is averaged at its end). Each group
+step is ONE call carrying every smashed batch routed to it (:meth:`ServerActor.step`); it
+returns one gradient payload per source client actor.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+
+from raysfl.aggregation import weighted_average
+from raysfl.runtime.placement import device_for_actor, set_threads
+from raysfl.transport import ClientRoundStats, pack, state_to_wire, unpack, wire_to_state
+
+
+class ServerState:
+    """What server-side hooks may touch: the model, its optimizer, per-client copies."""
+
+    def __init__(self, model, opt, device):
+        self.model, self.opt, self.device = model, opt, device
+        self.client_models: dict[int, torch.nn.Module] = {}
+        self.client_opts: dict[int, torch.optim.Optimizer] = {}
+        self.extra: dict = {}  # algorithm-specific state (kept across rounds, checkpointed)
+
+
+class ServerActor:
+    def __init__(self, index: int, cfg, algo, input_shape, num_classes, gpus: float = 0.0):
+        from raysfl.models import build_model
+
+        set_threads(cfg.resources.server_cpus)
+        self.index, self.cfg, self.algo = index, cfg, algo
+        device = device_for_actor(gpus)
+        model = build_model(cfg.model, input_shape, num_classes, seed=cfg.seed).to(device)
+        model.train()
+        opt = self._optimizer(model.parameters())
+        self.s = ServerState(model, opt, device)
+        self.flops = model.block_flops()
+        self.cuts: dict[int, int] = {}
+        self.stats: dict[int, ClientRoundStats] = {}
+
+    def _optimizer(self, params):
+        return torch.optim.SGD(params, lr=self.cfg.lr, momentum=self.cfg.momentum,
+                               weight_decay=self.cfg.weight_decay)
+
+    def ping(self) -> int:
+        return self.index
+
+    def begin_round(self, cuts: dict[int, int]) -> None:
+        """Note the round's clients and cuts; give each client its own copy if V1-style."""
+        self.cuts = dict(cuts)
+        self.stats = {c: ClientRoundStats(client=c, cut=k) for c, k in cuts.items()}
+        self.s.client_models, self.s.client_opts = {}, {}
+        if self.algo.per_client_server:
+            for c in sorted(cuts):
+                m = copy.deepcopy(self.s.model)
+                self.s.client_models[c] = m
+                self.s.client_opts[c] = self._optimizer(m.parameters())
+
+    def step(self, step: int, *payloads):
+        """One group step: payloads[i] = {client: Smashed} from client actor i of the group."""
+        batches, owner = [], {}
+        for i, payload in enumerate(payloads):
+            for c, sm in payload.items():
+                owner[c] = i
+                x = unpack(sm.activations, self.s.device)
+                y = torch.from_numpy(np.array(sm.labels)).to(self.s.device)
+                batches.append((c, sm.cut, x, y))
+        batches.sort(key=lambda b: b[0])  # deterministic order whatever arrived first
+        grads, losses = self.algo.server_step(self.s, batches)
+        out: list[dict] = [{} for _ in payloads]
+        for c, cut, x, y in batches:
+            out[owner[c]][c] = pack(grads[c], self.cfg.transfer_dtype)
+            st = self.stats[c]
+            st.server_flops += 3.0 * len(y) * float(sum(self.flops[cut:]))
+            st.loss_sum += losses[c] * len(y)
+            st.loss_count += len(y)
+        return out if len(out) != 1 else out[0]
+
+    def end_round(self, weights: dict[int, float]):
+        """Average per-client copies (if any); return (server-side state, per-client stats)."""
+        lo = min(self.cuts.values()) if self.cuts else 0
+        if self.algo.per_client_server and self.s.client_models:
+            states = [(state_to_wire(self.s.client_models[c].state_dict()), weights.get(c, 1.0))
+                      for c in sorted(self.s.client_models)]
+            merged = weighted_average(states, base=state_to_wire(self.s.model.state_dict()))
+            self.s.model.load_state_dict(wire_to_state(merged, self.s.device))
+            self.s.client_models, self.s.client_opts = {}, {}
+        part = self.s.model.part(lo, self.s.model.num_blocks)
+        state = state_to_wire(part.state_dict())
+        return state, [self.stats[c] for c in sorted(self.stats)]
+
+    def get_state(self) -> dict:
+        return {"model": state_to_wire(self.s.model.state_dict()), "opt": self.s.opt.state_dict(),
+                "extra": self.s.extra}
+
+    def load_state(self, state: dict) -> None:
+        self.s.model.load_state_dict(wire_to_state(state["model"], self.s.device))
+        self.s.opt.load_state_dict(state["opt"])
+        self.s.extra = state.get("extra", {})

@@ -1,0 +1,131 @@
+"""How tensors cross actor boundaries, and how the bytes are counted.
+
+Every algorithm sends smashed data, gradients and model parameters through these helpers,
+so the byte counts in the metrics are the sizes of the buffers that really travel.
+
+Tensors are shipped as contiguous NumPy arrays: Ray serialises those out-of-band and the
+receiver reads them zero-copy from the object store (a torch tensor would be copied; see
+DESIGN.md). ``transfer_dtype`` optionally halves activations and gradients on the wire
+(float16, or bfloat16 carried as its raw 16-bit pattern since NumPy has no bfloat16).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+_WIRE = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class Wire:
+    """A tensor as it travels: a NumPy buffer plus what is needed to rebuild it."""
+
+    data: np.ndarray
+    dtype: str  # the wire dtype name; bfloat16 travels as int16 bits
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+
+def pack(t: torch.Tensor, transfer_dtype: str = "float32") -> Wire:
+    """Detach, move to CPU, cast to the wire dtype and expose as a contiguous NumPy array."""
+    t = t.detach()
+    if t.is_floating_point():
+        t = t.to(_WIRE[transfer_dtype])
+    t = t.to("cpu").contiguous()
+    if t.dtype == torch.bfloat16:
+        return Wire(t.view(torch.int16).numpy(), "bfloat16")
+    return Wire(t.numpy(), str(t.dtype).removeprefix("torch."))
+
+
+def unpack(w: Wire, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Rebuild a tensor on ``device``; floating data comes back as ``dtype`` (float32)."""
+    arr = w.data
+    if not arr.flags.writeable:  # zero-copy buffers from the object store are read-only
+        arr = arr.copy()
+    t = torch.from_numpy(arr)
+    if w.dtype == "bfloat16":
+        t = t.view(torch.bfloat16)
+    if t.is_floating_point():
+        t = t.to(dtype)
+    return t.to(device)
+
+
+def state_to_wire(state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """A state dict as NumPy arrays (parameters always travel in full precision)."""
+    return {k: v.detach().to("cpu").contiguous().numpy() for k, v in state.items()}
+
+
+def wire_to_state(arrays: dict[str, np.ndarray], device="cpu") -> dict[str, torch.Tensor]:
+    return {k: torch.from_numpy(np.array(v, copy=True)).to(device) for k, v in arrays.items()}
+
+
+def state_nbytes(arrays: dict[str, np.ndarray]) -> int:
+    return int(sum(a.nbytes for a in arrays.values()))
+
+
+@dataclass
+class Smashed:
+    """One client's smashed batch as sent to its server-side role."""
+
+    client: int
+    cut: int
+    activations: Wire
+    labels: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return self.activations.nbytes + int(self.labels.nbytes)
+
+
+@dataclass
+class Traffic:
+    """Bytes one virtual client sent and received in a round, by kind."""
+
+    smashed_up: int = 0
+    grad_down: int = 0
+    params_up: int = 0
+    params_down: int = 0
+    other_up: int = 0
+    other_down: int = 0
+    messages: int = 0  # one-way transfers, each paying the link latency
+
+    @property
+    def up(self) -> int:
+        return self.smashed_up + self.params_up + self.other_up
+
+    @property
+    def down(self) -> int:
+        return self.grad_down + self.params_down + self.other_down
+
+    def add(self, other: "Traffic") -> None:
+        for f in ("smashed_up", "grad_down", "params_up", "params_down", "other_up", "other_down", "messages"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+
+
+@dataclass
+class ClientRoundStats:
+    """What one virtual client did in one round (sent back to the driver; no tensors)."""
+
+    client: int
+    cut: int
+    samples: int = 0
+    steps: int = 0
+    client_flops: float = 0.0
+    server_flops: float = 0.0
+    loss_sum: float = 0.0
+    loss_count: int = 0
+    traffic: Traffic = field(default_factory=Traffic)
+
+    def merge(self, other: "ClientRoundStats") -> None:
+        self.samples = max(self.samples, other.samples)
+        self.steps = max(self.steps, other.steps)
+        self.client_flops += other.client_flops
+        self.server_flops += other.server_flops
+        self.loss_sum += other.loss_sum
+        self.loss_count += other.loss_count
+        self.traffic.add(other.traffic)
