@@ -77,7 +77,7 @@ class Config:
     download: bool = False
     clients: int = 10
     clients_per_round: int | None = None  # None: every client, every round
-    rounds: int = 10
+    rounds: int = 20
     local_epochs: float = 1.0
     local_steps: int | None = None  # when set, overrides local_epochs
     batch_size: int = 32

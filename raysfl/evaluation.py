@@ -16,7 +16,7 @@ def evaluate(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, to_tensor,
     correct, loss_sum = 0, 0.0
     for i in range(0, len(y), batch_size):
         xb = to_tensor(x[i:i + batch_size]).to(device)
-        yb = torch.from_numpy(np.asarray(y[i:i + batch_size])).to(device)
+        yb = torch.from_numpy(np.array(y[i:i + batch_size], dtype=np.int64)).to(device)
         out = model(xb)
         loss_sum += float(F.cross_entropy(out, yb, reduction="sum"))
         correct += int((out.argmax(1) == yb).sum())

@@ -19,6 +19,10 @@ from raysfl.runtime.placement import set_threads
 from raysfl.transport import state_to_wire, wire_to_state
 
 
+# Stream id of the pooled data set (clients use their own ids 0..K-1).
+POOLED_STREAM = 2**31 - 1
+
+
 def run_centralized(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
     from raysfl.runtime.driver import plan_round
 
@@ -41,7 +45,7 @@ def run_centralized(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
         loss_sum, seen = 0.0, 0
         while seen < samples:
             b = min(cfg.batch_size, samples - seen)
-            idx = sample_stream(pooled, -1, cfg.seed, counters["pos"], b)
+            idx = sample_stream(pooled, POOLED_STREAM, cfg.seed, counters["pos"], b)
             counters["pos"] += b
             x = ds.to_tensor(ds.x_train[idx])
             y = torch.from_numpy(ds.y_train[idx])
@@ -49,7 +53,7 @@ def run_centralized(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            loss_sum += float(loss) * b
+            loss_sum += loss.detach().item() * b
             seen += b
         evaluate_now = rnd % cfg.eval_every == 0 or rnd == cfg.rounds
         acc, test_loss = (evaluate(model, ds.x_test, ds.y_test, ds.to_tensor) if evaluate_now

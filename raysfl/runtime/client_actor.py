@@ -148,7 +148,7 @@ class ClientActor:
                 a.opt.zero_grad(set_to_none=True)
                 (loss if reg is None else loss + reg).backward()
                 a.opt.step()
-                a.stats.loss_sum += float(loss) * len(y)
+                a.stats.loss_sum += loss.detach().item() * len(y)
                 a.stats.loss_count += len(y)
                 a.stats.client_flops += self._client_flops(a, len(y))
                 a.stats.steps += 1

@@ -1,0 +1,5 @@
+import sys
+
+from raysfl.cli import main
+
+sys.exit(main())

@@ -1,0 +1,142 @@
+"""Command line: ``raysfl run``, ``raysfl list`` (also ``python -m raysfl``).
+
+Flags are generated from the config dataclasses, so every field is a flag
+(``clients_per_round`` -> ``--clients-per-round``; ``resources.client_actors`` ->
+``--client-actors``; an algorithm's params, e.g. FedProx's ``mu`` -> ``--mu``). Precedence:
+defaults < ``--config FILE`` < flags. Bad input prints one line ``raysfl: error: ...`` and
+exits with status 2, before Ray starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from raysfl.config import Config, DeviceConfig, ResourceConfig, from_dict, load_file
+from raysfl.errors import ConfigError
+
+_SKIP = {"devices", "resources", "algo_params"}
+_SHORT_HELP = {
+    "algo": "algorithm (see `raysfl list`)",
+    "dataset": "dataset: digits (embedded, default), mnist, fashion_mnist, cifar10, cifar100",
+    "data_root": "directory holding torchvision datasets",
+    "download": "download the torchvision dataset into --data-root (or ./data)",
+    "clients_per_round": "clients selected per round (default: all)",
+    "local_steps": "local steps per round (overrides --local-epochs)",
+    "partition": "iid | dirichlet | pathological | shards",
+    "alpha": "Dirichlet concentration (> 0)",
+    "quantity_skew": "power-law exponent of client sample counts (0 = off)",
+    "cut": "split point: blocks [0, cut) run on the client",
+    "out": "parent directory of run directories",
+    "resume": "continue the run in RUN_DIR from its latest checkpoint",
+    "transfer_dtype": "dtype of smashed data and gradients on the wire: float32 | float16 | bfloat16",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse's own usage dump is noise here)
+        raise ConfigError(message)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _add_fields(group, cls, dest_prefix: str, taken: set[str]) -> None:
+    for f in dataclasses.fields(cls):
+        if f.name in _SKIP:
+            continue
+        flag = _flag(f.name)
+        if flag in taken:
+            continue  # an algorithm knob with the same name as a shared flag: use the config file
+        taken.add(flag)
+        t = str(f.type)
+        kwargs = {"dest": dest_prefix + f.name, "default": argparse.SUPPRESS, "help": _SHORT_HELP.get(f.name)}
+        if t.startswith("bool"):
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
+        elif t.startswith("tuple"):
+            group.add_argument(flag, nargs=2, metavar=("LOW", "HIGH"), **kwargs)
+        else:
+            group.add_argument(flag, metavar=f.name.upper(), **kwargs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from raysfl.algorithms import ALGORITHMS
+
+    p = _Parser(prog="raysfl", description="Ray-native split federated learning")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    run = sub.add_parser("run", help="run one experiment")
+    run.add_argument("--config", dest="config_file", default=None, metavar="FILE", help="YAML or JSON config")
+    taken = {"--config", "--help"}
+    _add_fields(run.add_argument_group("run"), Config, "", taken)
+    _add_fields(run.add_argument_group("devices"), DeviceConfig, "devices.", taken)
+    _add_fields(run.add_argument_group("resources"), ResourceConfig, "resources.", taken)
+    for name, cls in ALGORITHMS.items():
+        if dataclasses.fields(cls.params_cls):
+            _add_fields(run.add_argument_group(f"{name} (--algo {name})"), cls.params_cls, f"{name}.", taken)
+    sub.add_parser("list", help="list algorithms, datasets, models and partitioners")
+    return p
+
+
+def config_from_args(ns: argparse.Namespace) -> Config:
+    """defaults < --config FILE < flags; ``--resume`` reloads the run's own config."""
+    from raysfl.api import resume_config
+
+    flat: dict = {}
+    for key, value in vars(ns).items():
+        if key in ("command", "config_file"):
+            continue
+        section, _, name = key.rpartition(".")
+        if section:
+            flat.setdefault(section, {})[name] = value
+        else:
+            flat[name] = value
+    if "resume" in flat:
+        return resume_config(flat.pop("resume"), flat)
+    data = load_file(ns.config_file) if ns.config_file else {}
+    cfg = from_dict(data)
+    return from_dict(flat, base=cfg)
+
+
+def _list() -> None:
+    from raysfl.algorithms import ALGORITHMS
+    from raysfl.data import DATASETS, PARTITIONERS
+    from raysfl.models import MODELS
+
+    print("algorithms:")
+    for name, cls in ALGORITHMS.items():
+        print(f"  {name:<14}{cls.summary}")
+    print("datasets:     " + ", ".join(DATASETS))
+    print("models:       " + ", ".join(MODELS))
+    print("partitioners: " + ", ".join(PARTITIONERS))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        ns = parser.parse_args(argv)
+        if ns.command == "list":
+            _list()
+            return 0
+        if ns.command != "run":
+            parser.print_help()
+            return 2
+        from raysfl.api import run
+        from raysfl.config import validate
+
+        cfg = validate(config_from_args(ns))
+        result = run(cfg)
+    except ConfigError as e:
+        print(f"raysfl: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("raysfl: interrupted; finished rounds are in the run directory (resume with --resume)",
+              file=sys.stderr)
+        return 130
+    print(f"run directory: {result.run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
