@@ -23,7 +23,8 @@ from raysfl.errors import ConfigError
 from raysfl.metrics import RunLogger
 from raysfl.simclock import client_time
 
-# Settings a resumed run may change; everything else must match the original run.
+# Settings a resumed run may change (plus the ``resources`` section); everything else must
+# match the original run.
 RESUMABLE_OVERRIDES = {"rounds", "progress", "checkpoint_every", "eval_every", "resume", "out", "name"}
 
 
@@ -56,6 +57,8 @@ def resume_config(run_dir: str | Path, overrides: dict | None = None) -> Config:
     algo_params = data.pop("algo_params", {}) or {}
     data[data["algo"]] = algo_params
     overrides = dict(overrides or {})
+    # Where actors run does not change what they compute: resources may change on resume.
+    data["resources"] = {**data.get("resources", {}), **overrides.pop("resources", {})}
     for k, v in overrides.items():
         if k not in RESUMABLE_OVERRIDES and data.get(k) != v:
             raise ConfigError(f"cannot change '{k}' when resuming (it was {data.get(k)!r}); "

@@ -1,0 +1,100 @@
+"""Bad input: one line naming the bad value and what is allowed, exit status 2, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+CASES = [
+    (["--algo", "nosuch"], "unknown algorithm 'nosuch'; allowed:"),
+    (["--dataset", "imagenet"], "unknown dataset 'imagenet'; allowed:"),
+    (["--model", "gpt"], "unknown model 'gpt'; allowed:"),
+    (["--alpha", "0"], "alpha must be > 0, got 0"),
+    (["--alpha", "-1", "--partition", "dirichlet"], "alpha must be > 0, got -1"),
+    (["--cut", "7"], "cut 7 is not valid for model 'cnn'; valid cuts: 1..3"),
+    (["--clients", "4", "--clients-per-round", "5"], "clients-per-round must be between 1 and clients (4), got 5"),
+    (["--clients", "2000"], "has 1437 training samples but clients=2000"),
+    (["--rounds", "0"], "rounds must be >= 1, got 0"),
+    (["--dataset", "mnist"], "dataset 'mnist' needs --data-root"),
+    (["--partition", "zipf"], "unknown partition 'zipf'; allowed:"),
+    (["--lr", "fast"], "lr: cannot use 'fast'"),
+]
+
+
+def _run(args, cwd):
+    return subprocess.run([sys.executable, "-m", "raysfl", "run", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=120)
+
+
+def _assert_one_line_error(proc, expected):
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert lines[0].startswith("raysfl: error: ")
+    assert expected in lines[0]
+
+
+@pytest.mark.parametrize("args,expected", CASES, ids=[" ".join(a) for a, _ in CASES])
+def test_bad_flag(args, expected, tmp_path):
+    _assert_one_line_error(_run(args, tmp_path), expected)
+
+
+def test_missing_data_root_dir(tmp_path):
+    proc = _run(["--dataset", "fashion_mnist", "--data-root", str(tmp_path / "nope")], tmp_path)
+    _assert_one_line_error(proc, "nope")
+
+
+@pytest.mark.parametrize("name,text,expected", [
+    ("bad.yaml", "algo: [splitfed\nrounds: 3\n", "config file"),
+    ("bad.json", "{\"algo\": ", "is malformed"),
+    ("list.yaml", "- 1\n- 2\n", "must hold a mapping"),
+    ("unknown.yaml", "rounds: 2\nspeed: 9\n", "unknown setting 'speed'"),
+    ("badvalue.yaml", "rounds: two\n", "rounds: cannot use 'two'"),
+])
+def test_malformed_config_file(tmp_path, name, text, expected):
+    f = tmp_path / name
+    f.write_text(text)
+    _assert_one_line_error(_run(["--config", str(f)], tmp_path), expected)
+
+
+def test_missing_config_file(tmp_path):
+    _assert_one_line_error(_run(["--config", str(tmp_path / "none.yaml")], tmp_path), "does not exist")
+
+
+def test_list():
+    proc = subprocess.run([sys.executable, "-m", "raysfl", "list"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0
+    for word in ("splitfed_v1", "psl", "centralized", "digits", "cifar100", "resnet18", "dirichlet"):
+        assert word in proc.stdout
+
+
+def test_config_file_and_flag_precedence(tmp_path):
+    from raysfl.cli import build_parser, config_from_args
+
+    f = tmp_path / "c.yaml"
+    f.write_text("algo: fedprox\nrounds: 7\nlr: 0.2\nfedprox:\n  mu: 0.3\nresources:\n  client_actors: 3\n")
+    ns = build_parser().parse_args(["run", "--config", str(f), "--rounds", "9", "--mu", "0.5"])
+    cfg = config_from_args(ns)
+    assert (cfg.algo, cfg.rounds, cfg.lr, cfg.algo_params.mu, cfg.resources.client_actors) == (
+        "fedprox", 9, 0.2, 0.5, 3)
+
+
+def test_cli_run_end_to_end(tmp_path):
+    """`raysfl run` starts its own local Ray, trains, prints progress and a summary."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "raysfl", "run", "--algo", "splitfed_v2", "--clients", "4", "--rounds", "2",
+         "--local-steps", "2", "--out", str(tmp_path), "--name", "cli", "--num-cpus", "4"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "round    2/2" in proc.stderr and "final test accuracy" in proc.stderr
+    assert (tmp_path / "cli" / "metrics.parquet").is_file()
+    resumed = subprocess.run(
+        [sys.executable, "-m", "raysfl", "run", "--resume", str(tmp_path / "cli"), "--rounds", "3",
+         "--num-cpus", "4"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    import pyarrow.parquet as pq
+
+    assert [r["round"] for r in pq.read_table(tmp_path / "cli" / "metrics.parquet").to_pylist()] == [1, 2, 3]

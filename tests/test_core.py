@@ -1,0 +1,134 @@
+"""Core helpers on small tensors: aggregation, server steps, transport, clock, devices, streams."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from raysfl.aggregation import weighted_average
+from raysfl.config import DeviceConfig
+from raysfl.devices import sample_profiles
+from raysfl.models import build_model
+from raysfl.runtime.client_actor import sample_stream
+from raysfl.server_steps import per_client_server_step, shared_server_step
+from raysfl.simclock import client_time, round_time
+from raysfl.transport import ClientRoundStats, pack, unpack
+
+
+def test_weighted_average_layer_by_layer_over_holders():
+    a = {"blocks.0.w": np.array([1.0, 1.0], np.float32), "blocks.1.w": np.array([4.0], np.float32)}
+    b = {"blocks.0.w": np.array([3.0, 5.0], np.float32)}
+    base = {"blocks.0.w": np.zeros(2, np.float32), "blocks.1.w": np.zeros(1, np.float32),
+            "blocks.2.w": np.array([9.0], np.float32)}
+    out = weighted_average([(a, 1.0), (b, 3.0)], base=base)
+    np.testing.assert_allclose(out["blocks.0.w"], [2.5, 4.0])   # (1*1 + 3*3)/4, (1 + 15)/4
+    np.testing.assert_allclose(out["blocks.1.w"], [4.0])        # only a holds block 1
+    np.testing.assert_allclose(out["blocks.2.w"], [9.0])        # nobody holds block 2
+    assert out["blocks.0.w"].dtype == np.float32
+
+
+def test_weighted_average_integer_buffers_rounded():
+    out = weighted_average([({"n": np.array(3, np.int64)}, 1.0), ({"n": np.array(6, np.int64)}, 1.0)])
+    assert out["n"].dtype == np.int64 and int(out["n"]) in (4, 5)
+
+
+def _group(model, cut, sizes, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    shape = model.activation_shape(cut)
+    return [(c, cut, torch.randn(n, *shape, generator=g), torch.randint(0, 10, (n,), generator=g))
+            for c, n in enumerate(sizes)]
+
+
+def test_shared_server_step_gives_each_client_its_own_mean_loss_gradient():
+    model = build_model("cnn", (1, 8, 8), 10, seed=0)
+    batches = _group(model, 2, [3, 5, 8])
+    ref = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    grads, losses = shared_server_step(model, opt, [(c, k, x.clone(), y) for c, k, x, y in batches])
+    for c, k, x, y in batches:  # what the client would get training alone with the server
+        x = x.clone().requires_grad_(True)
+        loss = F.cross_entropy(ref.server_part(k)(x), y)
+        loss.backward()
+        torch.testing.assert_close(grads[c], x.grad, rtol=1e-4, atol=1e-6)
+        assert losses[c] == pytest.approx(loss.item(), rel=1e-5)
+
+
+def test_shared_server_step_updates_with_mean_over_all_samples():
+    model = build_model("cnn", (1, 8, 8), 10, seed=0)
+    batches = _group(model, 2, [4, 12])
+    ref = copy.deepcopy(model)
+    shared_server_step(model, torch.optim.SGD(model.parameters(), lr=0.1), batches)
+    x = torch.cat([b[2] for b in batches])
+    y = torch.cat([b[3] for b in batches])
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    F.cross_entropy(ref.server_part(2)(x), y).backward()
+    ref_opt.step()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q)
+
+
+def test_shared_server_step_mixed_cuts_share_weights():
+    model = build_model("cnn", (1, 8, 8), 10, seed=0)
+    batches = _group(model, 1, [4]) + [(1, 2, *_group(model, 2, [5])[0][2:])]
+    grads, _ = shared_server_step(model, torch.optim.SGD(model.parameters(), lr=0.1), batches)
+    assert grads[0].shape == (4, *model.activation_shape(1))
+    assert grads[1].shape == (5, *model.activation_shape(2))
+
+
+def test_per_client_server_step_touches_only_own_model():
+    model = build_model("cnn", (1, 8, 8), 10, seed=0)
+    models = {0: copy.deepcopy(model), 1: copy.deepcopy(model)}
+    opts = {c: torch.optim.SGD(m.parameters(), lr=0.5) for c, m in models.items()}
+    per_client_server_step(models, opts, _group(model, 2, [6])[:1])
+    changed = [any(not torch.equal(p, q) for p, q in zip(models[c].parameters(), model.parameters())) for c in (0, 1)]
+    assert changed == [True, False]
+
+
+@pytest.mark.parametrize("dtype,nbytes", [("float32", 4), ("float16", 2), ("bfloat16", 2)])
+def test_pack_unpack_roundtrip(dtype, nbytes):
+    t = torch.randn(5, 3, 2)
+    w = pack(t, dtype)
+    assert w.nbytes == t.numel() * nbytes and w.data.flags.c_contiguous
+    back = unpack(w)
+    assert back.dtype == torch.float32 and back.shape == t.shape
+    torch.testing.assert_close(back, t, rtol=1e-2 if nbytes == 2 else 0, atol=1e-2 if nbytes == 2 else 0)
+
+
+def test_unpack_read_only_buffer():
+    w = pack(torch.ones(3))
+    w.data.setflags(write=False)
+    t = unpack(w)
+    t += 1  # must not touch the (shared, read-only) buffer
+    assert float(w.data.sum()) == 3.0
+
+
+def test_device_profiles_seeded_and_in_range():
+    cfg = DeviceConfig()
+    a, b = sample_profiles(50, cfg, 7), sample_profiles(50, cfg, 7)
+    assert a == b and a != sample_profiles(50, cfg, 8)
+    for p in a:
+        assert 2 <= p.memory_gb <= 16 and 0.020 <= p.latency_s <= 0.200 and 0.1 <= p.cpu_ghz <= 2.0
+        assert p.flops_per_s == pytest.approx(p.cpu_ghz * 1e9 * cfg.flops_per_cycle)
+
+
+def test_client_time_formula():
+    p = sample_profiles(1, DeviceConfig(), 0)[0]
+    st = ClientRoundStats(client=0, cut=1, client_flops=2e9, server_flops=1e12)
+    st.traffic.smashed_up, st.traffic.grad_down, st.traffic.messages = 1_000_000, 500_000, 4
+    expected = (2e9 / p.flops_per_s + 1e12 / 1e13 + 8e6 / p.uplink_bps + 4e6 / p.downlink_bps + 4 * p.latency_s)
+    assert client_time(st, p, 1e13) == pytest.approx(expected)
+    assert round_time([1.0, 3.0, 2.0]) == 3.0 and round_time([1.0, 3.0], sequential=True) == 4.0
+
+
+def test_sample_stream_covers_each_epoch_and_is_resumable():
+    idx = np.arange(100, 110)
+    first = sample_stream(idx, 3, 0, 0, 10)
+    assert sorted(first) == list(idx)                              # one epoch = a permutation
+    whole = sample_stream(idx, 3, 0, 0, 25)
+    np.testing.assert_array_equal(np.concatenate([sample_stream(idx, 3, 0, 0, 7),
+                                                  sample_stream(idx, 3, 0, 7, 18)]), whole)
+    assert not np.array_equal(sample_stream(idx, 4, 0, 0, 10), first)  # clients differ
