@@ -3,12 +3,29 @@
     import raysfl
     result = raysfl.run(raysfl.Config(algo="splitfed_v1", clients=10, rounds=5))
     print(result.final["test_accuracy"], result.run_dir)
+
+Names are imported lazily so that Ray actors, which import ``raysfl.runtime.*``, do not pay
+for the driver-only API (Parquet, TensorBoard, checkpoints).
 """
 
-from raysfl.api import RunResult, config_from_kwargs, resume_config, run
-from raysfl.config import Config, DeviceConfig, ResourceConfig
-from raysfl.errors import ConfigError
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
-__all__ = ["Config", "ConfigError", "DeviceConfig", "ResourceConfig", "RunResult", "config_from_kwargs",
-           "resume_config", "run", "__version__"]
+
+_LAZY = {
+    "run": "raysfl.api", "RunResult": "raysfl.api", "config_from_kwargs": "raysfl.api",
+    "resume_config": "raysfl.api",
+    "Config": "raysfl.config", "DeviceConfig": "raysfl.config", "ResourceConfig": "raysfl.config",
+    "ConfigError": "raysfl.errors", "RunFailed": "raysfl.errors",
+}
+__all__ = sorted(_LAZY) + ["errors", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name == "errors":
+        return importlib.import_module("raysfl.errors")
+    raise AttributeError(f"module 'raysfl' has no attribute {name!r}")

@@ -19,7 +19,7 @@ from raysfl import checkpoint
 from raysfl.algorithms import get_algorithm
 from raysfl.algorithms.base import FederationContext
 from raysfl.config import Config, from_dict, validate
-from raysfl.errors import ConfigError
+from raysfl.errors import ConfigError, RunFailed
 from raysfl.metrics import RunLogger
 from raysfl.simclock import client_time
 
@@ -92,7 +92,8 @@ def run(cfg: Config) -> RunResult:
     model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
     ctx = FederationContext(num_clients=cfg.clients, num_blocks=model.num_blocks, valid_cuts=model.valid_cuts(),
                             sizes=np.array([len(p) for p in parts]),
-                            histograms=label_histograms(ds.y_train, parts, ds.num_classes), profiles=profiles)
+                            histograms=label_histograms(ds.y_train, parts, ds.num_classes), profiles=profiles,
+                            block_flops=model.block_flops())
     (run_dir / "devices.json").write_text(json.dumps([p.to_dict() for p in profiles], indent=1) + "\n")
 
     start = state["round"] if state else 0
@@ -121,7 +122,7 @@ def _run_federated(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
     started = init_ray(cfg, num_actors, algo.num_servers if algo.uses_cut else 0)
     fed = None
     try:
-        fed = Federation(cfg, algo, ds, parts, num_actors)
+        fed = Federation(cfg, algo, ds, parts, num_actors, ctx.block_flops, run_name=run_dir.name)
         counters = {"stream_pos": {}, "sim_total": 0.0, "wall_total": 0.0}
         start = 0
         if state:
@@ -131,7 +132,14 @@ def _run_federated(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
             t0 = time.perf_counter()
             plans, server_of = plan_round(cfg, algo, rnd, ctx, counters["stream_pos"])
             evaluate = rnd % cfg.eval_every == 0 or rnd == cfg.rounds
-            stats, result = fed.run_round(plans, server_of, evaluate)
+            try:
+                stats, result = fed.run_round(plans, server_of, evaluate,
+                                              on_step=lambda d, t, r=rnd: logger.step_progress(r, d, t))
+            except ray.exceptions.RayError as e:
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                raise RunFailed(f"round {rnd} failed ({type(e).__name__}: {first}); metrics of rounds "
+                                f"1..{rnd - 1} are in {run_dir}; continue from its last checkpoint with "
+                                f"--resume {run_dir}") from e
             wall = time.perf_counter() - t0
             for c, p in plans.items():
                 counters["stream_pos"][c] = p.stream_pos + p.steps * p.batch

@@ -14,7 +14,7 @@ import dataclasses
 import sys
 
 from raysfl.config import Config, DeviceConfig, ResourceConfig, from_dict, load_file
-from raysfl.errors import ConfigError
+from raysfl.errors import ConfigError, RunFailed
 
 _SKIP = {"devices", "resources", "algo_params"}
 _SHORT_HELP = {
@@ -130,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"raysfl: error: {e}", file=sys.stderr)
         return 2
+    except RunFailed as e:
+        print(f"raysfl: error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("raysfl: interrupted; finished rounds are in the run directory (resume with --resume)",
               file=sys.stderr)

@@ -7,3 +7,8 @@ and exits with status 2 (no traceback).
 
 class ConfigError(ValueError):
     """A configuration value, CLI flag, data set or file that cannot be used."""
+
+
+class RunFailed(RuntimeError):
+    """A run stopped part-way (an actor died, the cluster went away); finished rounds are
+    kept in the run directory and the message says how to resume."""

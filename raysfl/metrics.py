@@ -53,7 +53,16 @@ class RunLogger:
                 self.tb.add_scalar(k, v, step)
         self.tb.flush()
         if self.progress:
-            print(progress_line(row, self.total_rounds), file=sys.stderr, flush=True)
+            clear = "\r\033[K" if sys.stderr.isatty() else ""
+            print(clear + progress_line(row, self.total_rounds), file=sys.stderr, flush=True)
+
+    def step_progress(self, rnd: int, done: int, total: int) -> None:
+        """Redraw the current round's bar as its local steps finish (terminals only)."""
+        if self.progress and sys.stderr.isatty():
+            width = 20
+            bar = "#" * int(width * done / max(1, total))
+            print(f"\rround {rnd:>4}/{self.total_rounds} step {done}/{total} [{bar:<{width}}]",
+                  end="", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         self.tb.close()

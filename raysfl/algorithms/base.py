@@ -47,6 +47,7 @@ class FederationContext:
     sizes: np.ndarray          # samples per client
     histograms: np.ndarray     # (clients, classes) label counts
     profiles: list["DeviceProfile"]
+    block_flops: list[int]     # forward FLOPs per sample of each model block (measured once)
 
 
 @dataclass

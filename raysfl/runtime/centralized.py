@@ -31,7 +31,7 @@ def run_centralized(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     pooled = np.sort(np.concatenate(parts))
-    flops_per_sample = 3.0 * float(sum(model.block_flops()))
+    flops_per_sample = 3.0 * float(sum(ctx.block_flops))
     counters = {"pos": 0, "sim_total": 0.0, "wall_total": 0.0, "stream_pos": {}}
     start = 0
     if state:

@@ -50,25 +50,30 @@ def _as_list(refs, n: int) -> list:
 class Federation:
     """The actors of one run and the round protocol over them."""
 
-    def __init__(self, cfg, algo: Algorithm, dataset, parts: list[np.ndarray], num_actors: int):
+    def __init__(self, cfg, algo: Algorithm, dataset, parts: list[np.ndarray], num_actors: int,
+                 block_flops: list[int], run_name: str = "run"):
+        """Start the actors. They are named ``raysfl:<run>:client-<i>``, ``...:server-<j>``
+        and ``...:fed`` so operators (and tests) can find them with ``ray.get_actor``."""
         import ray
 
         r = cfg.resources
         self.cfg, self.algo, self.num_actors = cfg, algo, num_actors
         ds_ref = ray.put(dataset)  # loaded once, shared through the object store
-        client_cls = ray.remote(ClientActor).options(num_cpus=r.client_cpus, num_gpus=r.client_gpus)
+        def spawn(cls, role: str, cpus: float, gpus: float, *args):
+            return ray.remote(cls).options(name=f"raysfl:{run_name}:{role}", num_cpus=cpus,
+                                           num_gpus=gpus).remote(*args, gpus)
+
         self.clients = [
-            client_cls.remote(i, cfg, algo, ds_ref,
-                              {k: parts[k] for k in range(len(parts)) if k % num_actors == i}, r.client_gpus)
+            spawn(ClientActor, f"client-{i}", r.client_cpus, r.client_gpus, i, cfg, algo, ds_ref,
+                  {k: parts[k] for k in range(len(parts)) if k % num_actors == i}, block_flops)
             for i in range(num_actors)
         ]
-        self.servers = []
-        if algo.uses_cut:
-            server_cls = ray.remote(ServerActor).options(num_cpus=r.server_cpus, num_gpus=r.server_gpus)
-            self.servers = [server_cls.remote(j, cfg, algo, dataset.input_shape, dataset.num_classes, r.server_gpus)
-                            for j in range(algo.num_servers)]
-        fed_cls = ray.remote(FedActor).options(num_cpus=r.fed_cpus, num_gpus=r.fed_gpus)
-        self.fed = fed_cls.remote(cfg, algo, ds_ref, r.fed_gpus)
+        self.servers = [
+            spawn(ServerActor, f"server-{j}", r.server_cpus, r.server_gpus, j, cfg, algo,
+                  dataset.input_shape, dataset.num_classes, block_flops)
+            for j in range(algo.num_servers if algo.uses_cut else 0)
+        ]
+        self.fed = spawn(FedActor, "fed", r.fed_cpus, r.fed_gpus, cfg, algo, ds_ref)
         ray.get([a.ping.remote() for a in self.clients + self.servers] + [self.fed.ping.remote()])
 
     def actor_of(self, client: int) -> int:
@@ -81,8 +86,12 @@ class Federation:
             ray.kill(a)
 
     # ------------------------------------------------------------------ one round
-    def run_round(self, plans: dict[int, ClientPlan], server_of: dict[int, int], evaluate: bool):
-        """Submit a whole round; return (per-client stats, (acc, loss) or None)."""
+    def run_round(self, plans: dict[int, ClientPlan], server_of: dict[int, int], evaluate: bool,
+                  on_step=None):
+        """Submit a whole round; return (per-client stats, (acc, loss) or None).
+
+        ``on_step(done, total)`` is called as the round's group steps complete (progress).
+        """
         import ray
 
         order = list(plans)
@@ -90,10 +99,11 @@ class Federation:
         for j, srv in enumerate(self.servers):
             srv.begin_round.remote({c: p.cut for c, p in plans.items() if server_of[c] == j})
         turns = [[c] for c in order] if self.algo.sequential else [order]
-        stats_refs, update_refs = [], []
+        stats_refs, update_refs, markers = [], [], []
         for turn in turns:
-            u, s = self._run_group({c: plans[c] for c in turn}, server_of)
+            u, s, m = self._run_group({c: plans[c] for c in turn}, server_of)
             stats_refs += s
+            markers += m
             if self.algo.sequential:  # the next client starts from this one's model
                 self.fed.aggregate.remote(0, *u)
             else:
@@ -106,6 +116,10 @@ class Federation:
             server_stats.append(st_ref)
         self.fed.aggregate.remote(len(server_states), *server_states, *update_refs)
         eval_ref = self.fed.evaluate.remote() if evaluate else None
+        for k, refs in enumerate(markers):  # progress: wait for each step without fetching it
+            ray.wait(refs, num_returns=len(refs), fetch_local=False)
+            if on_step:
+                on_step(k + 1, len(markers))
         merged: dict[int, ClientRoundStats] = {}
         for group in ray.get(stats_refs + server_stats):
             for st in group:
@@ -126,6 +140,7 @@ class Federation:
         for i, m in zip(actors, models):
             self.clients[i].begin_round.remote({c: p.as_dict() for c, p in by_actor[i].items()}, m)
         prev: dict[int, list] = {i: [] for i in actors}
+        markers: list[list] = []  # per step, the refs whose completion ends that step
         if self.algo.uses_cut:
             for s in range(max(p.steps for p in plans.values())):
                 sends: dict[tuple[int, int], object] = {}
@@ -143,6 +158,7 @@ class Federation:
                     grads = self.servers[d].step.options(num_returns=len(srcs)).remote(s, *[sends[(i, d)] for i in srcs])
                     for i, g in zip(srcs, _as_list(grads, len(srcs))):
                         prev[i].append(g)
+                markers.append([g for i in actors for g in prev[i]])
         else:
             for i in actors:
                 self.clients[i].train_local.remote()
@@ -151,7 +167,9 @@ class Federation:
             u, st = self.clients[i].finish.options(num_returns=2).remote(*prev[i])
             update_refs.append(u)
             stats_refs.append(st)
-        return update_refs, stats_refs
+        if not markers:
+            markers.append(stats_refs)
+        return update_refs, stats_refs, markers
 
     # ------------------------------------------------------------------ checkpoints
     def get_state(self) -> dict:

@@ -36,10 +36,11 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
 
     if ray.is_initialized():
         return False
-    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [_project_root(), os.environ.get("PYTHONPATH")]))}}
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=env, log_to_driver=True)
+        # a submitted job brings its own runtime_env (--working-dir); don't override it
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
         return True
+    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [_project_root(), os.environ.get("PYTHONPATH")]))}}
     r = cfg.resources
     need = num_client_actors * r.client_cpus + num_servers * r.server_cpus + r.fed_cpus
     num_cpus = r.num_cpus or max(os.cpu_count() or 1, math.ceil(need))

@@ -29,7 +29,7 @@ class ServerState:
 
 
 class ServerActor:
-    def __init__(self, index: int, cfg, algo, input_shape, num_classes, gpus: float = 0.0):
+    def __init__(self, index: int, cfg, algo, input_shape, num_classes, block_flops: list[int], gpus: float = 0.0):
         from raysfl.models import build_model
 
         set_threads(cfg.resources.server_cpus)
@@ -39,7 +39,7 @@ class ServerActor:
         model.train()
         opt = self._optimizer(model.parameters())
         self.s = ServerState(model, opt, device)
-        self.flops = model.block_flops()
+        self.flops = block_flops
         self.cuts: dict[int, int] = {}
         self.stats: dict[int, ClientRoundStats] = {}
 
