@@ -94,7 +94,9 @@ def run(cfg: Config) -> RunResult:
                             sizes=np.array([len(p) for p in parts]),
                             histograms=label_histograms(ds.y_train, parts, ds.num_classes), profiles=profiles,
                             block_flops=model.block_flops())
-    (run_dir / "devices.json").write_text(json.dumps([p.to_dict() for p in profiles], indent=1) + "\n")
+    (run_dir / "clients.json").write_text(json.dumps([
+        {"client": k, "samples": int(ctx.sizes[k]), "label_histogram": ctx.histograms[k].tolist(),
+         "device": profiles[k].to_dict()} for k in range(cfg.clients)], indent=1) + "\n")
 
     start = state["round"] if state else 0
     if start >= cfg.rounds:
