@@ -18,7 +18,8 @@ import numpy as np
 from raysfl import checkpoint
 from raysfl.algorithms import get_algorithm
 from raysfl.algorithms.base import FederationContext
-from raysfl.config import Config, from_dict, validate
+from raysfl.config import Config
+from raysfl.resolve import from_dict, validate
 from raysfl.errors import ConfigError, RunFailed
 from raysfl.metrics import RunLogger
 from raysfl.simclock import client_time

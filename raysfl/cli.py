@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 import sys
 
-from raysfl.config import Config, DeviceConfig, ResourceConfig, from_dict, load_file
+from raysfl.config import Config, DeviceConfig, ResourceConfig, load_file
 from raysfl.errors import ConfigError, RunFailed
 
 _SKIP = {"devices", "resources", "algo_params"}
@@ -82,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(ns: argparse.Namespace) -> Config:
     """defaults < --config FILE < flags; ``--resume`` reloads the run's own config."""
     from raysfl.api import resume_config
+    from raysfl.resolve import from_dict
 
     flat: dict = {}
     for key, value in vars(ns).items():
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return 2
         from raysfl.api import run
-        from raysfl.config import validate
+        from raysfl.resolve import validate
 
         cfg = validate(config_from_args(ns))
         result = run(cfg)
