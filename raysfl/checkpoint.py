@@ -1,8 +1,9 @@
-"""Checkpoints in the run directory: ``checkpoints/round_XXXX.pt`` plus ``latest.pt``.
+"""Checkpoints in the run directory: ``checkpoints/round_XXXX.pt``; the newest one resumes.
 
 A checkpoint holds the fed server's global (and per-client) models, every server actor's
 model and optimizer state, and the driver's counters (round, sample-stream positions,
-cumulative times). Writes are atomic, so an interrupted save never corrupts ``latest.pt``.
+cumulative times). Each file is written to a temporary name and renamed, so an
+interrupted save never leaves a partial checkpoint behind.
 """
 
 from __future__ import annotations
@@ -22,14 +23,11 @@ def save(run_dir: Path, rnd: int, state: dict) -> Path:
     tmp = d / ".tmp.pt"
     torch.save(state, tmp)
     os.replace(tmp, path)
-    latest_tmp = d / ".latest.tmp"
-    torch.save(state, latest_tmp)
-    os.replace(latest_tmp, d / "latest.pt")
     return path
 
 
 def load_latest(run_dir: Path) -> dict:
-    path = Path(run_dir) / "checkpoints" / "latest.pt"
-    if not path.is_file():
-        raise ConfigError(f"cannot resume '{run_dir}': no checkpoints/latest.pt in it")
-    return torch.load(path, weights_only=False)
+    files = sorted((Path(run_dir) / "checkpoints").glob("round_*.pt"), key=lambda f: int(f.stem.split("_")[1]))
+    if not files:
+        raise ConfigError(f"cannot resume '{run_dir}': no checkpoints/round_*.pt in it")
+    return torch.load(files[-1], weights_only=False)
