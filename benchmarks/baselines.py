@@ -49,7 +49,7 @@ def main() -> None:
     ray.shutdown()
     base = rows[0][1]
     lines = [
-        f"# Baselines: round time vs the centralised run",
+        "# Baselines: round time vs the centralised run",
         "",
         f"Command: `.venv/bin/python benchmarks/baselines.py --rounds {args.rounds} --clients {args.clients}`  ",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "

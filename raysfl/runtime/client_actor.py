@@ -19,7 +19,7 @@ import torch
 
 from raysfl.algorithms.base import ClientUpdate
 from raysfl.runtime.placement import device_for_actor, set_threads
-from raysfl.transport import ClientRoundStats, Smashed, Wire, pack, state_nbytes, state_to_wire, unpack
+from raysfl.transport import ClientRoundStats, Smashed, pack, state_nbytes, state_to_wire, unpack
 
 
 def sample_stream(indices: np.ndarray, client: int, seed: int, start: int, count: int) -> np.ndarray:

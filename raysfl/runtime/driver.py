@@ -12,7 +12,6 @@ per-client statistics and the evaluation -- no tensor passes through it.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,11 +93,10 @@ class Federation:
         """
         import ray
 
-        order = list(plans)
         weights = {c: float(p.steps * p.batch) for c, p in plans.items()}
         for j, srv in enumerate(self.servers):
             srv.begin_round.remote({c: p.cut for c, p in plans.items() if server_of[c] == j})
-        turns = [[c] for c in order] if self.algo.sequential else [order]
+        turns = [[c] for c in plans] if self.algo.sequential else [list(plans)]
         stats_refs, update_refs, markers = [], [], []
         for turn in turns:
             u, s, m = self._run_group({c: plans[c] for c in turn}, server_of)
@@ -196,8 +194,3 @@ def plan_round(cfg, algo: Algorithm, rnd: int, ctx: FederationContext, stream_po
         plans[c] = ClientPlan(cuts[c], steps, batch, stream_pos.get(c, 0))
     return plans, server_of
 
-
-def timed(fn, *args, **kwargs):
-    t0 = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return out, time.perf_counter() - t0

@@ -10,7 +10,6 @@ actor loses nothing.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from raysfl.evaluation import evaluate
 from raysfl.runtime.placement import device_for_actor, set_threads

@@ -73,7 +73,7 @@ class ServerActor:
         batches.sort(key=lambda b: b[0])  # deterministic order whatever arrived first
         grads, losses = self.algo.server_step(self.s, batches)
         out: list[dict] = [{} for _ in payloads]
-        for c, cut, x, y in batches:
+        for c, cut, _, y in batches:
             out[owner[c]][c] = pack(grads[c], self.cfg.transfer_dtype)
             st = self.stats[c]
             st.server_flops += 3.0 * len(y) * float(sum(self.flops[cut:]))
