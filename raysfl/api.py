@@ -118,7 +118,7 @@ def run(cfg: Config) -> RunResult:
 def _run_federated(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
     import ray
 
-    from raysfl.runtime.driver import Federation, plan_round
+    from raysfl.runtime.driver import Federation
     from raysfl.runtime.placement import init_ray
 
     num_actors = cfg.resources.num_client_actors(cfg.clients)
@@ -127,35 +127,41 @@ def _run_federated(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
     try:
         fed = Federation(cfg, algo, ds, parts, num_actors, ctx.block_flops, run_name=run_dir.name)
         counters = {"stream_pos": {}, "sim_total": 0.0, "wall_total": 0.0}
-        start = 0
-        if state:
-            fed.load_state(state["federation"])
-            counters, start = state["counters"], state["round"]
-        for rnd in range(start + 1, cfg.rounds + 1):
-            t0 = time.perf_counter()
-            plans, server_of = plan_round(cfg, algo, rnd, ctx, counters["stream_pos"])
-            evaluate = rnd % cfg.eval_every == 0 or rnd == cfg.rounds
-            try:
-                stats, result = fed.run_round(plans, server_of, evaluate,
-                                              on_step=lambda d, t, r=rnd: logger.step_progress(r, d, t))
-            except ray.exceptions.RayError as e:
-                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                raise RunFailed(f"round {rnd} failed ({type(e).__name__}: {first}); metrics of rounds "
-                                f"1..{rnd - 1} are in {run_dir}; continue from its last checkpoint with "
-                                f"--resume {run_dir}") from e
-            wall = time.perf_counter() - t0
-            for c, p in plans.items():
-                counters["stream_pos"][c] = p.stream_pos + p.steps * p.batch
-            row, client_rows = round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters)
-            logger.log_round(row, client_rows)
-            if cfg.checkpoint_every and (rnd % cfg.checkpoint_every == 0 or rnd == cfg.rounds):
-                checkpoint.save(run_dir, rnd, {"round": rnd, "counters": counters,
-                                               "federation": fed.get_state()})
+        start = rnd = state["round"] if state else 0
+        try:
+            if state:
+                fed.load_state(state["federation"])
+                counters = state["counters"]
+            for rnd in range(start + 1, cfg.rounds + 1):
+                _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir)
+        except ray.exceptions.RayError as e:  # an actor died, the cluster went away, ...
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            done = logger.rows[-1]["round"] if logger.rows else 0
+            raise RunFailed(f"round {rnd} failed ({type(e).__name__}: {first}); metrics of rounds 1..{done} "
+                            f"are in {run_dir}; continue from its last checkpoint with --resume {run_dir}") from e
     finally:
         if fed is not None:
             fed.shutdown()
         if started:
             ray.shutdown()
+
+
+def _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir) -> None:
+    """Plan, run, log and (every --checkpoint-every rounds) checkpoint round ``rnd``."""
+    from raysfl.runtime.driver import plan_round
+
+    t0 = time.perf_counter()
+    plans, server_of = plan_round(cfg, algo, rnd, ctx, counters["stream_pos"])
+    evaluate = rnd % cfg.eval_every == 0 or rnd == cfg.rounds
+    stats, result = fed.run_round(plans, server_of, evaluate,
+                                  on_step=lambda d, t: logger.step_progress(rnd, d, t))
+    wall = time.perf_counter() - t0
+    for c, p in plans.items():
+        counters["stream_pos"][c] = p.stream_pos + p.steps * p.batch
+    row, client_rows = round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters)
+    logger.log_round(row, client_rows)
+    if cfg.checkpoint_every and (rnd % cfg.checkpoint_every == 0 or rnd == cfg.rounds):
+        checkpoint.save(run_dir, rnd, {"round": rnd, "counters": counters, "federation": fed.get_state()})
 
 
 def round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters):
