@@ -7,7 +7,6 @@ loads and partitions the data, samples device profiles, and drives the rounds.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -19,9 +18,9 @@ from raysfl import checkpoint
 from raysfl.algorithms import get_algorithm
 from raysfl.algorithms.base import FederationContext
 from raysfl.config import Config
-from raysfl.resolve import from_dict, validate
 from raysfl.errors import ConfigError, RunFailed
 from raysfl.metrics import RunLogger
+from raysfl.resolve import from_dict, validate
 from raysfl.simclock import client_time
 
 # Settings a resumed run may change (plus the ``resources`` section); everything else must
@@ -209,4 +208,4 @@ def config_from_kwargs(**kwargs) -> Config:
     return from_dict(kwargs)
 
 
-__all__ = ["Config", "RunResult", "run", "resume_config", "config_from_kwargs", "dataclasses"]
+__all__ = ["Config", "RunResult", "run", "resume_config", "config_from_kwargs"]

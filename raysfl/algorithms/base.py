@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from raysfl.aggregation import weighted_average
 from raysfl.server_steps import per_client_server_step, shared_server_step
+from raysfl.simclock import round_time
 
 if TYPE_CHECKING:  # pragma: no cover
     from raysfl.config import Config
@@ -98,9 +99,8 @@ class Algorithm:
         return {c: 0 for c in clients}
 
     def round_sim_time(self, client_times: list[float]) -> float:
-        if not client_times:
-            return 0.0
-        return float(sum(client_times) if self.sequential else max(client_times))
+        """Simulated length of the round from its clients' times (max; sum if sequential)."""
+        return round_time(client_times, sequential=self.sequential)
 
     # ----------------------------------------------------------------- client hooks
     def client_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
