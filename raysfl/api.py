@@ -76,7 +76,6 @@ def run(cfg: Config) -> RunResult:
     from raysfl.models import build_model
 
     cfg = validate(cfg)
-    algo = get_algorithm(cfg.algo)(cfg)
     if cfg.resume:
         run_dir = Path(cfg.resume)
         state = checkpoint.load_latest(run_dir)
@@ -94,9 +93,11 @@ def run(cfg: Config) -> RunResult:
                             sizes=np.array([len(p) for p in parts]),
                             histograms=label_histograms(ds.y_train, parts, ds.num_classes), profiles=profiles,
                             block_flops=model.block_flops())
+    algo = get_algorithm(cfg.algo)(cfg)
+    algo.setup(ctx)
     (run_dir / "clients.json").write_text(json.dumps([
         {"client": k, "samples": int(ctx.sizes[k]), "label_histogram": ctx.histograms[k].tolist(),
-         "device": profiles[k].to_dict()} for k in range(cfg.clients)], indent=1) + "\n")
+         "device": profiles[k].to_dict(), **algo.client_info(k)} for k in range(cfg.clients)], indent=1) + "\n")
 
     start = state["round"] if state else 0
     if start >= cfg.rounds:
@@ -152,7 +153,7 @@ def _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir) -> None:
     t0 = time.perf_counter()
     plans, server_of = plan_round(cfg, algo, rnd, ctx, counters["stream_pos"])
     evaluate = rnd % cfg.eval_every == 0 or rnd == cfg.rounds
-    stats, result = fed.run_round(plans, server_of, evaluate,
+    stats, result = fed.run_round(rnd, plans, server_of, evaluate,
                                   on_step=lambda d, t: logger.step_progress(rnd, d, t))
     wall = time.perf_counter() - t0
     for c, p in plans.items():
@@ -173,7 +174,8 @@ def round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters):
         times.append(t)
         tr = st.traffic
         client_rows.append({
-            "round": rnd, "client": c, "cut": st.cut, "samples": st.samples, "steps": st.steps,
+            "round": rnd, "client": c, "cut": st.cut, "servers": list(st.servers), "samples": st.samples,
+            "steps": st.steps,
             "bytes_up": tr.up, "bytes_down": tr.down, "bytes_smashed_up": tr.smashed_up,
             "bytes_grad_down": tr.grad_down, "bytes_params_up": tr.params_up, "bytes_params_down": tr.params_down,
             "client_flops": st.client_flops, "server_flops": st.server_flops, "sim_time_s": t,
@@ -183,7 +185,8 @@ def round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters):
     counters["sim_total"] += sim
     counters["wall_total"] += wall
     loss_n = sum(s.loss_count for s in stats.values())
-    acc, test_loss = result if result is not None else (float("nan"), float("nan"))
+    nan = float("nan")
+    acc, test_loss, extras = result if result is not None else (nan, nan, {})
     row = {
         "round": rnd, "algo": cfg.algo, "test_accuracy": float(acc), "test_loss": float(test_loss),
         "train_loss": sum(s.loss_sum for s in stats.values()) / loss_n if loss_n else float("nan"),
@@ -200,6 +203,8 @@ def round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters):
         "wall_time_s": wall, "wall_time_total_s": counters["wall_total"],
         "failures": 0, "fallbacks": 0,
     }
+    row.update(algo.round_info(rnd))
+    row.update({k: float(extras.get(k, nan)) for k in algo.eval_metric_names()})
     return row, client_rows
 
 

@@ -96,8 +96,18 @@ def config_from_args(ns: argparse.Namespace) -> Config:
     if "resume" in flat:
         return resume_config(flat.pop("resume"), flat)
     data = load_file(ns.config_file) if ns.config_file else {}
-    cfg = from_dict(data)
-    return from_dict(flat, base=cfg)
+    return from_dict(_merge(data, flat))
+
+
+def _merge(file_data: dict, flags: dict) -> dict:
+    """File settings overridden by flags, section by section (keys normalised to underscores)."""
+    out = {k.replace("-", "_"): v for k, v in file_data.items()}
+    for k, v in flags.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = {**{sk.replace("-", "_"): sv for sk, sv in out[k].items()}, **v}
+        else:
+            out[k] = v
+    return out
 
 
 def _list() -> None:

@@ -19,7 +19,12 @@ from raysfl.models import MODELS, build_model
 
 
 def from_dict(data: dict, base: Config | None = None) -> Config:
-    """Build a Config from a (possibly nested) dict, on top of ``base``."""
+    """Build a Config from a (possibly nested) dict, on top of ``base``.
+
+    Without ``base``, settings the dict leaves out take the chosen algorithm's
+    ``config_defaults`` (its paper's setting, e.g. FLEX-SFL's 100 clients with two classes
+    each), then the :class:`Config` defaults.
+    """
     cfg = dataclasses.replace(base) if base else Config()
     if not isinstance(data, dict):
         raise ConfigError(f"config must be a mapping of settings, got {type(data).__name__}")
@@ -45,6 +50,11 @@ def from_dict(data: dict, base: Config | None = None) -> Config:
         else:
             raise ConfigError(f"unknown setting '{key}'; allowed: {', '.join(sorted(top | set(SECTIONS)))}")
     algo_cls = get_algorithm(cfg.algo)
+    if base is None:
+        given = {key.replace("-", "_") for key in data}
+        for k, v in algo_cls.config_defaults.items():
+            if k not in given:
+                setattr(cfg, k, v)
     params = cfg.algo_params if isinstance(cfg.algo_params, algo_cls.params_cls) else algo_cls.params_cls()
     for section_name, values in algo_sections.items():
         if section_name != algo_cls.name:

@@ -120,8 +120,10 @@ class ClientRoundStats:
     loss_sum: float = 0.0
     loss_count: int = 0
     traffic: Traffic = field(default_factory=Traffic)
+    servers: list[int] = field(default_factory=list)  # server actors that ran its server side
 
     def merge(self, other: "ClientRoundStats") -> None:
+        self.servers = sorted(set(self.servers) | set(other.servers))
         self.samples = max(self.samples, other.samples)
         self.steps = max(self.steps, other.steps)
         self.client_flops += other.client_flops

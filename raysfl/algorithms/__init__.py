@@ -5,12 +5,13 @@ from __future__ import annotations
 from raysfl.algorithms.base import Algorithm, ClientUpdate, FederationContext, NoParams
 from raysfl.algorithms.centralized import Centralized
 from raysfl.algorithms.fedavg import FedAvg, FedProx
+from raysfl.algorithms.flex_sfl import FlexSFL
 from raysfl.algorithms.splitfed import ParallelSplitLearning, SplitFedV1, SplitFedV2, SplitLearning
 from raysfl.errors import ConfigError
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     cls.name: cls
-    for cls in (FedAvg, FedProx, SplitLearning, SplitFedV1, SplitFedV2, ParallelSplitLearning, Centralized)
+    for cls in (FedAvg, FedProx, SplitLearning, SplitFedV1, SplitFedV2, ParallelSplitLearning, FlexSFL, Centralized)
 }
 
 

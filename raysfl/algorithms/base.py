@@ -3,12 +3,16 @@
 An algorithm is one class. Its *class attributes* tell the runtime the shape of the
 protocol; its *hooks* hold the mathematics:
 
+driver (once per run)                ``setup`` (plain data from the federation context,
+                                     e.g. FLEX-SFL's edge clusters), ``client_info``
 driver (planning, once per round)    ``select``, ``assign_cuts``, ``assign_servers``,
-                                     ``round_sim_time``
+                                     ``sync_servers``, ``round_info``, ``round_sim_time``
 client actor (per local step)        ``client_loss`` (local loss when a client trains the
                                      whole model), ``client_regularizer`` (e.g. FedProx)
-server actor (per group step)        ``server_step``
-fed server (per round)               ``aggregate``
+server actor (per group step)        ``server_step``, ``server_updates_per_step``
+fed server (per round)               ``fed_client_state`` (what a client starts from),
+                                     ``fed_aggregate`` (default: ``aggregate``, FedAvg
+                                     weights), ``fed_evaluate``
 
 Hooks run inside Ray actors, so an algorithm instance must pickle (keep it to the config
 and plain data). Adding an algorithm = one module subclassing :class:`Algorithm`,
@@ -68,8 +72,12 @@ class Algorithm:
     aggregate_clients: ClassVar[bool] = True   # False: clients keep their own client-side models (PSL)
     per_client_server: ClassVar[bool] = False  # True: one server-side model per client (SplitFed V1)
     sequential: ClassVar[bool] = False         # True: clients take turns, one after another (SL)
-    num_servers: ClassVar[int] = 1
+    num_servers: ClassVar[int] = 1             # server actors (FLEX-SFL: one per edge cluster)
+    broadcast_servers: ClassVar[bool] = False  # True: fed_aggregate's merged server state goes back to every server
     distributed: ClassVar[bool] = True         # False: runs in one process (centralized)
+    # Settings this algorithm's paper uses, applied when the user does not set them
+    # (CLI, config files and ``config_from_kwargs``; a ``Config(...)`` built in Python is taken as is).
+    config_defaults: ClassVar[dict] = {}
 
     def __init__(self, cfg: "Config"):
         self.cfg = cfg
@@ -80,6 +88,27 @@ class Algorithm:
         """Raise ConfigError for settings this algorithm cannot run with."""
 
     # ----------------------------------------------------------------- driver hooks
+    def setup(self, ctx: FederationContext) -> None:
+        """Called once on the driver before the actors start; keep only plain data (it is
+        pickled into every actor)."""
+
+    def client_info(self, client: int) -> dict:
+        """Extra per-client facts written to ``clients.json`` (e.g. edge cluster)."""
+        return {}
+
+    def round_info(self, rnd: int) -> dict[str, float]:
+        """Extra columns of round ``rnd``'s metrics row (same keys every round)."""
+        return {}
+
+    def eval_metric_names(self) -> list[str]:
+        """Extra columns ``fed_evaluate`` fills (NaN in rounds without evaluation)."""
+        return []
+
+    def sync_servers(self, rnd: int) -> bool:
+        """Whether the server actors send their server-side state to the fed server in round
+        ``rnd`` (every round by default; FLEX-SFL only every tau_e rounds)."""
+        return True
+
     def select(self, rnd: int, ctx: FederationContext) -> list[int]:
         """Clients that take part in round ``rnd`` (uniform without replacement, seeded)."""
         k = self.cfg.selected_per_round
@@ -123,7 +152,45 @@ class Algorithm:
             return per_client_server_step(server.client_models, server.client_opts, batches)
         return shared_server_step(server.model, server.opt, batches)
 
+    def server_updates_per_step(self) -> int:
+        """Optimizer updates the server makes per received batch (for FLOP accounting)."""
+        return 1
+
     # ----------------------------------------------------------------- fed hooks
+    def fed_client_state(self, fed, client: int) -> tuple[dict[str, np.ndarray] | None, bool]:
+        """(state the client starts the round from, or None for the global model; whether
+        receiving it costs a download). ``fed`` is the :class:`~raysfl.runtime.fed_actor.FedState`.
+        Default: without client aggregation a client keeps its own model (no download)."""
+        if not self.aggregate_clients and client in fed.own:
+            return fed.own[client], False
+        return None, True
+
+    def fed_aggregate(self, fed, rnd: int, server_states: list[dict[str, np.ndarray]],
+                      updates: list[ClientUpdate]) -> dict[str, np.ndarray] | None:
+        """Merge round ``rnd``'s client updates and server-side states into ``fed``.
+
+        Returns the state to load back into every server actor when the algorithm sets
+        ``broadcast_servers`` (None otherwise).
+        """
+        if self.aggregate_clients:
+            fed.global_state = self.aggregate(fed.global_state, updates)
+        else:
+            for u in updates:
+                fed.own[u.client] = u.state
+        for state in server_states:
+            fed.global_state.update(state)
+        return None
+
+    def fed_evaluate(self, fed, evaluate_state) -> tuple[float, float, dict[str, float]]:
+        """(test accuracy, test loss, extra metrics). ``evaluate_state(state)`` evaluates a
+        full-model state dict. Without client aggregation: the mean over this round's
+        participants of (own client-side model + global server side)."""
+        if self.aggregate_clients or not fed.last_clients:
+            acc, loss = evaluate_state(fed.global_state)
+            return acc, loss, {}
+        results = [evaluate_state({**fed.global_state, **fed.own.get(c, {})}) for c in fed.last_clients]
+        return float(np.mean([a for a, _ in results])), float(np.mean([l for _, l in results])), {}
+
     def aggregate(self, global_state: dict[str, np.ndarray],
                   updates: list[ClientUpdate]) -> dict[str, np.ndarray]:
         """New global client-side state from this round's client updates (FedAvg weights)."""

@@ -64,8 +64,9 @@ class ClientActor:
     def begin_round(self, plan: dict[int, dict], models: dict) -> None:
         """Materialise the round's clients: plan[c] = {cut, steps, batch, stream_pos}.
 
-        ``models`` = {"global": state, "own": {client: state}}: a client loads its own state
-        when it has one (algorithms without client aggregation), otherwise the global one.
+        ``models`` = {"global": state, "own": {client: state}, "charged": [client, ...]}: a
+        client loads its own start state when it has one (e.g. PSL, FLEX-SFL), otherwise the
+        global one; receiving it counts as a download for the clients in "charged".
         """
         self.active = {}
         for c, p in sorted(plan.items()):
@@ -79,7 +80,7 @@ class ClientActor:
                                   weight_decay=self.cfg.weight_decay)
             anchor = {k: v.detach().clone() for k, v in part.named_parameters()}
             stats = ClientRoundStats(client=c, cut=p["cut"], samples=0)
-            if self.algo.aggregate_clients or c not in models["own"]:
+            if c in models["charged"]:
                 stats.traffic.params_down += state_nbytes(arrays)
                 stats.traffic.messages += 1
             self.active[c] = _Active(c, p["cut"], p["steps"], p["batch"], p["stream_pos"], part, opt, anchor, stats)

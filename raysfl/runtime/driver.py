@@ -85,9 +85,9 @@ class Federation:
             ray.kill(a)
 
     # ------------------------------------------------------------------ one round
-    def run_round(self, plans: dict[int, ClientPlan], server_of: dict[int, int], evaluate: bool,
+    def run_round(self, rnd: int, plans: dict[int, ClientPlan], server_of: dict[int, int], evaluate: bool,
                   on_step=None):
-        """Submit a whole round; return (per-client stats, (acc, loss) or None).
+        """Submit round ``rnd``; return (per-client stats, (acc, loss, extras) or None).
 
         ``on_step(done, total)`` is called as the round's group steps complete (progress).
         """
@@ -103,16 +103,21 @@ class Federation:
             stats_refs += s
             markers += m
             if self.algo.sequential:  # the next client starts from this one's model
-                self.fed.aggregate.remote(0, *u)
+                self.fed.aggregate.remote(rnd, 0, *u)
             else:
                 update_refs += u
+        sync = self.algo.sync_servers(rnd)
         server_stats = []
         server_states = []
         for srv in self.servers:
-            state_ref, st_ref = srv.end_round.options(num_returns=2).remote(weights)
-            server_states.append(state_ref)
+            state_ref, st_ref = srv.end_round.options(num_returns=2).remote(weights, sync)
+            if sync:
+                server_states.append(state_ref)
             server_stats.append(st_ref)
-        self.fed.aggregate.remote(len(server_states), *server_states, *update_refs)
+        merged = self.fed.aggregate.remote(rnd, len(server_states), *server_states, *update_refs)
+        if sync and self.algo.broadcast_servers:  # e.g. FLEX-SFL's w_e to every edge server (eq. 26)
+            for srv in self.servers:
+                srv.load_shared.remote(merged)
         eval_ref = self.fed.evaluate.remote() if evaluate else None
         for k, refs in enumerate(markers):  # progress: wait for each step without fetching it
             ray.wait(refs, num_returns=len(refs), fetch_local=False)

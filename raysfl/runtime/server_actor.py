@@ -41,6 +41,7 @@ class ServerActor:
         self.s = ServerState(model, opt, device)
         self.flops = block_flops
         self.cuts: dict[int, int] = {}
+        self.lo: int | None = None  # lowest block this server has run (its server-side part starts there)
         self.stats: dict[int, ClientRoundStats] = {}
 
     def _optimizer(self, params):
@@ -53,7 +54,9 @@ class ServerActor:
     def begin_round(self, cuts: dict[int, int]) -> None:
         """Note the round's clients and cuts; give each client its own copy if V1-style."""
         self.cuts = dict(cuts)
-        self.stats = {c: ClientRoundStats(client=c, cut=k) for c, k in cuts.items()}
+        if cuts:
+            self.lo = min(min(cuts.values()), self.lo if self.lo is not None else self.s.model.num_blocks)
+        self.stats = {c: ClientRoundStats(client=c, cut=k, servers=[self.index]) for c, k in cuts.items()}
         self.s.client_models, self.s.client_opts = {}, {}
         if self.algo.per_client_server:
             for c in sorted(cuts):
@@ -72,33 +75,45 @@ class ServerActor:
                 batches.append((c, sm.cut, x, y))
         batches.sort(key=lambda b: b[0])  # deterministic order whatever arrived first
         grads, losses = self.algo.server_step(self.s, batches)
+        passes = self.algo.server_updates_per_step()
         out: list[dict] = [{} for _ in payloads]
         for c, cut, _, y in batches:
             out[owner[c]][c] = pack(grads[c], self.cfg.transfer_dtype)
             st = self.stats[c]
-            st.server_flops += 3.0 * len(y) * float(sum(self.flops[cut:]))
+            st.server_flops += passes * 3.0 * len(y) * float(sum(self.flops[cut:]))
             st.loss_sum += losses[c] * len(y)
             st.loss_count += len(y)
         return out if len(out) != 1 else out[0]
 
-    def end_round(self, weights: dict[int, float]):
-        """Average per-client copies (if any); return (server-side state, per-client stats)."""
-        lo = min(self.cuts.values()) if self.cuts else 0
+    def end_round(self, weights: dict[int, float], export: bool = True):
+        """Average per-client copies (if any); return (server-side state, per-client stats).
+
+        The state covers blocks [lo, L) with lo the lowest cut this server has served; it is
+        empty when ``export`` is False (the algorithm does not sync servers this round) or
+        the server has not served any client yet.
+        """
         if self.algo.per_client_server and self.s.client_models:
             states = [(state_to_wire(self.s.client_models[c].state_dict()), weights.get(c, 1.0))
                       for c in sorted(self.s.client_models)]
             merged = weighted_average(states, base=state_to_wire(self.s.model.state_dict()))
             self.s.model.load_state_dict(wire_to_state(merged, self.s.device))
             self.s.client_models, self.s.client_opts = {}, {}
-        part = self.s.model.part(lo, self.s.model.num_blocks)
-        state = state_to_wire(part.state_dict())
+        state = {}
+        if export and self.lo is not None:
+            state = state_to_wire(self.s.model.part(self.lo, self.s.model.num_blocks).state_dict())
         return state, [self.stats[c] for c in sorted(self.stats)]
+
+    def load_shared(self, state: dict | None) -> None:
+        """Adopt a merged server-side state from the fed server (keys it holds; others stay)."""
+        if state:
+            self.s.model.load_state_dict(wire_to_state(state, self.s.device), strict=False)
 
     def get_state(self) -> dict:
         return {"model": state_to_wire(self.s.model.state_dict()), "opt": self.s.opt.state_dict(),
-                "extra": self.s.extra}
+                "extra": self.s.extra, "lo": self.lo}
 
     def load_state(self, state: dict) -> None:
         self.s.model.load_state_dict(wire_to_state(state["model"], self.s.device))
         self.s.opt.load_state_dict(state["opt"])
         self.s.extra = state.get("extra", {})
+        self.lo = state.get("lo")
