@@ -119,12 +119,13 @@ def _run_federated(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
     import ray
 
     from raysfl.runtime.driver import Federation
-    from raysfl.runtime.placement import init_ray
+    from raysfl.runtime.placement import check_capacity, init_ray
 
     num_actors = cfg.resources.num_client_actors(cfg.clients)
     started = init_ray(cfg, num_actors, algo.num_servers if algo.uses_cut else 0)
     fed = None
     try:
+        check_capacity(cfg, num_actors, algo.num_servers if algo.uses_cut else 0)
         fed = Federation(cfg, algo, ds, parts, num_actors, ctx.block_flops, run_name=run_dir.name)
         counters = {"stream_pos": {}, "sim_total": 0.0, "wall_total": 0.0}
         start = rnd = state["round"] if state else 0

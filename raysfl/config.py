@@ -81,6 +81,7 @@ class Config:
     local_steps: int | None = None  # when set, overrides local_epochs
     batch_size: int = 32
     lr: float = 0.05
+    lr_decay: float = 1.0  # learning rate of round t = lr * lr_decay ** (t - 1) (FLEX-SFL's Table 2: 0.98)
     momentum: float = 0.9
     weight_decay: float = 0.0
     partition: str = "iid"
@@ -100,6 +101,10 @@ class Config:
     devices: DeviceConfig = field(default_factory=DeviceConfig)
     resources: ResourceConfig = field(default_factory=ResourceConfig)
     algo_params: Any = None  # the algorithm's params dataclass, filled by resolve()
+
+    def lr_at(self, rnd: int) -> float:
+        """Learning rate of round ``rnd`` (1-based) for every optimizer of the run."""
+        return self.lr * self.lr_decay ** (rnd - 1)
 
     @property
     def selected_per_round(self) -> int:

@@ -92,6 +92,7 @@ def validate(cfg: Config) -> Config:
     _check(cfg.alpha > 0, f"alpha must be > 0, got {cfg.alpha}")
     _check(cfg.batch_size >= 1, f"batch-size must be >= 1, got {cfg.batch_size}")
     _check(cfg.lr > 0, f"lr must be > 0, got {cfg.lr}")
+    _check(0 < cfg.lr_decay <= 1, f"lr-decay must be in (0, 1] (1 = constant), got {cfg.lr_decay}")
     _check(0 <= cfg.momentum < 1, f"momentum must be in [0, 1), got {cfg.momentum}")
     _check(cfg.local_epochs > 0, f"local-epochs must be > 0, got {cfg.local_epochs}")
     if cfg.local_steps is not None:

@@ -279,3 +279,26 @@ def test_flex_sfl_run_two_edge_servers(quick):
         assert m["acc_cluster_0"] == m["acc_cluster_0"] and m["acc_cluster_1"] == m["acc_cluster_1"]
     # tau_r server updates per batch are counted in the server FLOPs
     assert all(r["server_flops"] > 0 for r in rows)
+
+
+def test_example_presets_fill_only_what_the_user_left_out():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "flex_sfl.py"
+    spec = importlib.util.spec_from_file_location("flex_sfl_example", path)
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    argv, target = ex.build_argv(["--dataset", "cifar10", "--lr", "0.01", "--target", "0.6"])
+    assert target == 0.6 and "--target" not in argv
+    assert argv[:3] == ["run", "--algo", "flex_sfl"]
+    assert argv[argv.index("--model") + 1] == "vgg16" and argv.count("--lr") == 1 and "0.01" in argv
+    assert argv[argv.index("--lr-decay") + 1] == "0.997"
+    argv, target = ex.build_argv([])
+    assert target == 0.8 and argv[argv.index("--dataset") + 1] == "digits"
+    rows = [{"round": r, "test_accuracy": a, "acc_cluster_0": a, "sim_time_total_s": float(r), "bytes_up": 10,
+             "bytes_down": 5, "bytes_smashed_up": 4, "bytes_params_up": 6, "bytes_params_down": 5,
+             "wall_time_total_s": 1.0} for r, a in ((1, 0.1), (2, 0.9), (3, 0.5), (4, 0.85))]
+    text = ex.summary(rows, 2, 1, 0.8)
+    assert "reached in round 2" in text and "0.00 MB up" not in text
+    assert [ln.split()[0] for ln in text.splitlines()[2:4]] == ["2", "4"]  # rows every tau_G = 2

@@ -40,6 +40,8 @@ def run_centralized(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
         counters, start = state["counters"], state["round"]
     for rnd in range(start + 1, cfg.rounds + 1):
         t0 = time.perf_counter()
+        for group in opt.param_groups:
+            group["lr"] = cfg.lr_at(rnd)
         plans, _ = plan_round(cfg, algo, rnd, ctx, {})
         samples = sum(p.steps * p.batch for p in plans.values())
         loss_sum, seen = 0.0, 0

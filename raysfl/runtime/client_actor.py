@@ -76,7 +76,7 @@ class ClientActor:
             arrays = {k: v for k, v in src.items() if k in keys}
             part.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}, strict=True)
             part.train()
-            opt = torch.optim.SGD(part.parameters(), lr=self.cfg.lr, momentum=self.cfg.momentum,
+            opt = torch.optim.SGD(part.parameters(), lr=p["lr"], momentum=self.cfg.momentum,
                                   weight_decay=self.cfg.weight_decay)
             anchor = {k: v.detach().clone() for k, v in part.named_parameters()}
             stats = ClientRoundStats(client=c, cut=p["cut"], samples=0)

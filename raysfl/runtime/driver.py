@@ -29,9 +29,11 @@ class ClientPlan:
     steps: int
     batch: int
     stream_pos: int
+    lr: float = 0.0
 
     def as_dict(self) -> dict:
-        return {"cut": self.cut, "steps": self.steps, "batch": self.batch, "stream_pos": self.stream_pos}
+        return {"cut": self.cut, "steps": self.steps, "batch": self.batch, "stream_pos": self.stream_pos,
+                "lr": self.lr}
 
 
 def local_steps(cfg, n_samples: int) -> tuple[int, int]:
@@ -95,7 +97,7 @@ class Federation:
 
         weights = {c: float(p.steps * p.batch) for c, p in plans.items()}
         for j, srv in enumerate(self.servers):
-            srv.begin_round.remote({c: p.cut for c, p in plans.items() if server_of[c] == j})
+            srv.begin_round.remote({c: p.cut for c, p in plans.items() if server_of[c] == j}, self.cfg.lr_at(rnd))
         turns = [[c] for c in plans] if self.algo.sequential else [list(plans)]
         stats_refs, update_refs, markers = [], [], []
         for turn in turns:
@@ -196,6 +198,6 @@ def plan_round(cfg, algo: Algorithm, rnd: int, ctx: FederationContext, stream_po
     plans = {}
     for c in clients:
         steps, batch = local_steps(cfg, int(ctx.sizes[c]))
-        plans[c] = ClientPlan(cuts[c], steps, batch, stream_pos.get(c, 0))
+        plans[c] = ClientPlan(cuts[c], steps, batch, stream_pos.get(c, 0), cfg.lr_at(rnd))
     return plans, server_of
 

@@ -42,13 +42,36 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
         return True
     env = {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [_project_root(), os.environ.get("PYTHONPATH")]))}}
     r = cfg.resources
-    need = num_client_actors * r.client_cpus + num_servers * r.server_cpus + r.fed_cpus
+    need, need_gpus = actor_demand(cfg, num_client_actors, num_servers)
     num_cpus = r.num_cpus or max(os.cpu_count() or 1, math.ceil(need))
-    need_gpus = num_client_actors * r.client_gpus + num_servers * r.server_gpus + r.fed_gpus
     num_gpus = r.num_gpus if r.num_gpus is not None else (math.ceil(need_gpus) if need_gpus else None)
     ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
              runtime_env=env, log_to_driver=True, configure_logging=False)
     return True
+
+
+def actor_demand(cfg, num_client_actors: int, num_servers: int) -> tuple[float, float]:
+    """(CPUs, GPUs) the run's actors ask Ray for."""
+    r = cfg.resources
+    cpus = num_client_actors * r.client_cpus + num_servers * r.server_cpus + r.fed_cpus
+    gpus = num_client_actors * r.client_gpus + num_servers * r.server_gpus + r.fed_gpus
+    return cpus, gpus
+
+
+def check_capacity(cfg, num_client_actors: int, num_servers: int) -> None:
+    """Fail fast (instead of waiting forever for actors) when the cluster is too small."""
+    import ray
+
+    from raysfl.errors import RunFailed
+
+    cpus, gpus = actor_demand(cfg, num_client_actors, num_servers)
+    have = ray.cluster_resources()
+    for name, need in (("CPU", cpus), ("GPU", gpus)):
+        if need > have.get(name, 0.0) + 1e-9:
+            raise RunFailed(
+                f"the actors need {need:g} {name}s ({num_client_actors} client actors, {num_servers} servers, "
+                f"1 fed server) but the Ray cluster has {have.get(name, 0.0):g}; lower --client-{name.lower()}s/"
+                f"--server-{name.lower()}s/--fed-{name.lower()}s or --client-actors, or add nodes")
 
 
 def _project_root() -> str:

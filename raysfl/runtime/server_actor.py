@@ -34,6 +34,7 @@ class ServerActor:
 
         set_threads(cfg.resources.server_cpus)
         self.index, self.cfg, self.algo = index, cfg, algo
+        self.lr = cfg.lr
         device = device_for_actor(gpus)
         model = build_model(cfg.model, input_shape, num_classes, seed=cfg.seed).to(device)
         model.train()
@@ -45,15 +46,19 @@ class ServerActor:
         self.stats: dict[int, ClientRoundStats] = {}
 
     def _optimizer(self, params):
-        return torch.optim.SGD(params, lr=self.cfg.lr, momentum=self.cfg.momentum,
+        return torch.optim.SGD(params, lr=self.lr, momentum=self.cfg.momentum,
                                weight_decay=self.cfg.weight_decay)
 
     def ping(self) -> int:
         return self.index
 
-    def begin_round(self, cuts: dict[int, int]) -> None:
+    def begin_round(self, cuts: dict[int, int], lr: float | None = None) -> None:
         """Note the round's clients and cuts; give each client its own copy if V1-style."""
         self.cuts = dict(cuts)
+        if lr is not None:  # the round's learning rate (--lr-decay)
+            self.lr = lr
+            for group in self.s.opt.param_groups:
+                group["lr"] = lr
         if cuts:
             self.lo = min(min(cuts.values()), self.lo if self.lo is not None else self.s.model.num_blocks)
         self.stats = {c: ClientRoundStats(client=c, cut=k, servers=[self.index]) for c, k in cuts.items()}

@@ -1,0 +1,90 @@
+"""Shared plumbing of the experiment scripts: many runs on one local Ray, and result tables.
+
+Every table is written three ways next to each other: Markdown (for docs/), CSV and
+Parquet (for your own analysis), each stamped with the command and the machine.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import platform
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+_tmp = tempfile.TemporaryDirectory(prefix="raysfl-sweep-")
+
+
+def start_ray(num_cpus: int) -> None:
+    """One local Ray for all runs of a sweep (actors still start per run)."""
+    import ray
+
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, configure_logging=False,
+             log_to_driver=False)
+
+
+def run(**settings) -> list[dict]:
+    """One quiet run (no progress output, no checkpoints); returns its metrics rows."""
+    import raysfl
+
+    settings = {"progress": False, "checkpoint_every": 0, "out": _tmp.name, **settings}
+    return raysfl.run(raysfl.config_from_kwargs(**settings)).metrics
+
+
+def evaluated(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["test_accuracy"] == r["test_accuracy"]]
+
+
+def to_target(rows: list[dict], target: float) -> dict:
+    """Round, simulated time and bytes when test accuracy first reaches ``target`` (None if never)."""
+    up = 0
+    for r in rows:
+        up += r["bytes_up"] + r["bytes_down"]
+        if r["test_accuracy"] == r["test_accuracy"] and r["test_accuracy"] >= target:
+            return {"round": r["round"], "sim_s": r["sim_time_total_s"], "mb": up / 1e6}
+    return {"round": None, "sim_s": None, "mb": None}
+
+
+def last_mean(rows: list[dict], n: int = 10) -> float:
+    """Mean test accuracy of the last ``n`` evaluated rounds (the paper's Table 6 metric)."""
+    ev = evaluated(rows)[-n:]
+    return sum(r["test_accuracy"] for r in ev) / len(ev)
+
+
+def machine() -> str:
+    return (f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}")
+
+
+def command() -> str:
+    return " ".join([".venv/bin/python", *map(shlex.quote, sys.argv)])
+
+
+def fmt(v, spec: str = ".4f") -> str:
+    if v is None:
+        return "—"
+    return format(v, spec) if isinstance(v, float) else str(v)
+
+
+def write_tables(rows: list[dict], md_path: str | Path, title: str, intro: str, markdown_body: str) -> None:
+    """``rows`` to <md_path>.csv and .parquet; ``markdown_body`` (tables + verdict) to md_path."""
+    md_path = Path(md_path)
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    data_path = md_path.with_suffix("")
+    with open(f"{data_path}.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    pq.write_table(pa.Table.from_pylist(rows), f"{data_path}.parquet")
+    text = (f"# {title}\n\n{intro}\n\nCommand: `{command()}`  \nMachine: {machine()}  \n"
+            f"Raw rows: `{data_path.name}.csv`, `{data_path.name}.parquet`\n\n{markdown_body}\n")
+    md_path.write_text(text)
+    print(text)
