@@ -300,5 +300,5 @@ def test_example_presets_fill_only_what_the_user_left_out():
              "bytes_down": 5, "bytes_smashed_up": 4, "bytes_params_up": 6, "bytes_params_down": 5,
              "wall_time_total_s": 1.0} for r, a in ((1, 0.1), (2, 0.9), (3, 0.5), (4, 0.85))]
     text = ex.summary(rows, 2, 1, 0.8)
-    assert "reached in round 2" in text and "0.00 MB up" not in text
+    assert "reached in round 2 after 2.0 s simulated time" in text and "simulated time: 4.0 s" in text
     assert [ln.split()[0] for ln in text.splitlines()[2:4]] == ["2", "4"]  # rows every tau_G = 2
