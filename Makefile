@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/splitfed.py
+	$(PY) examples/flex_sfl.py
 
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
