@@ -64,7 +64,7 @@ def main() -> None:
     for algo in ALGOS:
         rs = [r for r in rows if r["algo"] == algo]
         hit = [r["rounds_to_target"] for r in rs if r["rounds_to_target"] is not None]
-        lines.append(f"| {algo} | {len(hit)}/{len(rs)} | {fmt(statistics.mean(hit), '.1f') if hit else '—'} | "
+        lines.append(f"| {algo} | {len(hit)}/{len(rs)} | {fmt(float(statistics.mean(hit)), '.1f') if hit else '—'} | "
                      f"{statistics.mean(r['final_accuracy'] for r in rs):.4f} | "
                      f"{statistics.mean(r['last10_accuracy'] for r in rs):.4f} |")
     never = args.rounds + 1

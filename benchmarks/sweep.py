@@ -27,8 +27,9 @@ def start_ray(num_cpus: int) -> None:
     """One local Ray for all runs of a sweep (actors still start per run)."""
     import ray
 
+    # actors import raysfl from this checkout, like the driver (not from an installed copy)
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, configure_logging=False,
-             log_to_driver=False)
+             log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
 
 
 def run(**settings) -> list[dict]:
@@ -84,6 +85,7 @@ def write_tables(rows: list[dict], md_path: str | Path, title: str, intro: str, 
         w.writeheader()
         w.writerows(rows)
     pq.write_table(pa.Table.from_pylist(rows), f"{data_path}.parquet")
+    intro = " ".join(intro.split())  # docstring line breaks -> one paragraph
     text = (f"# {title}\n\n{intro}\n\nCommand: `{command()}`  \nMachine: {machine()}  \n"
             f"Raw rows: `{data_path.name}.csv`, `{data_path.name}.parquet`\n\n{markdown_body}\n")
     md_path.write_text(text)

@@ -1,0 +1,226 @@
+"""Fault schedules: what to break, when, and how (parsed, validated, planned per round).
+
+A schedule is a list of items ``ACTION:ROLE[:key=value...]`` (``--faults`` takes them
+comma-separated; a config file takes a list of such strings or of mappings):
+
+=============  ================================================================================
+kill           ``ray.kill`` an actor of ROLE (it restarts): ``round=R`` (or ``rounds=A-B``) and
+               optionally ``step=S`` (after that local step; default: as the round starts), or
+               ``p=P`` (each round with probability P); ``index=I`` picks the actor (default:
+               drawn with the run's seed).
+delay          make clients stragglers: each selected client with probability ``p`` (or every
+               client in ``round``/``rounds``) is late by ``seconds=X`` or ``seconds=A-B``
+               (uniform); ``clock=real`` sleeps in the client actor, ``clock=sim`` (default)
+               only adds to the simulated clock.
+unavailable    the server of ROLE cannot be reached in ``rounds=A-B`` (or ``round=R``); its
+               clients fall back (the algorithm's ``on_server_down``; default: they sit the
+               round out).
+=============  ================================================================================
+
+ROLE is ``client`` (a client actor), ``edge`` (an edge server: algorithms with several server
+actors), ``server`` (the main server of single-server algorithms) or ``fed`` (the fed
+server). Every random choice is drawn from the run's seed, so a faulty run is reproducible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from raysfl.errors import ConfigError
+
+ACTIONS = ("kill", "delay", "unavailable")
+ROLES = ("client", "edge", "server", "fed")
+CLOCKS = ("sim", "real")
+_KEYS = {"round", "rounds", "step", "p", "seconds", "index", "clock"}
+
+
+@dataclass
+class Fault:
+    action: str
+    role: str
+    rounds: tuple[int, int] | None = None  # inclusive window; round=R is (R, R)
+    step: int | None = None
+    p: float | None = None
+    seconds: tuple[float, float] | None = None
+    index: int | None = None
+    clock: str = "sim"
+
+    def text(self) -> str:
+        parts = [self.action, self.role]
+        if self.rounds:
+            a, b = self.rounds
+            parts.append(f"round={a}" if a == b else f"rounds={a}-{b}")
+        for k in ("step", "p", "index"):
+            if getattr(self, k) is not None:
+                parts.append(f"{k}={getattr(self, k)}")
+        if self.seconds:
+            a, b = self.seconds
+            parts.append(f"seconds={a:g}" if a == b else f"seconds={a:g}-{b:g}")
+        if self.action == "delay":
+            parts.append(f"clock={self.clock}")
+        return ":".join(parts)
+
+    def active(self, rnd: int) -> bool:
+        return self.rounds is None or self.rounds[0] <= rnd <= self.rounds[1]
+
+
+def _range(item: str, key: str, value: str, cast) -> tuple:
+    try:
+        if "-" in value.strip("-"):
+            lo, hi = value.split("-", 1)
+            out = (cast(lo), cast(hi))
+        else:
+            out = (cast(value), cast(value))
+    except ValueError:
+        raise ConfigError(f"fault '{item}': {key}={value!r} is not a number or a range A-B") from None
+    if out[0] > out[1]:
+        raise ConfigError(f"fault '{item}': {key}={value} is an empty range")
+    return out
+
+
+def parse_fault(item) -> Fault:
+    """One item: ``"kill:client:round=3"`` or ``{"action": "kill", "role": "client", "round": 3}``."""
+    if isinstance(item, dict):
+        d = {str(k).replace("-", "_"): v for k, v in item.items()}
+        if "action" not in d or "role" not in d:
+            raise ConfigError(f"fault {item!r} needs 'action' and 'role'")
+        text = ":".join([str(d.pop("action")), str(d.pop("role"))] + [f"{k}={v}" for k, v in d.items()])
+    elif isinstance(item, str):
+        text = item.strip()
+    else:
+        raise ConfigError(f"fault {item!r} must be a string ACTION:ROLE[:key=value...] or a mapping")
+    parts = text.split(":")
+    if len(parts) < 2:
+        raise ConfigError(f"fault '{text}' must look like ACTION:ROLE[:key=value...], e.g. kill:client:round=3")
+    action, role = parts[0].strip().lower(), parts[1].strip().lower()
+    if action not in ACTIONS:
+        raise ConfigError(f"fault '{text}': unknown action '{action}'; allowed: {', '.join(ACTIONS)}")
+    if role not in ROLES:
+        raise ConfigError(f"fault '{text}': unknown role '{role}'; allowed: {', '.join(ROLES)}")
+    f = Fault(action, role)
+    for kv in parts[2:]:
+        if "=" not in kv:
+            raise ConfigError(f"fault '{text}': '{kv}' is not key=value; keys: {', '.join(sorted(_KEYS))}")
+        k, v = (s.strip() for s in kv.split("=", 1))
+        if k not in _KEYS:
+            raise ConfigError(f"fault '{text}': unknown key '{k}'; allowed: {', '.join(sorted(_KEYS))}")
+        try:
+            if k in ("round", "rounds"):
+                f.rounds = _range(text, k, v, int)
+            elif k == "seconds":
+                f.seconds = _range(text, k, v, float)
+            elif k == "step":
+                f.step = int(v)
+            elif k == "index":
+                f.index = int(v)
+            elif k == "p":
+                f.p = float(v)
+            elif k == "clock":
+                f.clock = v.lower()
+        except ValueError:
+            raise ConfigError(f"fault '{text}': {k}={v!r} is not a valid number") from None
+    _check(f, text)
+    return f
+
+
+def _check(f: Fault, text: str) -> None:
+    def need(cond: bool, msg: str) -> None:
+        if not cond:
+            raise ConfigError(f"fault '{text}': {msg}")
+
+    if f.rounds is not None:
+        need(f.rounds[0] >= 1, "rounds are numbered from 1")
+    if f.p is not None:
+        need(0 < f.p <= 1, f"p must be in (0, 1], got {f.p}")
+    if f.step is not None:
+        need(f.action == "kill" and f.step >= 0, "step=S (>= 0) applies to kill only")
+    if f.index is not None:
+        need(f.index >= 0 and f.role in ("client", "edge"), "index=I (>= 0) picks a client actor or an edge server")
+    need(f.clock in CLOCKS, f"clock must be one of {', '.join(CLOCKS)}, got {f.clock!r}")
+    if f.action == "kill":
+        need(f.rounds is not None or f.p is not None, "kill needs round=R, rounds=A-B or p=P")
+    elif f.action == "delay":
+        need(f.role == "client", "only clients can be delayed (delay:client:...)")
+        need(f.seconds is not None and f.seconds[0] >= 0, "delay needs seconds=X or seconds=A-B (>= 0)")
+        need(f.rounds is not None or f.p is not None, "delay needs p=P, round=R or rounds=A-B")
+    else:
+        need(f.role in ("server", "edge"), "only a server or an edge server can be unavailable")
+        need(f.rounds is not None, "unavailable needs round=R or rounds=A-B")
+        need(f.p is None, "unavailable takes a window (rounds=A-B), not p")
+
+
+def parse_faults(value) -> list[Fault]:
+    """A whole schedule: a comma-separated string, a list of items, or None/empty."""
+    if value is None or value == "" or value == []:
+        return []
+    if isinstance(value, str):
+        items = [s for s in (x.strip() for x in value.split(",")) if s]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        raise ConfigError(f"faults must be a comma-separated string or a list, got {type(value).__name__}")
+    return [parse_fault(i) for i in items]
+
+
+@dataclass
+class RoundFaults:
+    """What the schedule does in one round (drawn by :func:`plan_faults`)."""
+
+    kills: list[tuple[str, int, int]] = field(default_factory=list)  # (role, actor index, after step)
+    delays: dict[int, tuple[float, str]] = field(default_factory=dict)  # client -> (seconds, clock)
+    down_servers: set[int] = field(default_factory=set)
+
+
+def plan_faults(faults: list[Fault], rnd: int, seed: int, clients: list[int], num_client_actors: int,
+                num_servers: int) -> RoundFaults:
+    """The faults that fire in round ``rnd``: a pure function of the schedule and the seed."""
+    out = RoundFaults()
+    for i, f in enumerate(faults):
+        if not f.active(rnd):
+            continue
+        rng = np.random.default_rng([seed, rnd, i, 0xFA17])
+        if f.action == "kill":
+            if f.p is not None and rng.random() >= f.p:
+                continue
+            if f.role == "client":
+                index = f.index if f.index is not None else int(rng.integers(num_client_actors))
+            elif f.role == "edge":
+                index = f.index if f.index is not None else int(rng.integers(num_servers))
+            else:
+                index = 0
+            out.kills.append((f.role, index, f.step or 0))
+        elif f.action == "delay":
+            lo, hi = f.seconds
+            for c in clients:
+                hit = rng.random() < f.p if f.p is not None else True
+                secs = float(rng.uniform(lo, hi)) if hi > lo else lo
+                if hit:
+                    d, _ = out.delays.get(c, (0.0, f.clock))
+                    out.delays[c] = (d + secs, f.clock)
+        else:
+            if f.role == "server":
+                out.down_servers.add(0)
+            elif f.index is not None:
+                out.down_servers.add(f.index)
+            else:
+                out.down_servers.update(range(num_servers))
+    return out
+
+
+def check_roles(faults: list[Fault], num_servers: int, uses_cut: bool, algo: str, num_client_actors: int) -> None:
+    """Refuse faults aimed at roles this run does not have."""
+    for f in faults:
+        if f.role in ("server", "edge") and not uses_cut:
+            raise ConfigError(f"fault '{f.text()}': algorithm '{algo}' has no server (clients train the whole model)")
+        if f.role == "edge" and num_servers < 2:
+            raise ConfigError(f"fault '{f.text()}': algorithm '{algo}' has no edge servers; use role 'server'")
+        if f.role == "server" and num_servers > 1:
+            raise ConfigError(f"fault '{f.text()}': algorithm '{algo}' has {num_servers} edge servers; use role "
+                              f"'edge' (or 'fed' for the central server)")
+        if f.index is not None:
+            limit = num_client_actors if f.role == "client" else num_servers
+            if f.index >= limit:
+                raise ConfigError(f"fault '{f.text()}': index {f.index} out of range; this run has {limit} "
+                                  f"{'client actors' if f.role == 'client' else 'edge servers'}")
