@@ -118,6 +118,7 @@ def run(cfg: Config) -> RunResult:
 def _run_federated(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
     import ray
 
+    from raysfl.faults import parse_faults
     from raysfl.runtime.driver import Federation
     from raysfl.runtime.placement import check_capacity, init_ray
 
@@ -129,13 +130,15 @@ def _run_federated(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
         fed = Federation(cfg, algo, ds, parts, num_actors, ctx.block_flops, run_name=run_dir.name)
         counters = {"stream_pos": {}, "sim_total": 0.0, "wall_total": 0.0}
         start = rnd = state["round"] if state else 0
+        faults = parse_faults(cfg.faults)
         try:
             if state:
                 fed.load_state(state["federation"])
                 counters = state["counters"]
+            fed.snapshot = state["federation"] if state else fed.get_state()
             for rnd in range(start + 1, cfg.rounds + 1):
-                _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir)
-        except ray.exceptions.RayError as e:  # an actor died, the cluster went away, ...
+                _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir, faults)
+        except ray.exceptions.RayError as e:  # an actor died for good, the cluster went away, ...
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             done = logger.rows[-1]["round"] if logger.rows else 0
             raise RunFailed(f"round {rnd} failed ({type(e).__name__}: {first}); metrics of rounds 1..{done} "
@@ -147,31 +150,96 @@ def _run_federated(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
             ray.shutdown()
 
 
-def _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir) -> None:
-    """Plan, run, log and (every --checkpoint-every rounds) checkpoint round ``rnd``."""
-    from raysfl.runtime.driver import plan_round
+def _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir, faults) -> None:
+    """Plan, run (surviving faults), log and checkpoint round ``rnd``.
+
+    A dead client actor or edge server costs only its clients; a dead main server or fed
+    server rolls the round back to the last snapshot and retries it (``--max-round-retries``).
+    """
+    from raysfl.faults import plan_faults
+    from raysfl.runtime.driver import FedServerLost, plan_round
 
     t0 = time.perf_counter()
+    events = {"failures": 0, "restarts": 0, "retries": 0, "dropped": 0, "skipped": 0, "fallbacks": 0}
+    events["restarts"] += fed.recover()["restarts"]
     plans, server_of = plan_round(cfg, algo, rnd, ctx, counters["stream_pos"])
+    rf = plan_faults(faults, rnd, cfg.seed, sorted(plans), fed.num_actors, len(fed.servers))
+    down = [c for c in plans if server_of.get(c) in rf.down_servers]
+    if down:  # their server is unavailable this round: the algorithm decides (default: sit out)
+        keep = set(algo.on_server_down(rnd, down))
+        events["skipped"] += len(down) - len(keep)
+        events["fallbacks"] += len(keep)
+        plans = {c: p for c, p in plans.items() if c not in down or c in keep}
+    for c, (secs, clock) in rf.delays.items():
+        if clock == "real" and c in plans:
+            plans[c].delay_s = secs
+    sim_delay = {c: secs for c, (secs, clock) in rf.delays.items() if clock == "sim"}
     evaluate = rnd % cfg.eval_every == 0 or rnd == cfg.rounds
-    stats, result = fed.run_round(rnd, plans, server_of, evaluate,
-                                  on_step=lambda d, t: logger.step_progress(rnd, d, t))
+    kills = rf.kills
+    for attempt in range(cfg.max_round_retries + 1):
+        deadline = time.time() + cfg.round_deadline_s if cfg.round_deadline_s else None
+        res = fed.run_round(rnd, plans, server_of, kills=kills, deadline=deadline,
+                            on_step=lambda d, t: logger.step_progress(rnd, d, t))
+        kills = []  # injected faults fire once, not on the retry
+        events["failures"] += len(res.dead_clients) + len(res.dead_servers) + int(res.fed_restarted)
+        single_server_lost = bool(res.dead_servers) and len(fed.servers) == 1
+        include = _included(cfg, res, ctx, sim_delay)
+        try:
+            if single_server_lost or res.fed_restarted:
+                raise FedServerLost("server" if single_server_lost else "fed server")
+            result = fed.finish_round(rnd, include, evaluate)
+            break
+        except FedServerLost as e:
+            if attempt == cfg.max_round_retries:
+                raise RunFailed(f"round {rnd}: the {e} died {attempt + 1} times; giving up (raise "
+                                f"--max-round-retries or --max-restarts); finished rounds are in {run_dir}") from None
+            events["retries"] += 1
+            events["failures"] += 1 if not (single_server_lost or res.fed_restarted) else 0
+            fed.rollback()
+    events["dropped"] = len(res.late) + len([c for c in res.stats if c not in include and c not in res.failed])
     wall = time.perf_counter() - t0
     for c, p in plans.items():
         counters["stream_pos"][c] = p.stream_pos + p.steps * p.batch
-    row, client_rows = round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters)
+    row, client_rows = round_metrics(cfg, algo, rnd, res.stats, ctx, result, wall, counters,
+                                     sim_delay=sim_delay, included=set(include), events=events)
     logger.log_round(row, client_rows)
+    fed.snapshot = fed.get_state() if cfg.max_round_retries or (
+        cfg.checkpoint_every and (rnd % cfg.checkpoint_every == 0 or rnd == cfg.rounds)) else fed.snapshot
     if cfg.checkpoint_every and (rnd % cfg.checkpoint_every == 0 or rnd == cfg.rounds):
-        checkpoint.save(run_dir, rnd, {"round": rnd, "counters": counters, "federation": fed.get_state()})
+        checkpoint.save(run_dir, rnd, {"round": rnd, "counters": counters, "federation": fed.snapshot})
 
 
-def round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters):
-    """The metrics.parquet row and clients.parquet rows of one round."""
+def _included(cfg, res, ctx, sim_delay) -> list[int]:
+    """Clients whose update is aggregated: completed, in time on the real and simulated clocks."""
     server_speed = cfg.devices.server_tflops * 1e12
+    out = []
+    for c, st in sorted(res.stats.items()):
+        if c in res.failed or c in res.late:
+            continue
+        if cfg.sim_deadline_s is not None:
+            t = client_time(st, ctx.profiles[c], server_speed) + sim_delay.get(c, 0.0)
+            if t > cfg.sim_deadline_s:
+                continue
+        out.append(c)
+    return out
+
+
+EVENT_COLUMNS = ("failures", "restarts", "retries", "dropped", "skipped", "fallbacks")
+
+
+def round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters, sim_delay=None, included=None, events=None):
+    """The metrics.parquet row and clients.parquet rows of one round.
+
+    ``sim_delay``: simulated straggler delay per client; ``included``: clients whose update
+    was aggregated (default: all); ``events``: fault counts (EVENT_COLUMNS).
+    """
+    server_speed = cfg.devices.server_tflops * 1e12
+    sim_delay = sim_delay or {}
+    included = set(stats) if included is None else included
     client_rows, times = [], []
     for c in sorted(stats):
         st = stats[c]
-        t = client_time(st, ctx.profiles[c], server_speed)
+        t = client_time(st, ctx.profiles[c], server_speed) + sim_delay.get(c, 0.0)
         times.append(t)
         tr = st.traffic
         client_rows.append({
@@ -181,8 +249,11 @@ def round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters):
             "bytes_grad_down": tr.grad_down, "bytes_params_up": tr.params_up, "bytes_params_down": tr.params_down,
             "client_flops": st.client_flops, "server_flops": st.server_flops, "sim_time_s": t,
             "train_loss": st.loss_sum / st.loss_count if st.loss_count else float("nan"),
+            "delay_s": sim_delay.get(c, 0.0), "failed": bool(st.failed), "included": c in included,
         })
     sim = algo.round_sim_time(times)
+    if cfg.sim_deadline_s is not None:  # the round ends at the deadline at the latest
+        sim = min(sim, cfg.sim_deadline_s)
     counters["sim_total"] += sim
     counters["wall_total"] += wall
     loss_n = sum(s.loss_count for s in stats.values())
@@ -202,7 +273,8 @@ def round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters):
         "server_flops": sum(r["server_flops"] for r in client_rows),
         "sim_time_s": sim, "sim_time_total_s": counters["sim_total"],
         "wall_time_s": wall, "wall_time_total_s": counters["wall_total"],
-        "failures": 0, "fallbacks": 0,
+        "completed": len(included & set(stats)),
+        **{k: int((events or {}).get(k, 0)) for k in EVENT_COLUMNS},
     }
     row.update(algo.round_info(rnd))
     row.update({k: float(extras.get(k, nan)) for k in algo.eval_metric_names()})

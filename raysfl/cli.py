@@ -31,6 +31,8 @@ _SHORT_HELP = {
     "out": "parent directory of run directories",
     "resume": "continue the run in RUN_DIR from its latest checkpoint",
     "transfer_dtype": "dtype of smashed data and gradients on the wire: float32 | float16 | bfloat16",
+    "faults": "fault schedule, comma-separated ACTION:ROLE[:key=value...] items, e.g. "
+              "kill:client:round=3,delay:client:p=0.3:seconds=2 (docs/reliability.md)",
 }
 
 

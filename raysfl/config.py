@@ -98,6 +98,13 @@ class Config:
     name: str | None = None
     resume: str | None = None
     progress: bool = True
+    # faults and their handling (docs/reliability.md)
+    faults: str = ""                     # schedule: "kill:client:round=3,delay:client:p=0.3:seconds=2"
+    max_restarts: int = 3                # Ray restarts of each actor before the run fails
+    max_round_retries: int = 2           # retries of a round whose server or fed server died
+    round_deadline_s: float | None = None  # real seconds: results later than this are dropped
+    step_deadline_s: float | None = None   # real seconds a server waits for one step's smashed data
+    sim_deadline_s: float | None = None    # simulated seconds: clients slower than this are dropped
     devices: DeviceConfig = field(default_factory=DeviceConfig)
     resources: ResourceConfig = field(default_factory=ResourceConfig)
     algo_params: Any = None  # the algorithm's params dataclass, filled by resolve()

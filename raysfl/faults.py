@@ -106,12 +106,14 @@ def parse_fault(item) -> Fault:
         k, v = (s.strip() for s in kv.split("=", 1))
         if k not in _KEYS:
             raise ConfigError(f"fault '{text}': unknown key '{k}'; allowed: {', '.join(sorted(_KEYS))}")
+        if k in ("round", "rounds"):
+            f.rounds = _range(text, k, v, int)
+            continue
+        if k == "seconds":
+            f.seconds = _range(text, k, v, float)
+            continue
         try:
-            if k in ("round", "rounds"):
-                f.rounds = _range(text, k, v, int)
-            elif k == "seconds":
-                f.seconds = _range(text, k, v, float)
-            elif k == "step":
+            if k == "step":
                 f.step = int(v)
             elif k == "index":
                 f.index = int(v)
@@ -120,7 +122,7 @@ def parse_fault(item) -> Fault:
             elif k == "clock":
                 f.clock = v.lower()
         except ValueError:
-            raise ConfigError(f"fault '{text}': {k}={v!r} is not a valid number") from None
+            raise ConfigError(f"fault '{text}': {k}={v!r} is not a number") from None
     _check(f, text)
     return f
 

@@ -43,6 +43,10 @@ def from_dict(data: dict, base: Config | None = None) -> Config:
                     raise ConfigError(f"unknown setting '{k}.{sk}'; allowed: {', '.join(sorted(names))}")
                 setattr(section, sk, coerce(SECTIONS[k], sk, sv, f"{k}."))
             setattr(cfg, k, section)
+        elif k == "faults":  # a string or a list (of strings or mappings): stored as one string
+            from raysfl.faults import parse_faults
+
+            cfg.faults = ",".join(f.text() for f in parse_faults(value))
         elif k in top:
             setattr(cfg, k, coerce(Config, k, value, ""))
         elif isinstance(value, dict):
@@ -104,6 +108,11 @@ def validate(cfg: Config) -> Config:
            f"unknown transfer-dtype '{cfg.transfer_dtype}'; allowed: {', '.join(TRANSFER_DTYPES)}")
     _check(cfg.eval_every >= 1, f"eval-every must be >= 1, got {cfg.eval_every}")
     _check(cfg.checkpoint_every >= 0, f"checkpoint-every must be >= 0 (0 = never), got {cfg.checkpoint_every}")
+    _check(cfg.max_restarts >= 0, f"max-restarts must be >= 0, got {cfg.max_restarts}")
+    _check(cfg.max_round_retries >= 0, f"max-round-retries must be >= 0, got {cfg.max_round_retries}")
+    for name in ("round_deadline_s", "step_deadline_s", "sim_deadline_s"):
+        v = getattr(cfg, name)
+        _check(v is None or v > 0, f"{name.replace('_', '-')} must be > 0 seconds, got {v}")
     for name, (lo, hi) in (("memory_gb", cfg.devices.memory_gb), ("latency_ms", cfg.devices.latency_ms),
                            ("cpu_ghz", cfg.devices.cpu_ghz), ("uplink_mbps", cfg.devices.uplink_mbps),
                            ("downlink_mbps", cfg.devices.downlink_mbps)):
@@ -133,4 +142,11 @@ def validate(cfg: Config) -> Config:
         _check(cfg.cut in cuts,
                f"cut {cfg.cut} is not valid for model '{cfg.model}'; valid cuts: {cuts[0]}..{cuts[-1]}")
     algo_cls.validate(cfg)
+    from raysfl.faults import check_roles, parse_faults
+
+    faults = parse_faults(cfg.faults)
+    num_servers = algo_cls(cfg).num_servers if algo_cls.uses_cut else 0
+    check_roles(faults, num_servers, algo_cls.uses_cut, cfg.algo, cfg.resources.num_client_actors(cfg.clients))
+    if faults and not algo_cls.distributed:
+        raise ConfigError(f"faults need actors; algorithm '{cfg.algo}' runs in one process")
     return cfg

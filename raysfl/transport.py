@@ -121,9 +121,11 @@ class ClientRoundStats:
     loss_count: int = 0
     traffic: Traffic = field(default_factory=Traffic)
     servers: list[int] = field(default_factory=list)  # server actors that ran its server side
+    failed: bool = False  # lost its server (dead or past the deadline) mid-round: update not used
 
     def merge(self, other: "ClientRoundStats") -> None:
         self.servers = sorted(set(self.servers) | set(other.servers))
+        self.failed = self.failed or other.failed
         self.samples = max(self.samples, other.samples)
         self.steps = max(self.steps, other.steps)
         self.client_flops += other.client_flops

@@ -127,6 +127,12 @@ class Algorithm:
         """Index of the server actor that runs each client's server-side part."""
         return {c: 0 for c in clients}
 
+    def on_server_down(self, rnd: int, clients: list[int]) -> list[int]:
+        """Clients whose server is unavailable this round (``unavailable:`` faults): return
+        those that still train without it (fallback, e.g. SuperSFL's local heads). Default:
+        none; they sit the round out."""
+        return []
+
     def round_sim_time(self, client_times: list[float]) -> float:
         """Simulated length of the round from its clients' times (max; sum if sequential)."""
         return round_time(client_times, sequential=self.sequential)

@@ -13,12 +13,15 @@ fresh permutation per epoch), so a run is reproducible and resumable from a posi
 from __future__ import annotations
 
 import copy
+import time
+import uuid
 
 import numpy as np
 import torch
 
 from raysfl.algorithms.base import ClientUpdate
 from raysfl.runtime.placement import device_for_actor, set_threads
+from raysfl.runtime.refs import fetch
 from raysfl.transport import ClientRoundStats, Smashed, pack, state_nbytes, state_to_wire, unpack
 
 
@@ -43,6 +46,7 @@ class _Active:
         self.client, self.cut, self.steps, self.batch = client, cut, steps, batch
         self.stream_pos, self.part, self.opt, self.anchor, self.stats = stream_pos, part, opt, anchor, stats
         self.pending: torch.Tensor | None = None  # activations awaiting their gradient
+        self.failed = False  # its server died or dropped it: it stops and its update is not used
 
 
 class ClientActor:
@@ -56,9 +60,10 @@ class ClientActor:
         self.model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, seed=cfg.seed)
         self.flops = block_flops  # measured once by the driver (FLOP counting is slow to start)
         self.active: dict[int, _Active] = {}
+        self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
 
-    def ping(self) -> int:
-        return self.index
+    def ping(self) -> str:
+        return self.incarnation
 
     # ------------------------------------------------------------------ round life cycle
     def begin_round(self, plan: dict[int, dict], models: dict) -> None:
@@ -67,8 +72,13 @@ class ClientActor:
         ``models`` = {"global": state, "own": {client: state}, "charged": [client, ...]}: a
         client loads its own start state when it has one (e.g. PSL, FLEX-SFL), otherwise the
         global one; receiving it counts as a download for the clients in "charged".
+        ``plan[c]["delay_s"]`` makes client c a real straggler: the actor sleeps (the longest
+        delay of its clients) before any of them starts.
         """
         self.active = {}
+        delay = max((p.get("delay_s", 0.0) for p in plan.values()), default=0.0)
+        if delay > 0:
+            time.sleep(delay)
         for c, p in sorted(plan.items()):
             src = models["own"].get(c, models["global"])
             part = copy.deepcopy(self.model.part(0, p["cut"])).to(self.device)
@@ -97,12 +107,15 @@ class ClientActor:
         # forward + backward ~= 3x the forward FLOPs of the client-side blocks
         return 3.0 * n * float(sum(self.flops[:a.cut]))
 
-    def _apply_grads(self, grad_payloads) -> None:
-        for payload in grad_payloads:
+    def _apply_grads(self, grad_refs: list) -> None:
+        """Apply the gradients that arrived; a client still waiting for one lost its server."""
+        for payload in fetch(grad_refs):
             if not payload:
-                continue
+                continue  # that server died (or it had nothing for us)
             for c, g in payload.items():
-                a = self.active[c]
+                a = self.active.get(c)
+                if a is None or a.pending is None:
+                    continue
                 a.stats.traffic.grad_down += g.nbytes
                 a.stats.traffic.messages += 1
                 grad = unpack(g, self.device)
@@ -116,17 +129,22 @@ class ClientActor:
                 a.opt.step()
                 a.opt.zero_grad(set_to_none=True)
                 a.pending = None
+        for a in self.active.values():
+            if a.pending is not None:  # no gradient came back: its server is dead or dropped it
+                a.pending, a.failed, a.stats.failed = None, True, True
 
-    def exchange(self, step: int, dests: list[int], routes: dict[int, int], *grad_payloads):
+    def exchange(self, step: int, dests: list[int], routes: dict[int, int], grad_refs: list):
         """Apply last step's gradients, then forward step ``step`` for the active clients.
 
         ``routes[c]`` is the destination server of client c; the result holds one payload
-        ({client: Smashed}) per entry of ``dests``, in that order.
+        ({client: Smashed}) per entry of ``dests``, in that order. ``grad_refs`` are the
+        previous step's gradient payloads (ObjectRefs, fetched here so a dead server only
+        costs its own clients).
         """
-        self._apply_grads(grad_payloads)
+        self._apply_grads(grad_refs)
         out: dict[int, dict[int, Smashed]] = {d: {} for d in dests}
         for c, a in self.active.items():
-            if step >= a.steps or c not in routes:
+            if step >= a.steps or c not in routes or a.failed:
                 continue
             x, y = self._next_batch(a)
             acts = a.part(x)
@@ -155,11 +173,17 @@ class ClientActor:
                 a.stats.client_flops += self._client_flops(a, len(y))
                 a.stats.steps += 1
 
-    def finish(self, *grad_payloads):
-        """Apply the last gradients; return (updates for the fed server, stats for the driver)."""
-        self._apply_grads(grad_payloads)
+    def finish(self, grad_refs: list):
+        """Apply the last gradients; return (updates for the fed server, stats for the driver).
+
+        Clients that lost their server mid-round report stats (``failed``) but no update.
+        """
+        self._apply_grads(grad_refs)
         updates, stats = [], []
         for c, a in sorted(self.active.items()):
+            if a.failed:
+                stats.append(a.stats)
+                continue
             state = state_to_wire(a.part.state_dict())
             if self.algo.aggregate_clients:
                 a.stats.traffic.params_up += state_nbytes(state)

@@ -7,18 +7,26 @@ in ONE call, every server receives the smashed batches routed to it in ONE call,
 gradients go straight back to the client actors. The driver only wires ObjectRefs
 together: it submits a whole round of calls without waiting and then fetches the small
 per-client statistics and the evaluation -- no tensor passes through it.
+
+Faults: results cross actor boundaries as *lists* of ObjectRefs, which each receiver
+fetches itself (:mod:`raysfl.runtime.refs`), so a dead or late actor costs only its own
+clients and the round goes on with the survivors. Actors restart (``--max-restarts``);
+the driver notices a restart by the actor's incarnation id at the next round and puts a
+server or fed server back to the last checkpointed state (:meth:`Federation.recover`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from raysfl.algorithms.base import Algorithm, FederationContext
 from raysfl.runtime.client_actor import ClientActor
 from raysfl.runtime.fed_actor import FedActor
+from raysfl.runtime.refs import DEAD, LATE, fetch, is_death, ping_until_alive
 from raysfl.runtime.server_actor import ServerActor
 from raysfl.transport import ClientRoundStats
 
@@ -30,10 +38,23 @@ class ClientPlan:
     batch: int
     stream_pos: int
     lr: float = 0.0
+    delay_s: float = 0.0  # real straggler delay (the client actor sleeps)
 
     def as_dict(self) -> dict:
         return {"cut": self.cut, "steps": self.steps, "batch": self.batch, "stream_pos": self.stream_pos,
-                "lr": self.lr}
+                "lr": self.lr, "delay_s": self.delay_s}
+
+
+@dataclass
+class RoundResult:
+    """What the driver learnt from one round (no tensors)."""
+
+    stats: dict[int, ClientRoundStats]
+    failed: set[int] = field(default_factory=set)       # clients whose actor or server died
+    late: set[int] = field(default_factory=set)         # clients dropped at the real-time deadline
+    dead_clients: set[int] = field(default_factory=set)  # client actor indices that died
+    dead_servers: set[int] = field(default_factory=set)
+    fed_restarted: bool = False
 
 
 def local_steps(cfg, n_samples: int) -> tuple[int, int]:
@@ -48,6 +69,10 @@ def _as_list(refs, n: int) -> list:
     return [refs] if n == 1 else list(refs)
 
 
+class FedServerLost(Exception):
+    """The fed server died during a round: the round's aggregation is lost (retry it)."""
+
+
 class Federation:
     """The actors of one run and the round protocol over them."""
 
@@ -59,13 +84,14 @@ class Federation:
 
         r = cfg.resources
         self.cfg, self.algo, self.num_actors = cfg, algo, num_actors
-        ds_ref = ray.put(dataset)  # loaded once, shared through the object store
+        self.ds_ref = ray.put(dataset)  # loaded once, shared; kept alive for actor restarts
+
         def spawn(cls, role: str, cpus: float, gpus: float, *args):
-            return ray.remote(cls).options(name=f"raysfl:{run_name}:{role}", num_cpus=cpus,
-                                           num_gpus=gpus).remote(*args, gpus)
+            return ray.remote(cls).options(name=f"raysfl:{run_name}:{role}", num_cpus=cpus, num_gpus=gpus,
+                                           max_restarts=cfg.max_restarts, max_task_retries=0).remote(*args, gpus)
 
         self.clients = [
-            spawn(ClientActor, f"client-{i}", r.client_cpus, r.client_gpus, i, cfg, algo, ds_ref,
+            spawn(ClientActor, f"client-{i}", r.client_cpus, r.client_gpus, i, cfg, algo, self.ds_ref,
                   {k: parts[k] for k in range(len(parts)) if k % num_actors == i}, block_flops)
             for i in range(num_actors)
         ]
@@ -74,8 +100,13 @@ class Federation:
                   dataset.input_shape, dataset.num_classes, block_flops)
             for j in range(algo.num_servers if algo.uses_cut else 0)
         ]
-        self.fed = spawn(FedActor, "fed", r.fed_cpus, r.fed_gpus, cfg, algo, ds_ref)
-        ray.get([a.ping.remote() for a in self.clients + self.servers] + [self.fed.ping.remote()])
+        self.fed = spawn(FedActor, "fed", r.fed_cpus, r.fed_gpus, cfg, algo, self.ds_ref)
+        self.incarnations = ray.get([a.ping.remote() for a in self._all()])
+        self.snapshot: dict | None = None  # the state to go back to after a failure
+        self.died: set[int] = set()  # client actors that died last round (restarting now)
+
+    def _all(self) -> list:
+        return self.clients + self.servers + [self.fed]
 
     def actor_of(self, client: int) -> int:
         return client % self.num_actors
@@ -83,57 +114,162 @@ class Federation:
     def shutdown(self) -> None:
         import ray
 
-        for a in self.clients + self.servers + [self.fed]:
+        for a in self._all():
             ray.kill(a)
 
-    # ------------------------------------------------------------------ one round
-    def run_round(self, rnd: int, plans: dict[int, ClientPlan], server_of: dict[int, int], evaluate: bool,
-                  on_step=None):
-        """Submit round ``rnd``; return (per-client stats, (acc, loss, extras) or None).
+    # ------------------------------------------------------------------ failures
+    def recover(self) -> dict[str, int]:
+        """Before a round: find actors Ray restarted and put servers / the fed server back to
+        the last snapshot. Returns counts {"restarts": n}. A permanently dead actor raises."""
+        import ray
 
-        ``on_step(done, total)`` is called as the round's group steps complete (progress).
+        n_clients, n_servers = len(self.clients), len(self.servers)
+        pings = [a.ping.remote() for a in self._all()]
+        # A client actor still busy with a late straggler is not waited for (checked next
+        # round); one that died last round is restarting, and is waited for.
+        busy_ok = [p for i, p in enumerate(pings[:n_clients]) if i not in self.died]
+        ready, _ = ray.wait(busy_ok, num_returns=len(busy_ok), timeout=0.25, fetch_local=True)
+        ready = set(ready)
+        actors = self._all()
+        now = [self._incarnation(actors[i], p) if (i >= n_clients or i in self.died or p in ready)
+               else self.incarnations[i] for i, p in enumerate(pings)]  # raises if an actor is gone for good
+        self.died = set()
+        restarted = [i for i, (a, b) in enumerate(zip(self.incarnations, now)) if a != b]
+        self.incarnations = now
+        loads = []
+        for i in restarted:
+            if n_clients <= i < n_clients + n_servers and self.snapshot is not None:
+                j = i - n_clients
+                loads.append(self.servers[j].load_state.remote(self.snapshot["servers"][j]))
+            elif i == n_clients + n_servers and self.snapshot is not None:
+                loads.append(self.fed.load_state.remote(self.snapshot["fed"]))
+        ray.get(loads)
+        return {"restarts": len(restarted)}
+
+    @staticmethod
+    def _incarnation(actor, ref) -> str:
+        import ray
+        import ray.exceptions as rex
+
+        try:
+            return ray.get(ref)
+        except rex.ActorUnavailableError:  # restarting: wait for it
+            return ping_until_alive(actor)
+
+    def rollback(self) -> None:
+        """Put every server and the fed server back to the snapshot (a round is retried)."""
+        self.incarnations = [ping_until_alive(a) for a in self._all()]  # waits for restarts
+        if self.snapshot is not None:
+            self.load_state(self.snapshot)
+
+    def kill(self, role: str, index: int) -> None:
+        """Fault injection: ``ray.kill`` one actor, letting Ray restart it."""
+        import ray
+
+        actor = {"client": lambda: self.clients[index], "fed": lambda: self.fed,
+                 "server": lambda: self.servers[0], "edge": lambda: self.servers[index]}[role]()
+        ray.kill(actor, no_restart=False)
+
+    # ------------------------------------------------------------------ one round
+    def run_round(self, rnd: int, plans: dict[int, ClientPlan], server_of: dict[int, int],
+                  kills: list[tuple[str, int, int]] = (), deadline: float | None = None, on_step=None) -> RoundResult:
+        """Submit round ``rnd`` and collect its statistics (aggregation is :meth:`finish_round`).
+
+        ``kills`` = (role, actor index, after step) faults to inject; ``deadline`` (epoch s)
+        drops clients whose results are not in by then.
         """
         import ray
 
-        weights = {c: float(p.steps * p.batch) for c, p in plans.items()}
+        self._pending_updates: list = []
+        self._weights = {c: float(p.steps * p.batch) for c, p in plans.items()}
         for j, srv in enumerate(self.servers):
-            srv.begin_round.remote({c: p.cut for c, p in plans.items() if server_of[c] == j}, self.cfg.lr_at(rnd))
-        turns = [[c] for c in plans] if self.algo.sequential else [list(plans)]
-        stats_refs, update_refs, markers = [], [], []
+            srv.begin_round.remote({c: p.cut for c, p in plans.items() if server_of[c] == j},
+                                   self.cfg.lr_at(rnd), deadline)
+        turns = [[c] for c in plans] if self.algo.sequential else ([list(plans)] if plans else [])
+        stats_refs, stats_actor, markers = [], [], []
         for turn in turns:
-            u, s, m = self._run_group({c: plans[c] for c in turn}, server_of)
+            u, s, actors, m = self._run_group({c: plans[c] for c in turn}, server_of)
             stats_refs += s
+            stats_actor += actors
             markers += m
             if self.algo.sequential:  # the next client starts from this one's model
-                self.fed.aggregate.remote(rnd, 0, *u)
+                self.fed.aggregate.options(num_returns=2).remote(rnd, None, [], u)
             else:
-                update_refs += u
-        sync = self.algo.sync_servers(rnd)
-        server_stats = []
-        server_states = []
+                self._pending_updates += list(zip(actors, u))
+        self._sync = self.algo.sync_servers(rnd)
+        server_stats, self._server_states = [], []
         for srv in self.servers:
-            state_ref, st_ref = srv.end_round.options(num_returns=2).remote(weights, sync)
-            if sync:
-                server_states.append(state_ref)
+            state_ref, st_ref = srv.end_round.options(num_returns=2).remote(self._weights, self._sync)
+            self._server_states.append(state_ref)
             server_stats.append(st_ref)
-        merged = self.fed.aggregate.remote(rnd, len(server_states), *server_states, *update_refs)
-        if sync and self.algo.broadcast_servers:  # e.g. FLEX-SFL's w_e to every edge server (eq. 26)
+        for role, index, step in sorted(kills, key=lambda k: k[2]):
+            if step > 0 and markers:
+                ray.wait(markers[min(step, len(markers)) - 1], num_returns=len(markers[min(step, len(markers)) - 1]),
+                         timeout=None if deadline is None else max(0.0, deadline - time.time()), fetch_local=False)
+            self.kill(role, index)
+        for k, refs in enumerate(markers):  # progress: wait for each step without fetching it
+            timeout = None if deadline is None else max(0.0, deadline - time.time())
+            ray.wait(refs, num_returns=len(refs), timeout=timeout, fetch_local=False)
+            if on_step:
+                on_step(k + 1, len(markers))
+        result = RoundResult(stats={})
+        client_out = fetch(stats_refs, deadline)
+        server_out = fetch(server_stats)  # servers stop waiting at the deadline themselves
+        for actor, out in zip(stats_actor, client_out):
+            if out is DEAD:
+                result.dead_clients.add(actor)
+        self.died |= result.dead_clients
+        result.dead_servers = {j for j, out in enumerate(server_out) if out is DEAD}
+        for out in client_out + server_out:
+            if not out:
+                continue
+            for st in out:
+                if st.client in result.stats:
+                    result.stats[st.client].merge(st)
+                else:
+                    result.stats[st.client] = st
+        # a server or fed server that Ray restarted during the round lost its state: it counts as dead
+        tail = [ping_until_alive(a) for a in self.servers + [self.fed]]
+        for j, inc in enumerate(tail[:-1]):
+            if inc != self.incarnations[len(self.clients) + j]:
+                result.dead_servers.add(j)
+        result.fed_restarted = tail[-1] != self.incarnations[-1]
+        late_actors = {a for a, out in zip(stats_actor, client_out) if out is LATE}
+        for c in plans:
+            if self.actor_of(c) in late_actors:
+                result.late.add(c)
+            elif self.actor_of(c) in result.dead_clients or server_of.get(c) in result.dead_servers:
+                result.failed.add(c)
+            elif c not in result.stats or result.stats[c].failed:
+                result.failed.add(c)
+        self._late_actors = late_actors
+        return result
+
+    def finish_round(self, rnd: int, include: list[int] | None, evaluate: bool):
+        """Aggregate the round's completed updates of ``include`` clients; evaluate.
+
+        Returns (acc, loss, extras) or None. Raises :class:`FedServerLost` if the fed server
+        died (the caller rolls back and retries the round).
+        """
+        import ray
+
+        updates = [u for a, u in self._pending_updates if a not in self._late_actors]
+        states = self._server_states if self._sync else []
+        merged, ok = self.fed.aggregate.options(num_returns=2).remote(rnd, include, states, updates)
+        if self._sync and self.algo.broadcast_servers:  # e.g. FLEX-SFL's w_e to every edge server (eq. 26)
             for srv in self.servers:
                 srv.load_shared.remote(merged)
         eval_ref = self.fed.evaluate.remote() if evaluate else None
-        for k, refs in enumerate(markers):  # progress: wait for each step without fetching it
-            ray.wait(refs, num_returns=len(refs), fetch_local=False)
-            if on_step:
-                on_step(k + 1, len(markers))
-        merged: dict[int, ClientRoundStats] = {}
-        for group in ray.get(stats_refs + server_stats):
-            for st in group:
-                if st.client in merged:
-                    merged[st.client].merge(st)
-                else:
-                    merged[st.client] = st
-        result = ray.get(eval_ref) if eval_ref is not None else None
-        return merged, result
+        try:
+            ray.get(ok)
+            result = ray.get(eval_ref) if eval_ref is not None else None
+        except Exception as e:  # noqa: BLE001 - classified
+            if is_death(e):
+                raise FedServerLost(str(e).splitlines()[0] if str(e) else type(e).__name__) from e
+            raise
+        if ping_until_alive(self.fed) != self.incarnations[-1]:
+            raise FedServerLost("the fed server was restarted during the round")
+        return result
 
     def _run_group(self, plans: dict[int, ClientPlan], server_of: dict[int, int]):
         by_actor: dict[int, dict[int, ClientPlan]] = {}
@@ -154,13 +290,13 @@ class Federation:
                     dests = sorted(set(routes.values()))
                     if not dests:
                         continue  # this actor's clients are done; its last grads wait for finish()
-                    refs = self.clients[i].exchange.options(num_returns=len(dests)).remote(s, dests, routes, *prev[i])
+                    refs = self.clients[i].exchange.options(num_returns=len(dests)).remote(s, dests, routes, prev[i])
                     prev[i] = []
                     for d, ref in zip(dests, _as_list(refs, len(dests))):
                         sends[(i, d)] = ref
                 for d in sorted({d for _, d in sends}):
                     srcs = sorted(i for (i, dd) in sends if dd == d)
-                    grads = self.servers[d].step.options(num_returns=len(srcs)).remote(s, *[sends[(i, d)] for i in srcs])
+                    grads = self.servers[d].step.options(num_returns=len(srcs)).remote(s, [sends[(i, d)] for i in srcs])
                     for i, g in zip(srcs, _as_list(grads, len(srcs))):
                         prev[i].append(g)
                 markers.append([g for i in actors for g in prev[i]])
@@ -169,12 +305,12 @@ class Federation:
                 self.clients[i].train_local.remote()
         update_refs, stats_refs = [], []
         for i in actors:
-            u, st = self.clients[i].finish.options(num_returns=2).remote(*prev[i])
+            u, st = self.clients[i].finish.options(num_returns=2).remote(prev[i])
             update_refs.append(u)
             stats_refs.append(st)
         if not markers:
             markers.append(stats_refs)
-        return update_refs, stats_refs, markers
+        return update_refs, stats_refs, actors, markers
 
     # ------------------------------------------------------------------ checkpoints
     def get_state(self) -> dict:
@@ -200,4 +336,3 @@ def plan_round(cfg, algo: Algorithm, rnd: int, ctx: FederationContext, stream_po
         steps, batch = local_steps(cfg, int(ctx.sizes[c]))
         plans[c] = ClientPlan(cuts[c], steps, batch, stream_pos.get(c, 0), cfg.lr_at(rnd))
     return plans, server_of
-

@@ -10,10 +10,13 @@ rounds, so client actors hold nothing across rounds and a restarted actor loses 
 
 from __future__ import annotations
 
+import uuid
+
 import numpy as np
 
 from raysfl.evaluation import evaluate
 from raysfl.runtime.placement import device_for_actor, set_threads
+from raysfl.runtime.refs import fetch
 from raysfl.transport import state_to_wire, wire_to_state
 
 
@@ -46,9 +49,10 @@ class FedActor:
         self.device = device_for_actor(gpus)
         self.model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, seed=cfg.seed).to(self.device)
         self.s = FedState(state_to_wire(self.model.state_dict()))
+        self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
 
-    def ping(self) -> int:
-        return 0
+    def ping(self) -> str:
+        return self.incarnation
 
     def dispatch(self, actor_plans: list[dict[int, int]]):
         """Models for each client actor: {"global": blocks its clients need, "own": {client:
@@ -69,14 +73,20 @@ class FedActor:
                         "own": own, "charged": charged})
         return out if len(out) != 1 else out[0]
 
-    def aggregate(self, rnd: int, num_server_states: int, *items):
-        """Merge this round's server-side states (the first ``num_server_states`` items) and
-        client updates (the rest: one list per client actor). Returns the merged server
-        state to broadcast back to the servers, if the algorithm does that."""
-        server_states, client_results = items[:num_server_states], items[num_server_states:]
-        updates = sorted((u for res in client_results for u in res), key=lambda u: u.client)
+    def aggregate(self, rnd: int, include: list[int] | None, server_state_refs: list, update_refs: list):
+        """Merge this round's server-side states and client updates (ObjectRefs: one per
+        server, one list of updates per client actor) into the fed state.
+
+        Only updates that exist count: a dead client actor's or server's results are
+        skipped, as are clients not in ``include`` (stragglers past the deadline). Returns
+        (merged server state to broadcast, if the algorithm does that; True).
+        """
+        server_states = [s if s else {} for s in fetch(server_state_refs)]
+        keep = None if include is None else set(include)
+        updates = sorted((u for res in fetch(update_refs) if res for u in res
+                          if keep is None or u.client in keep), key=lambda u: u.client)
         self.s.last_clients = [u.client for u in updates]
-        return self.algo.fed_aggregate(self.s, rnd, list(server_states), updates)
+        return self.algo.fed_aggregate(self.s, rnd, server_states, updates), True
 
     def _evaluate_state(self, state: dict[str, np.ndarray]) -> tuple[float, float]:
         self.model.load_state_dict(wire_to_state(state, self.device))

@@ -9,12 +9,15 @@ returns one gradient payload per source client actor.
 from __future__ import annotations
 
 import copy
+import time
+import uuid
 
 import numpy as np
 import torch
 
 from raysfl.aggregation import weighted_average
 from raysfl.runtime.placement import device_for_actor, set_threads
+from raysfl.runtime.refs import fetch
 from raysfl.transport import ClientRoundStats, pack, state_to_wire, unpack, wire_to_state
 
 
@@ -44,17 +47,20 @@ class ServerActor:
         self.cuts: dict[int, int] = {}
         self.lo: int | None = None  # lowest block this server has run (its server-side part starts there)
         self.stats: dict[int, ClientRoundStats] = {}
+        self.deadline: float | None = None  # epoch seconds: smashed data later than this is dropped
+        self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
 
     def _optimizer(self, params):
         return torch.optim.SGD(params, lr=self.lr, momentum=self.cfg.momentum,
                                weight_decay=self.cfg.weight_decay)
 
-    def ping(self) -> int:
-        return self.index
+    def ping(self) -> str:
+        return self.incarnation
 
-    def begin_round(self, cuts: dict[int, int], lr: float | None = None) -> None:
+    def begin_round(self, cuts: dict[int, int], lr: float | None = None, deadline: float | None = None) -> None:
         """Note the round's clients and cuts; give each client its own copy if V1-style."""
         self.cuts = dict(cuts)
+        self.deadline = deadline
         if lr is not None:  # the round's learning rate (--lr-decay)
             self.lr = lr
             for group in self.s.opt.param_groups:
@@ -69,19 +75,34 @@ class ServerActor:
                 self.s.client_models[c] = m
                 self.s.client_opts[c] = self._optimizer(m.parameters())
 
-    def step(self, step: int, *payloads):
-        """One group step: payloads[i] = {client: Smashed} from client actor i of the group."""
+    def _step_deadline(self) -> float | None:
+        """When to stop waiting for this step's smashed data (round and per-step deadlines)."""
+        limits = [d for d in (self.deadline, time.time() + self.cfg.step_deadline_s if self.cfg.step_deadline_s
+                              else None) if d is not None]
+        return min(limits) if limits else None
+
+    def step(self, step: int, payload_refs: list):
+        """One group step over the smashed batches that arrived: payload_refs[i] (an ObjectRef
+        of {client: Smashed}) from client actor i of the group. A dead or late sender's
+        clients get no gradient (they drop out of the round); everyone else goes on."""
+        payloads = fetch(payload_refs, self._step_deadline())
         batches, owner = [], {}
         for i, payload in enumerate(payloads):
+            if not payload:
+                continue
             for c, sm in payload.items():
+                if c not in self.stats:
+                    continue  # not this server's client this round (stale sender after a restart)
                 owner[c] = i
                 x = unpack(sm.activations, self.s.device)
                 y = torch.from_numpy(np.array(sm.labels)).to(self.s.device)
                 batches.append((c, sm.cut, x, y))
         batches.sort(key=lambda b: b[0])  # deterministic order whatever arrived first
+        out: list[dict] = [{} for _ in payloads]
+        if not batches:
+            return out if len(out) != 1 else out[0]
         grads, losses = self.algo.server_step(self.s, batches)
         passes = self.algo.server_updates_per_step()
-        out: list[dict] = [{} for _ in payloads]
         for c, cut, _, y in batches:
             out[owner[c]][c] = pack(grads[c], self.cfg.transfer_dtype)
             st = self.stats[c]

@@ -1,0 +1,81 @@
+"""Fetching the results of other actors when some of them may be dead or late.
+
+Round calls pass each other's results as *lists* of ObjectRefs, which Ray does not resolve
+before the call. The receiving actor (or the driver) fetches them here and goes on with
+whatever arrived: a ref whose actor died gives :data:`DEAD`, one still running when the
+deadline passes gives :data:`LATE`. A genuine error in our own code is *not* swallowed:
+it is re-raised, so a bug never turns into a silently smaller round.
+"""
+
+from __future__ import annotations
+
+import time
+
+
+class _Missing:
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def __bool__(self) -> bool:
+        return False
+
+
+DEAD = _Missing("DEAD")
+LATE = _Missing("LATE")
+
+
+def is_death(err: BaseException) -> bool:
+    """True for errors that mean "an actor, worker or node went away" (not a bug)."""
+    import ray.exceptions as rex
+
+    death = (rex.RayActorError, rex.ObjectLostError, rex.OwnerDiedError, rex.WorkerCrashedError,
+             rex.NodeDiedError, rex.LocalRayletDiedError, rex.TaskCancelledError)
+    if isinstance(err, death):
+        return True
+    cause = getattr(err, "cause", None)
+    return isinstance(err, rex.RayTaskError) and cause is not None and is_death(cause)
+
+
+def fetch(refs: list, deadline: float | None = None) -> list:
+    """Values of ``refs`` in order; DEAD for a dead producer, LATE past ``deadline`` (epoch s)."""
+    import ray
+
+    refs = list(refs)
+    if not refs:
+        return []
+    ready = None
+    if deadline is not None:
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=max(0.0, deadline - time.time()),
+                           fetch_local=False)
+        ready = set(done)
+    out = []
+    for r in refs:
+        if ready is not None and r not in ready:
+            out.append(LATE)
+            continue
+        try:
+            out.append(ray.get(r))
+        except Exception as e:  # noqa: BLE001 - classified below
+            if not is_death(e):
+                raise
+            out.append(DEAD)
+    return out
+
+
+def ping_until_alive(actor, timeout: float = 300.0) -> str:
+    """The actor's incarnation id, waiting while Ray restarts it (calls to a restarting actor
+    fail at once). A permanently dead actor raises ``RayActorError``."""
+    import ray
+    import ray.exceptions as rex
+
+    give_up = time.time() + timeout
+    while True:
+        try:
+            return ray.get(actor.ping.remote())
+        except rex.ActorUnavailableError:
+            if time.time() > give_up:
+                raise
+            time.sleep(0.2)

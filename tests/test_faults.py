@@ -1,0 +1,160 @@
+"""Fault schedules (parsing, planning) and surviving them on Ray."""
+
+from __future__ import annotations
+
+import pytest
+
+import raysfl
+from raysfl.errors import ConfigError
+from raysfl.faults import parse_fault, parse_faults, plan_faults
+
+# ------------------------------------------------------------------ parsing
+
+
+def test_parse_items_and_round_trip():
+    fs = parse_faults("kill:client:round=3, kill:server:round=5:step=2,delay:client:p=0.3:seconds=2,"
+                      "unavailable:server:rounds=4-6,delay:client:p=0.5:seconds=1-3:clock=real")
+    assert [(f.action, f.role) for f in fs] == [("kill", "client"), ("kill", "server"), ("delay", "client"),
+                                               ("unavailable", "server"), ("delay", "client")]
+    assert fs[0].rounds == (3, 3) and fs[1].step == 2 and fs[2].p == 0.3 and fs[2].seconds == (2.0, 2.0)
+    assert fs[3].rounds == (4, 6) and fs[4].seconds == (1.0, 3.0) and fs[4].clock == "real"
+    assert parse_faults(",".join(f.text() for f in fs)) == fs
+    yaml_style = parse_faults([{"action": "kill", "role": "fed", "round": 2}, "kill:edge:p=0.1:index=1"])
+    assert yaml_style[0].role == "fed" and yaml_style[1].index == 1 and yaml_style[1].p == 0.1
+    assert parse_faults("") == [] and parse_faults(None) == []
+
+
+@pytest.mark.parametrize("text,match", [
+    ("explode:client:round=1", "unknown action 'explode'"),
+    ("kill:driver:round=1", "unknown role 'driver'"),
+    ("kill:client", "kill needs round=R"),
+    ("kill:client:round=x", "not a number"),
+    ("kill:client:rounds=5-2", "empty range"),
+    ("kill:client:when=3", "unknown key 'when'"),
+    ("kill:client:round", "is not key=value"),
+    ("delay:server:p=0.5:seconds=1", "only clients can be delayed"),
+    ("delay:client:p=0.5", "delay needs seconds"),
+    ("delay:client:p=1.5:seconds=1", "p must be in (0, 1]"),
+    ("unavailable:client:rounds=1-2", "only a server or an edge server"),
+    ("unavailable:server:p=0.5", "unavailable needs round"),
+    ("delay:client:p=0.5:seconds=1:clock=wall", "clock must be one of"),
+    ("kill", "must look like ACTION:ROLE"),
+])
+def test_bad_items_name_the_problem(text, match):
+    with pytest.raises(ConfigError, match=match.replace("(", r"\(").replace(")", r"\)")):
+        parse_fault(text)
+
+
+def test_roles_must_exist_in_the_run():
+    from raysfl import config_from_kwargs
+    from raysfl.resolve import validate
+
+    with pytest.raises(ConfigError, match="has no edge servers"):
+        validate(config_from_kwargs(algo="splitfed_v2", faults="kill:edge:round=1"))
+    with pytest.raises(ConfigError, match="use role 'edge'"):
+        validate(config_from_kwargs(algo="flex_sfl", faults="kill:server:round=1"))
+    with pytest.raises(ConfigError, match="has no server"):
+        validate(config_from_kwargs(algo="fedavg", faults="kill:server:round=1"))
+    with pytest.raises(ConfigError, match="index 5 out of range"):
+        validate(config_from_kwargs(algo="fedavg", faults="kill:client:round=1:index=5"))
+    cfg = validate(config_from_kwargs(algo="flex_sfl", faults=["kill:edge:round=2", {"action": "kill",
+                                                                                     "role": "fed", "round": 3}]))
+    assert cfg.faults == "kill:edge:round=2,kill:fed:round=3"
+
+
+def test_cli_flag_and_bad_value(capsys):
+    from raysfl.cli import build_parser, config_from_args, main
+
+    cfg = config_from_args(build_parser().parse_args(["run", "--faults", "kill:client:round=2:step=1"]))
+    assert cfg.faults == "kill:client:round=2:step=1"
+    assert main(["run", "--faults", "kill:client:round=two"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "round='two' is not a number" in err
+
+
+def test_plan_is_seeded_and_follows_the_schedule():
+    fs = parse_faults("kill:client:round=2:step=1,delay:client:p=0.5:seconds=1-3,unavailable:edge:rounds=3-4:index=1")
+    clients = list(range(20))
+    a = plan_faults(fs, 2, 0, clients, 4, 3)
+    assert a.kills and a.kills[0][0] == "client" and a.kills[0][2] == 1 and 0 <= a.kills[0][1] < 4
+    assert a == plan_faults(fs, 2, 0, clients, 4, 3)  # reproducible
+    assert plan_faults(fs, 1, 0, clients, 4, 3).kills == []
+    assert 4 <= len(a.delays) <= 16 and all(1.0 <= s <= 3.0 and clock == "sim" for s, clock in a.delays.values())
+    assert plan_faults(fs, 3, 0, clients, 4, 3).down_servers == {1}
+    assert plan_faults(fs, 5, 0, clients, 4, 3).down_servers == set()
+    every = plan_faults(parse_faults("delay:client:rounds=1-2:seconds=2"), 1, 0, [3, 5], 2, 1)
+    assert every.delays == {3: (2.0, "sim"), 5: (2.0, "sim")}
+
+
+# ------------------------------------------------------------------ on Ray
+
+BASE = dict(clients=6, rounds=6, local_steps=None, local_epochs=1, batch_size=32, lr=0.05)
+
+
+@pytest.fixture(scope="module")
+def clean_v2(tmp_path_factory, ray_session):
+    out = tmp_path_factory.mktemp("clean")
+    return raysfl.run(raysfl.config_from_kwargs(algo="splitfed_v2", out=str(out), progress=False,
+                                                resources={"client_actors": 2}, **BASE))
+
+
+@pytest.mark.parametrize("role,fault", [
+    ("client", "kill:client:round=3:step=2:index=1"),
+    ("server", "kill:server:round=3:step=2"),
+    ("fed", "kill:fed:round=3:step=1"),
+])
+def test_kill_mid_round_is_survived(quick, clean_v2, role, fault):
+    res = raysfl.run(quick(algo="splitfed_v2", faults=fault, **BASE))
+    rows = res.metrics
+    assert [r["round"] for r in rows] == list(range(1, BASE["rounds"] + 1))  # every round is there
+    assert rows[2]["failures"] >= 1 and sum(r["failures"] for r in rows) == rows[2]["failures"]
+    assert rows[3]["restarts"] >= 1 or rows[2]["retries"] >= 1  # the actor came back
+    if role == "client":
+        assert rows[2]["completed"] < rows[2]["participants"] or rows[2]["participants"] < BASE["clients"]
+    else:  # the round was rolled back and retried: nothing lost
+        assert rows[2]["retries"] == 1
+    assert abs(rows[-1]["test_accuracy"] - clean_v2.final["test_accuracy"]) <= 0.02
+
+
+def test_killed_edge_server_skips_its_cluster(quick):
+    kw = dict(algo="flex_sfl", clients=12, rounds=6, local_epochs=1,
+              flex_sfl={"edge_servers": 2, "rho": 0.5, "tau_c": 1, "tau_e": 1, "tau_r": 2})
+    clean = raysfl.run(quick(**kw))
+    res = raysfl.run(quick(faults="kill:edge:round=3:step=1:index=0", **kw))
+    rows = res.metrics
+    assert [r["round"] for r in rows] == list(range(1, 7))
+    assert rows[2]["failures"] == 1 and rows[2]["retries"] == 0 and rows[3]["restarts"] == 1
+    assert rows[2]["completed"] < rows[2]["participants"]  # cluster 0 sat that aggregation out
+    assert abs(rows[-1]["test_accuracy"] - clean.final["test_accuracy"]) <= 0.02
+
+
+def test_unavailable_server_clients_sit_out(quick):
+    res = raysfl.run(quick(algo="splitfed_v2", rounds=3, faults="unavailable:server:round=2"))
+    rows = res.metrics
+    assert rows[1]["participants"] == 0 and rows[1]["skipped"] == 4
+    assert rows[0]["participants"] == rows[2]["participants"] == 4
+
+
+def test_sim_deadline_drops_stragglers(quick):
+    res = raysfl.run(quick(algo="splitfed_v2", clients=10, rounds=3, sim_deadline_s=30.0,
+                           faults="delay:client:p=0.3:seconds=100"))
+    for r in res.metrics:
+        assert r["sim_time_s"] <= 30.0
+    assert sum(r["dropped"] for r in res.metrics) >= 1
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(res.run_dir / "clients.parquet").to_pylist()
+    late = [r for r in rows if r["delay_s"] > 0]
+    assert late and all(not r["included"] for r in late)
+    assert all(r["included"] for r in rows if r["delay_s"] == 0 and not r["failed"])
+
+
+def test_real_deadline_bounds_round_time(quick):
+    """30 % stragglers sleeping 3 s, a 1.5 s round deadline: every round ends in time."""
+    deadline, margin = 1.5, 1.0
+    res = raysfl.run(quick(algo="splitfed_v2", clients=6, rounds=4, round_deadline_s=deadline,
+                           faults="delay:client:p=0.3:seconds=3:clock=real",
+                           resources={"clients_per_actor": 1, "client_cpus": 0.25}))
+    for r in res.metrics:
+        assert r["wall_time_s"] <= deadline + margin, r
+    assert sum(r["dropped"] for r in res.metrics) >= 1
