@@ -8,6 +8,7 @@ loads and partitions the data, samples device profiles, and drives the rounds.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,7 +79,7 @@ def run(cfg: Config) -> RunResult:
     cfg = validate(cfg)
     if cfg.resume:
         run_dir = Path(cfg.resume)
-        state = checkpoint.load_latest(run_dir)
+        state = checkpoint.load_latest(run_dir, cfg.to_dict())
     else:
         run_dir, state = _run_dir(cfg), None
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
@@ -203,10 +204,15 @@ def _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir, faults) -> N
     row, client_rows = round_metrics(cfg, algo, rnd, res.stats, ctx, result, wall, counters,
                                      sim_delay=sim_delay, included=set(include), events=events)
     logger.log_round(row, client_rows)
+    bad = sorted(c for c, st in res.stats.items() if st.loss_count and not math.isfinite(st.loss_sum))
+    if bad:  # stop before this round's state reaches a checkpoint; the previous one resumes
+        raise RunFailed(f"training diverged: the loss of client(s) {bad[:5]} became NaN/inf in round {rnd} "
+                        f"(lr {cfg.lr_at(rnd):g}); lower --lr or --lr-decay; rounds 1..{rnd - 1} are in {run_dir}")
     fed.snapshot = fed.get_state() if cfg.max_round_retries or (
         cfg.checkpoint_every and (rnd % cfg.checkpoint_every == 0 or rnd == cfg.rounds)) else fed.snapshot
     if cfg.checkpoint_every and (rnd % cfg.checkpoint_every == 0 or rnd == cfg.rounds):
-        checkpoint.save(run_dir, rnd, {"round": rnd, "counters": counters, "federation": fed.snapshot})
+        checkpoint.save(run_dir, rnd, {"round": rnd, "counters": counters, "federation": fed.snapshot},
+                        cfg.to_dict())
 
 
 def _included(cfg, res, ctx, sim_delay) -> list[int]:

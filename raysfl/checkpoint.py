@@ -1,33 +1,95 @@
 """Checkpoints in the run directory: ``checkpoints/round_XXXX.pt``; the newest one resumes.
 
 A checkpoint holds the fed server's global (and per-client) models, every server actor's
-model and optimizer state, and the driver's counters (round, sample-stream positions,
-cumulative times). Each file is written to a temporary name and renamed, so an
-interrupted save never leaves a partial checkpoint behind.
+model and optimizer state, the driver's counters (round, sample-stream positions,
+cumulative times) and a fingerprint of the run's config.
+
+* Each file is written to a temporary name and renamed, so an interrupted save never
+  leaves a partial checkpoint behind.
+* Loading never unpickles arbitrary objects: NumPy arrays are stored as tensors and the
+  file is read with ``torch.load(weights_only=True)``, which only rebuilds tensors and
+  plain containers.
+* An unreadable newest file (truncated, corrupted) is reported and the previous one is
+  used; a checkpoint written by a different config is refused.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from raysfl.errors import ConfigError
 
+_ND = "__ndarray__"
+# Settings that may differ between a checkpoint and the run resuming it.
+_FREE = {"rounds", "progress", "checkpoint_every", "eval_every", "resume", "out", "name", "resources"}
 
-def save(run_dir: Path, rnd: int, state: dict) -> Path:
+
+def fingerprint(cfg_dict: dict) -> str:
+    """Hash of the settings that determine what a run computes."""
+    fixed = {k: v for k, v in cfg_dict.items() if k not in _FREE}
+    return hashlib.sha256(json.dumps(fixed, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _encode(x):
+    if isinstance(x, np.ndarray):
+        return {_ND: torch.from_numpy(np.ascontiguousarray(x).copy())}
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, dict):
+        return {k: _encode(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_encode(v) for v in x)
+    return x
+
+
+def _decode(x):
+    if isinstance(x, dict):
+        if len(x) == 1 and _ND in x:
+            return x[_ND].numpy()
+        return {k: _decode(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_decode(v) for v in x)
+    return x
+
+
+def save(run_dir: Path, rnd: int, state: dict, cfg_dict: dict | None = None) -> Path:
     d = Path(run_dir) / "checkpoints"
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"round_{rnd:04d}.pt"
     tmp = d / ".tmp.pt"
-    torch.save(state, tmp)
+    payload = dict(state)
+    if cfg_dict is not None:
+        payload["config_fingerprint"] = fingerprint(cfg_dict)
+    torch.save(_encode(payload), tmp)
     os.replace(tmp, path)
     return path
 
 
-def load_latest(run_dir: Path) -> dict:
+def load_latest(run_dir: Path, cfg_dict: dict | None = None) -> dict:
+    """The newest readable checkpoint of ``run_dir`` (checked against ``cfg_dict``)."""
     files = sorted((Path(run_dir) / "checkpoints").glob("round_*.pt"), key=lambda f: int(f.stem.split("_")[1]))
     if not files:
         raise ConfigError(f"cannot resume '{run_dir}': no checkpoints/round_*.pt in it")
-    return torch.load(files[-1], weights_only=False)
+    for path in reversed(files):
+        try:
+            state = _decode(torch.load(path, weights_only=True, map_location="cpu"))
+        except Exception as e:  # noqa: BLE001 - truncated, corrupted, or not a raysfl checkpoint
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
+            print(f"raysfl: warning: checkpoint {path} is unreadable ({first}); trying the one before",
+                  file=sys.stderr)
+            continue
+        if not isinstance(state, dict) or "round" not in state or "federation" not in state and "model" not in state:
+            print(f"raysfl: warning: {path} is not a raysfl checkpoint; trying the one before", file=sys.stderr)
+            continue
+        if cfg_dict is not None and state.get("config_fingerprint") not in (None, fingerprint(cfg_dict)):
+            raise ConfigError(f"checkpoint {path} was written by a run with different settings than "
+                              f"{Path(run_dir) / 'config.json'}; resume it with its own config")
+        return state
+    raise ConfigError(f"cannot resume '{run_dir}': none of its {len(files)} checkpoints is readable")

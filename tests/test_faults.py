@@ -158,3 +158,97 @@ def test_real_deadline_bounds_round_time(quick):
     for r in res.metrics:
         assert r["wall_time_s"] <= deadline + margin, r
     assert sum(r["dropped"] for r in res.metrics) >= 1
+
+
+def test_chaos_script_kills_a_running_jobs_actor(quick, ray_session, tmp_path):
+    """cluster/chaos.py's functions find the run's named actors and kill one; the run survives."""
+    import importlib.util
+    import threading
+    import time
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("chaos", Path(__file__).resolve().parents[1] / "cluster" / "chaos.py")
+    chaos = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(chaos)
+    cfg = quick(algo="splitfed_v2", rounds=8, name="chaos-victim", local_steps=4)
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("res", raysfl.run(cfg)))
+    t.start()
+    import random
+
+    deadline = time.time() + 120
+    while time.time() < deadline and len(chaos.raysfl_actors("chaos-victim", "client")) < 2:
+        time.sleep(0.2)
+    runs_dir = tmp_path / "runs" / "chaos-victim" / "metrics.parquet"
+    while time.time() < deadline and not runs_dir.exists():
+        time.sleep(0.2)
+    victim = chaos.kill_one(chaos.raysfl_actors("chaos-victim", "client"), random.Random(0))
+    assert victim and victim["role"] == "client"
+    t.join(timeout=300)
+    rows = out["res"].metrics
+    assert [r["round"] for r in rows] == list(range(1, 9))
+    assert sum(r["failures"] for r in rows) >= 1 or sum(r["restarts"] for r in rows) >= 1
+
+
+def _stop_leftovers(marker: str) -> None:
+    """Kill (by PID) processes of a Ray instance started under ``marker`` (never `ray stop`)."""
+    import os
+    import signal
+    from pathlib import Path
+
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() in (proc / "cmdline").read_bytes() or marker.encode() in (proc / "environ").read_bytes():
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, PermissionError):
+            pass
+
+
+@pytest.mark.slow
+def test_killed_driver_resumes_to_the_same_result(tmp_path):
+    """SIGKILL the driver process (and its local Ray) mid-run; --resume finishes with the
+    same metrics as an uninterrupted run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from raysfl.metrics import TIMING_COLUMNS
+
+    tmp = tempfile.mkdtemp(prefix="rsfd", dir="/tmp")  # short: Ray's socket paths have a length limit
+    env = {**os.environ, "RAY_TMPDIR": tmp, "RAYSFL_TEST_MARKER": tmp}
+    env.pop("RAY_ADDRESS", None)
+    base = [sys.executable, "-m", "raysfl", "run", "--algo", "splitfed_v2", "--clients", "4", "--rounds", "6",
+            "--local-steps", "4", "--batch-size", "16", "--out", str(tmp_path), "--no-progress", "--num-cpus", "4"]
+    try:
+        subprocess.run(base + ["--name", "straight"], env=env, check=True, capture_output=True, timeout=600)
+        victim = subprocess.Popen(base + ["--name", "victim"], env=env, start_new_session=True,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        metrics = tmp_path / "victim" / "metrics.parquet"
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            if metrics.exists() and len(pq.read_table(pa.BufferReader(metrics.read_bytes()))) >= 2:
+                break
+            time.sleep(0.1)
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.wait(timeout=60)
+        _stop_leftovers(tmp)
+        done = len(pq.read_table(metrics))
+        assert 2 <= done < 6, f"the driver should die mid-run, {done} rounds were done"
+        subprocess.run([sys.executable, "-m", "raysfl", "run", "--resume", str(tmp_path / "victim"), "--no-progress",
+                        "--num-cpus", "4"], env=env, check=True, capture_output=True, timeout=600)
+    finally:
+        _stop_leftovers(tmp)
+
+    def rows(name):
+        return [{k: v for k, v in r.items() if k not in TIMING_COLUMNS}
+                for r in pq.read_table(tmp_path / name / "metrics.parquet").to_pylist()]
+
+    assert rows("victim") == rows("straight")

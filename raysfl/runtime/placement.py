@@ -45,6 +45,11 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
     need, need_gpus = actor_demand(cfg, num_client_actors, num_servers)
     num_cpus = r.num_cpus or max(os.cpu_count() or 1, math.ceil(need))
     num_gpus = r.num_gpus if r.num_gpus is not None else (math.ceil(need_gpus) if need_gpus else None)
+    if need_gpus and not torch.cuda.is_available():
+        import sys
+
+        print(f"raysfl: warning: the actors ask for {need_gpus:g} GPUs but this machine has no CUDA GPU; "
+              "they run on CPU (Ray is given placeholder GPUs so they can be placed)", file=sys.stderr)
     ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
              runtime_env=env, log_to_driver=True, configure_logging=False)
     return True
