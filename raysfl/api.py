@@ -195,7 +195,8 @@ def _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir, faults) -> N
                 raise RunFailed(f"round {rnd}: the {e} died {attempt + 1} times; giving up (raise "
                                 f"--max-round-retries or --max-restarts); finished rounds are in {run_dir}") from None
             events["retries"] += 1
-            events["failures"] += 1 if not (single_server_lost or res.fed_restarted) else 0
+            if not (single_server_lost or res.fed_restarted):
+                events["failures"] += 1  # the fed server died while aggregating (not counted above)
             fed.rollback()
     events["dropped"] = len(res.late) + len([c for c in res.stats if c not in include and c not in res.failed])
     wall = time.perf_counter() - t0

@@ -116,6 +116,7 @@ def test_kill_mid_round_is_survived(quick, clean_v2, role, fault):
     assert abs(rows[-1]["test_accuracy"] - clean_v2.final["test_accuracy"]) <= 0.02
 
 
+@pytest.mark.slow
 def test_killed_edge_server_skips_its_cluster(quick):
     kw = dict(algo="flex_sfl", clients=12, rounds=6, local_epochs=1,
               flex_sfl={"edge_servers": 2, "rho": 0.5, "tau_c": 1, "tau_e": 1, "tau_r": 2})

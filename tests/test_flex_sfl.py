@@ -304,6 +304,7 @@ def test_example_presets_fill_only_what_the_user_left_out():
     assert [ln.split()[0] for ln in text.splitlines()[2:4]] == ["2", "4"]  # rows every tau_G = 2
 
 
+@pytest.mark.slow
 def test_flex_sfl_resume_matches_uninterrupted(quick):
     """Stopping between aggregations must keep client submodels, cluster-model versions,
     edge-server models and the decayed learning rate: resume == one straight run."""

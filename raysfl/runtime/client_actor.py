@@ -65,6 +65,12 @@ class ClientActor:
     def ping(self) -> str:
         return self.incarnation
 
+    def memory(self) -> int:
+        """Resident set size in bytes (soak benchmarks)."""
+        from raysfl.runtime.probe import rss_bytes
+
+        return rss_bytes()
+
     # ------------------------------------------------------------------ round life cycle
     def begin_round(self, plan: dict[int, dict], models: dict) -> None:
         """Materialise the round's clients: plan[c] = {cut, steps, batch, stream_pos}.

@@ -54,6 +54,12 @@ class FedActor:
     def ping(self) -> str:
         return self.incarnation
 
+    def memory(self) -> int:
+        """Resident set size in bytes (soak benchmarks)."""
+        from raysfl.runtime.probe import rss_bytes
+
+        return rss_bytes()
+
     def dispatch(self, actor_plans: list[dict[int, int]]):
         """Models for each client actor: {"global": blocks its clients need, "own": {client:
         state} for clients that start from a state of their own, "charged": clients whose

@@ -57,6 +57,12 @@ class ServerActor:
     def ping(self) -> str:
         return self.incarnation
 
+    def memory(self) -> int:
+        """Resident set size in bytes (soak benchmarks)."""
+        from raysfl.runtime.probe import rss_bytes
+
+        return rss_bytes()
+
     def begin_round(self, cuts: dict[int, int], lr: float | None = None, deadline: float | None = None) -> None:
         """Note the round's clients and cuts; give each client its own copy if V1-style."""
         self.cuts = dict(cuts)
