@@ -17,10 +17,24 @@ def rss_bytes() -> int:
     return 0
 
 
-def object_store_used_bytes() -> int:
-    """Bytes held in Ray's shared-memory object store, cluster-wide (driver side)."""
+def object_store_usage() -> tuple[int, int]:
+    """(bytes, objects) held in Ray's shared-memory object store, cluster-wide (MiB resolution)."""
     from ray._private.internal_api import memory_summary
 
     text = memory_summary(stats_only=True)
-    m = re.search(r"Plasma memory usage\s+([\d.]+)\s+MiB", text)
-    return int(float(m.group(1)) * 2**20) if m else 0
+    m = re.search(r"Plasma memory usage\s+([\d.]+)\s+MiB,\s+(\d+)\s+objects", text)
+    return (int(float(m.group(1)) * 2**20), int(m.group(2))) if m else (0, 0)
+
+
+def referenced_object_bytes() -> int:
+    """Exact bytes of every object some worker still references, cluster-wide (what a
+    reference leak grows; includes small objects kept outside the shared store)."""
+    from ray._private.internal_api import memory_summary
+
+    text = memory_summary(stats_only=False, group_by="STACK_TRACE", units="B")
+    total, lines = 0.0, text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("Mem Used by Objects") and i + 1 < len(lines):
+            m = re.match(r"\s*([\d.]+)\s*B", lines[i + 1])
+            total += float(m.group(1)) if m else 0.0
+    return int(total)
