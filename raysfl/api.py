@@ -161,7 +161,7 @@ def _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir, faults) -> N
     from raysfl.runtime.driver import FedServerLost, plan_round
 
     t0 = time.perf_counter()
-    events = {"failures": 0, "restarts": 0, "retries": 0, "dropped": 0, "skipped": 0, "fallbacks": 0}
+    events = {k: 0 for k in EVENT_COLUMNS}
     events["restarts"] += fed.recover()["restarts"]
     plans, server_of = plan_round(cfg, algo, rnd, ctx, counters["stream_pos"])
     rf = plan_faults(faults, rnd, cfg.seed, sorted(plans), fed.num_actors, len(fed.servers))
@@ -189,6 +189,7 @@ def _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir, faults) -> N
             if single_server_lost or res.fed_restarted:
                 raise FedServerLost("server" if single_server_lost else "fed server")
             result = fed.finish_round(rnd, include, evaluate)
+            events["late_applied"] = fed.late_applied
             break
         except FedServerLost as e:
             if attempt == cfg.max_round_retries:
@@ -198,7 +199,7 @@ def _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir, faults) -> N
             if not (single_server_lost or res.fed_restarted):
                 events["failures"] += 1  # the fed server died while aggregating (not counted above)
             fed.rollback()
-    events["dropped"] = len(res.late) + len([c for c in res.stats if c not in include and c not in res.failed])
+    events["dropped"] = len(res.late | {c for c in res.stats if c not in include and c not in res.failed})
     wall = time.perf_counter() - t0
     for c, p in plans.items():
         counters["stream_pos"][c] = p.stream_pos + p.steps * p.batch
@@ -231,7 +232,7 @@ def _included(cfg, res, ctx, sim_delay) -> list[int]:
     return out
 
 
-EVENT_COLUMNS = ("failures", "restarts", "retries", "dropped", "skipped", "fallbacks")
+EVENT_COLUMNS = ("failures", "restarts", "retries", "dropped", "late_applied", "skipped", "fallbacks")
 
 
 def round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters, sim_delay=None, included=None, events=None):

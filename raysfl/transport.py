@@ -122,10 +122,12 @@ class ClientRoundStats:
     traffic: Traffic = field(default_factory=Traffic)
     servers: list[int] = field(default_factory=list)  # server actors that ran its server side
     failed: bool = False  # lost its server (dead or past the deadline) mid-round: update not used
+    late: bool = False    # its actor reached the round's real-time deadline before it finished
 
     def merge(self, other: "ClientRoundStats") -> None:
         self.servers = sorted(set(self.servers) | set(other.servers))
         self.failed = self.failed or other.failed
+        self.late = self.late or other.late
         self.samples = max(self.samples, other.samples)
         self.steps = max(self.steps, other.steps)
         self.client_flops += other.client_flops

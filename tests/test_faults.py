@@ -253,3 +253,36 @@ def test_killed_driver_resumes_to_the_same_result(tmp_path):
                 for r in pq.read_table(tmp_path / name / "metrics.parquet").to_pylist()]
 
     assert rows("victim") == rows("straight")
+
+
+def test_late_updates_join_the_next_round_when_the_algorithm_wants_them(quick):
+    """An algorithm with ``apply_late_updates`` aggregates a straggler's update one round
+    late instead of dropping it (whole-model clients: a split client past the deadline has
+    lost its server, so there is no late update to apply)."""
+    import sys
+
+    import cloudpickle
+
+    from raysfl.algorithms import ALGORITHMS, register
+    from raysfl.algorithms.fedavg import FedAvg
+
+    class LateFriendly(FedAvg):
+        name = "test_late_friendly"
+        apply_late_updates = True
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # actors cannot import the tests
+    register(LateFriendly)
+    try:
+        kw = dict(clients=4, rounds=4, round_deadline_s=3.0,
+                  faults="delay:client:round=2:seconds=4:clock=real:p=1",
+                  resources={"clients_per_actor": 1, "client_cpus": 0.25})
+        res = raysfl.run(quick(algo="test_late_friendly", **kw))
+        rows = res.metrics
+        assert rows[1]["dropped"] == 4 and rows[1]["completed"] == 0   # everyone missed round 2's deadline
+        assert rows[2]["late_applied"] == 4                            # ... and joined round 3's aggregation
+        plain = raysfl.run(quick(algo="fedavg", **kw))
+        assert plain.metrics[1]["dropped"] == 4
+        assert all(r["late_applied"] == 0 for r in plain.metrics)      # the default drops them
+    finally:
+        ALGORITHMS.pop("test_late_friendly", None)
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])

@@ -62,6 +62,7 @@ class ClientUpdate:
     client: int
     state: dict[str, np.ndarray]   # the blocks it trained
     weight: float                  # its sample count this round
+    late: bool = False             # missed its round's deadline; aggregated one round later
 
 
 class Algorithm:
@@ -74,6 +75,8 @@ class Algorithm:
     sequential: ClassVar[bool] = False         # True: clients take turns, one after another (SL)
     num_servers: ClassVar[int] = 1             # server actors (FLEX-SFL: one per edge cluster)
     broadcast_servers: ClassVar[bool] = False  # True: fed_aggregate's merged server state goes back to every server
+    apply_late_updates: ClassVar[bool] = False  # True: updates that missed the real-time deadline join the
+                                                # next round's aggregation (False: they are dropped)
     distributed: ClassVar[bool] = True         # False: runs in one process (centralized)
     # Settings this algorithm's paper uses, applied when the user does not set them
     # (CLI, config files and ``config_from_kwargs``; a ``Config(...)`` built in Python is taken as is).

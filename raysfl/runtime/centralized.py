@@ -72,7 +72,7 @@ def run_centralized(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
             "server_flops": samples * flops_per_sample, "sim_time_s": sim,
             "sim_time_total_s": counters["sim_total"], "wall_time_s": wall,
             "wall_time_total_s": counters["wall_total"], "completed": 0, "failures": 0, "restarts": 0,
-            "retries": 0, "dropped": 0, "skipped": 0, "fallbacks": 0,
+            "retries": 0, "dropped": 0, "late_applied": 0, "skipped": 0, "fallbacks": 0,
         }
         logger.log_round(row, [])
         if cfg.checkpoint_every and (rnd % cfg.checkpoint_every == 0 or rnd == cfg.rounds):

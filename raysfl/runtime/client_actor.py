@@ -60,6 +60,7 @@ class ClientActor:
         self.model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, seed=cfg.seed)
         self.flops = block_flops  # measured once by the driver (FLOP counting is slow to start)
         self.active: dict[int, _Active] = {}
+        self.deadline: float | None = None  # epoch seconds (--round-deadline-s)
         self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
 
     def ping(self) -> str:
@@ -82,6 +83,7 @@ class ClientActor:
         delay of its clients) before any of them starts.
         """
         self.active = {}
+        self.deadline = max((p.get("deadline") or 0.0 for p in plan.values()), default=0.0) or None
         delay = max((p.get("delay_s", 0.0) for p in plan.values()), default=0.0)
         if delay > 0:
             time.sleep(delay)
@@ -148,6 +150,7 @@ class ClientActor:
         costs its own clients).
         """
         self._apply_grads(grad_refs)
+        self._check_deadline()
         out: dict[int, dict[int, Smashed]] = {d: {} for d in dests}
         for c, a in self.active.items():
             if step >= a.steps or c not in routes or a.failed:
@@ -164,10 +167,22 @@ class ClientActor:
         result = [out[d] for d in dests]
         return result if len(result) != 1 else result[0]
 
+    def _check_deadline(self) -> None:
+        """Past the round's deadline the round is over for this actor: skip the remaining work
+        (its results would be dropped anyway), so a late actor catches up at once. Algorithms
+        that apply late updates get the whole work done instead."""
+        if self.deadline is not None and not self.algo.apply_late_updates and time.time() > self.deadline:
+            for a in self.active.values():
+                if not a.failed:
+                    a.pending, a.failed, a.stats.failed, a.stats.late = None, True, True, True
+
     def train_local(self) -> None:
         """All local steps of every active client when it holds the whole model (FedAvg)."""
         for a in self.active.values():
             for _ in range(a.steps):
+                self._check_deadline()
+                if a.failed:
+                    break
                 x, y = self._next_batch(a)
                 loss = self.algo.client_loss(a.part(x), y)
                 reg = self.algo.client_regularizer(a.part, a.anchor)

@@ -39,10 +39,11 @@ class ClientPlan:
     stream_pos: int
     lr: float = 0.0
     delay_s: float = 0.0  # real straggler delay (the client actor sleeps)
+    deadline: float | None = None  # epoch seconds: the round's real-time deadline
 
     def as_dict(self) -> dict:
         return {"cut": self.cut, "steps": self.steps, "batch": self.batch, "stream_pos": self.stream_pos,
-                "lr": self.lr, "delay_s": self.delay_s}
+                "lr": self.lr, "delay_s": self.delay_s, "deadline": self.deadline}
 
 
 @dataclass
@@ -104,6 +105,9 @@ class Federation:
         self.incarnations = ray.get([a.ping.remote() for a in self._all()])
         self.snapshot: dict | None = None  # the state to go back to after a failure
         self.died: set[int] = set()  # client actors that died last round (restarting now)
+        self._carry: list = []  # late update refs waiting for the next aggregation (apply_late_updates)
+        self._late_now: list = []
+        self.late_applied = 0
 
     def _all(self) -> list:
         return self.clients + self.servers + [self.fed]
@@ -181,6 +185,8 @@ class Federation:
         import ray
 
         self._pending_updates: list = []
+        for p in plans.values():
+            p.deadline = deadline
         self._weights = {c: float(p.steps * p.batch) for c, p in plans.items()}
         for j, srv in enumerate(self.servers):
             srv.begin_round.remote({c: p.cut for c, p in plans.items() if server_of[c] == j},
@@ -240,9 +246,12 @@ class Federation:
                 result.late.add(c)
             elif self.actor_of(c) in result.dead_clients or server_of.get(c) in result.dead_servers:
                 result.failed.add(c)
+            elif c in result.stats and result.stats[c].late:
+                result.late.add(c)
             elif c not in result.stats or result.stats[c].failed:
                 result.failed.add(c)
         self._late_actors = late_actors
+        self._late_now = [u for a, u in self._pending_updates if a in late_actors]
         return result
 
     def finish_round(self, rnd: int, include: list[int] | None, evaluate: bool):
@@ -255,13 +264,17 @@ class Federation:
 
         updates = [u for a, u in self._pending_updates if a not in self._late_actors]
         states = self._server_states if self._sync else []
-        merged, ok = self.fed.aggregate.options(num_returns=2).remote(rnd, include, states, updates)
+        late = []
+        if self.algo.apply_late_updates and self._carry:  # last round's stragglers that have finished by now
+            late, _ = ray.wait(self._carry, num_returns=len(self._carry), timeout=0, fetch_local=False)
+        self._carry = self._late_now if self.algo.apply_late_updates else []
+        merged, ok = self.fed.aggregate.options(num_returns=2).remote(rnd, include, states, updates, late)
         if self._sync and self.algo.broadcast_servers:  # e.g. FLEX-SFL's w_e to every edge server (eq. 26)
             for srv in self.servers:
                 srv.load_shared.remote(merged)
         eval_ref = self.fed.evaluate.remote() if evaluate else None
         try:
-            ray.get(ok)
+            self.late_applied = ray.get(ok)
             result = ray.get(eval_ref) if eval_ref is not None else None
         except Exception as e:  # noqa: BLE001 - classified
             if is_death(e):

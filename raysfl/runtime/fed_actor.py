@@ -79,20 +79,27 @@ class FedActor:
                         "own": own, "charged": charged})
         return out if len(out) != 1 else out[0]
 
-    def aggregate(self, rnd: int, include: list[int] | None, server_state_refs: list, update_refs: list):
+    def aggregate(self, rnd: int, include: list[int] | None, server_state_refs: list, update_refs: list,
+                  late_refs: list = ()):
         """Merge this round's server-side states and client updates (ObjectRefs: one per
         server, one list of updates per client actor) into the fed state.
 
         Only updates that exist count: a dead client actor's or server's results are
-        skipped, as are clients not in ``include`` (stragglers past the deadline). Returns
-        (merged server state to broadcast, if the algorithm does that; True).
+        skipped, as are clients not in ``include`` (stragglers past the deadline).
+        ``late_refs``: last round's late update lists, for algorithms that apply late
+        updates. Returns (merged server state to broadcast, if the algorithm does that;
+        the number of late updates applied).
         """
         server_states = [s if s else {} for s in fetch(server_state_refs)]
         keep = None if include is None else set(include)
         updates = sorted((u for res in fetch(update_refs) if res for u in res
                           if keep is None or u.client in keep), key=lambda u: u.client)
+        late = [u for res in fetch(list(late_refs)) if res for u in res]
+        for u in late:
+            u.late = True
+        updates = sorted(updates + late, key=lambda u: (u.client, u.late))
         self.s.last_clients = [u.client for u in updates]
-        return self.algo.fed_aggregate(self.s, rnd, server_states, updates), True
+        return self.algo.fed_aggregate(self.s, rnd, server_states, updates), len(late)
 
     def _evaluate_state(self, state: dict[str, np.ndarray]) -> tuple[float, float]:
         self.model.load_state_dict(wire_to_state(state, self.device))
