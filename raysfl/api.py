@@ -183,6 +183,7 @@ def _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir, faults) -> N
                             on_step=lambda d, t: logger.step_progress(rnd, d, t))
         kills = []  # injected faults fire once, not on the retry
         events["failures"] += len(res.dead_clients) + len(res.dead_servers) + int(res.fed_restarted)
+        events["restarts"] += res.restarted
         single_server_lost = bool(res.dead_servers) and len(fed.servers) == 1
         include = _included(cfg, res, ctx, sim_delay)
         try:
@@ -198,7 +199,7 @@ def _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir, faults) -> N
             events["retries"] += 1
             if not (single_server_lost or res.fed_restarted):
                 events["failures"] += 1  # the fed server died while aggregating (not counted above)
-            fed.rollback()
+            events["restarts"] += fed.rollback()
     events["dropped"] = len(res.late | {c for c in res.stats if c not in include and c not in res.failed})
     wall = time.perf_counter() - t0
     for c, p in plans.items():

@@ -24,6 +24,7 @@ server). Every random choice is drawn from the run's seed, so a faulty run is re
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,8 +57,8 @@ class Fault:
             if getattr(self, k) is not None:
                 parts.append(f"{k}={getattr(self, k)}")
         if self.seconds:
-            a, b = self.seconds
-            parts.append(f"seconds={a:g}" if a == b else f"seconds={a:g}-{b:g}")
+            a, b = (np.format_float_positional(x, trim="-") for x in self.seconds)
+            parts.append(f"seconds={a}" if a == b else f"seconds={a}-{b}")
         if self.action == "delay":
             parts.append(f"clock={self.clock}")
         return ":".join(parts)
@@ -68,9 +69,9 @@ class Fault:
 
 def _range(item: str, key: str, value: str, cast) -> tuple:
     try:
-        if "-" in value.strip("-"):
-            lo, hi = value.split("-", 1)
-            out = (cast(lo), cast(hi))
+        parts = re.split(r"(?<=[0-9.])-", value.strip(), maxsplit=1)  # "1e-5" is a number, "1-3" a range
+        if len(parts) == 2:
+            out = (cast(parts[0]), cast(parts[1]))
         else:
             out = (cast(value), cast(value))
     except ValueError:

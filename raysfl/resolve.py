@@ -147,6 +147,11 @@ def validate(cfg: Config) -> Config:
     faults = parse_faults(cfg.faults)
     num_servers = algo_cls(cfg).num_servers if algo_cls.uses_cut else 0
     check_roles(faults, num_servers, algo_cls.uses_cut, cfg.algo, cfg.resources.num_client_actors(cfg.clients))
+    if algo_cls.sequential and (cfg.round_deadline_s or cfg.sim_deadline_s):
+        raise ConfigError(f"deadlines (--round-deadline-s, --sim-deadline-s) are not supported for the sequential "
+                          f"algorithm '{cfg.algo}' (its clients take turns within one round)")
+    if cfg.max_restarts == 0 and any(f.action == "kill" for f in faults):
+        raise ConfigError("kill faults need --max-restarts >= 1 (with 0, the first kill ends the run)")
     if faults and not algo_cls.distributed:
         raise ConfigError(f"faults need actors; algorithm '{cfg.algo}' runs in one process")
     return cfg

@@ -124,7 +124,7 @@ def test_killed_edge_server_skips_its_cluster(quick):
     res = raysfl.run(quick(faults="kill:edge:round=3:step=1:index=0", **kw))
     rows = res.metrics
     assert [r["round"] for r in rows] == list(range(1, 7))
-    assert rows[2]["failures"] == 1 and rows[2]["retries"] == 0 and rows[3]["restarts"] == 1
+    assert rows[2]["failures"] == 1 and rows[2]["retries"] == 0 and rows[2]["restarts"] + rows[3]["restarts"] == 1
     assert rows[2]["completed"] < rows[2]["participants"]  # cluster 0 sat that aggregation out
     assert abs(rows[-1]["test_accuracy"] - clean.final["test_accuracy"]) <= 0.02
 

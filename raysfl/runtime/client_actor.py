@@ -137,9 +137,11 @@ class ClientActor:
                 a.opt.step()
                 a.opt.zero_grad(set_to_none=True)
                 a.pending = None
+        past = self.deadline is not None and time.time() > self.deadline
         for a in self.active.values():
-            if a.pending is not None:  # no gradient came back: its server is dead or dropped it
+            if a.pending is not None:  # no gradient came back: its server is dead or dropped it (deadline)
                 a.pending, a.failed, a.stats.failed = None, True, True
+                a.stats.late = a.stats.late or past
 
     def exchange(self, step: int, dests: list[int], routes: dict[int, int], grad_refs: list):
         """Apply last step's gradients, then forward step ``step`` for the active clients.

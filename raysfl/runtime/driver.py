@@ -56,6 +56,7 @@ class RoundResult:
     dead_clients: set[int] = field(default_factory=set)  # client actor indices that died
     dead_servers: set[int] = field(default_factory=set)
     fed_restarted: bool = False
+    restarted: int = 0  # servers Ray restarted during the round (put back to the snapshot)
 
 
 def local_steps(cfg, n_samples: int) -> tuple[int, int]:
@@ -157,14 +158,34 @@ class Federation:
 
         try:
             return ray.get(ref)
-        except rex.ActorUnavailableError:  # restarting: wait for it
+        except rex.RayActorError:  # restarting (or dead for good: ping_until_alive raises)
             return ping_until_alive(actor)
 
-    def rollback(self) -> None:
-        """Put every server and the fed server back to the snapshot (a round is retried)."""
-        self.incarnations = [ping_until_alive(a) for a in self._all()]  # waits for restarts
+    def restore_restarted_servers(self) -> int:
+        """Right after a round: servers Ray restarted during it go back to their last snapshot
+        (not their fresh initial weights) before anything reads their state."""
+        n = len(self.clients)
+        back = []
+        for j, srv in enumerate(self.servers):
+            inc = ping_until_alive(srv)
+            if inc != self.incarnations[n + j]:
+                self.incarnations[n + j] = inc
+                back.append(j)
+                if self.snapshot is not None:
+                    import ray
+
+                    ray.get(srv.load_state.remote(self.snapshot["servers"][j]))
+        return len(back)
+
+    def rollback(self) -> int:
+        """Put every server and the fed server back to the snapshot (a round is retried).
+        Returns how many actors were found restarted."""
+        now = [ping_until_alive(a) for a in self._all()]  # waits for restarts
+        restarted = sum(a != b for a, b in zip(self.incarnations, now))
+        self.incarnations = now
         if self.snapshot is not None:
             self.load_state(self.snapshot)
+        return restarted
 
     def kill(self, role: str, index: int) -> None:
         """Fault injection: ``ray.kill`` one actor, letting Ray restart it."""
@@ -185,6 +206,7 @@ class Federation:
         import ray
 
         self._pending_updates: list = []
+        self._aux: list = []  # calls whose result is not needed but whose errors must surface
         for p in plans.values():
             p.deadline = deadline
         self._weights = {c: float(p.steps * p.batch) for c, p in plans.items()}
@@ -199,7 +221,7 @@ class Federation:
             stats_actor += actors
             markers += m
             if self.algo.sequential:  # the next client starts from this one's model
-                self.fed.aggregate.options(num_returns=2).remote(rnd, None, [], u)
+                self._aux.append(self.fed.aggregate.options(num_returns=2).remote(rnd, None, [], u)[1])
             else:
                 self._pending_updates += list(zip(actors, u))
         self._sync = self.algo.sync_servers(rnd)
@@ -219,6 +241,7 @@ class Federation:
             if on_step:
                 on_step(k + 1, len(markers))
         result = RoundResult(stats={})
+        fetch(self._aux, deadline)  # re-raises a bug in begin_round & co (deaths/lateness are seen below)
         client_out = fetch(stats_refs, deadline)
         server_out = fetch(server_stats)  # servers stop waiting at the deadline themselves
         for actor, out in zip(stats_actor, client_out):
@@ -240,6 +263,7 @@ class Federation:
             if inc != self.incarnations[len(self.clients) + j]:
                 result.dead_servers.add(j)
         result.fed_restarted = tail[-1] != self.incarnations[-1]
+        result.restarted = self.restore_restarted_servers()
         late_actors = {a for a, out in zip(stats_actor, client_out) if out is LATE}
         for c in plans:
             if self.actor_of(c) in late_actors:
@@ -267,11 +291,10 @@ class Federation:
         late = []
         if self.algo.apply_late_updates and self._carry:  # last round's stragglers that have finished by now
             late, _ = ray.wait(self._carry, num_returns=len(self._carry), timeout=0, fetch_local=False)
-        self._carry = self._late_now if self.algo.apply_late_updates else []
         merged, ok = self.fed.aggregate.options(num_returns=2).remote(rnd, include, states, updates, late)
+        loads = []
         if self._sync and self.algo.broadcast_servers:  # e.g. FLEX-SFL's w_e to every edge server (eq. 26)
-            for srv in self.servers:
-                srv.load_shared.remote(merged)
+            loads = [srv.load_shared.remote(merged) for srv in self.servers]
         eval_ref = self.fed.evaluate.remote() if evaluate else None
         try:
             self.late_applied = ray.get(ok)
@@ -282,6 +305,8 @@ class Federation:
             raise
         if ping_until_alive(self.fed) != self.incarnations[-1]:
             raise FedServerLost("the fed server was restarted during the round")
+        fetch(loads)  # a dead edge server is fine here (restored next round); a bug is not
+        self._carry = self._late_now if self.algo.apply_late_updates else []  # only once aggregation succeeded
         return result
 
     def _run_group(self, plans: dict[int, ClientPlan], server_of: dict[int, int]):
@@ -292,7 +317,7 @@ class Federation:
         dispatch = [{c: p.cut for c, p in by_actor[i].items()} for i in actors]
         models = _as_list(self.fed.dispatch.options(num_returns=len(actors)).remote(dispatch), len(actors))
         for i, m in zip(actors, models):
-            self.clients[i].begin_round.remote({c: p.as_dict() for c, p in by_actor[i].items()}, m)
+            self._aux.append(self.clients[i].begin_round.remote({c: p.as_dict() for c, p in by_actor[i].items()}, m))
         prev: dict[int, list] = {i: [] for i in actors}
         markers: list[list] = []  # per step, the refs whose completion ends that step
         if self.algo.uses_cut:
@@ -327,10 +352,18 @@ class Federation:
 
     # ------------------------------------------------------------------ checkpoints
     def get_state(self) -> dict:
+        """The fed server's and servers' state (for snapshots and checkpoints). An actor that
+        Ray restarted in the meantime is first put back to the previous snapshot."""
         import ray
 
-        return {"fed": ray.get(self.fed.get_state.remote()),
-                "servers": ray.get([s.get_state.remote() for s in self.servers])}
+        for attempt in range(3):
+            try:
+                return {"fed": ray.get(self.fed.get_state.remote()),
+                        "servers": ray.get([s.get_state.remote() for s in self.servers])}
+            except Exception as e:  # noqa: BLE001 - classified
+                if not is_death(e) or attempt == 2:
+                    raise
+                self.recover()  # waits for the restart and restores it from the snapshot
 
     def load_state(self, state: dict) -> None:
         import ray

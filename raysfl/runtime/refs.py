@@ -65,17 +65,28 @@ def fetch(refs: list, deadline: float | None = None) -> list:
     return out
 
 
-def ping_until_alive(actor, timeout: float = 300.0) -> str:
-    """The actor's incarnation id, waiting while Ray restarts it (calls to a restarting actor
-    fail at once). A permanently dead actor raises ``RayActorError``."""
+def ping_until_alive(actor, timeout: float = 300.0, dead_for: float = 5.0) -> str:
+    """The actor's incarnation id, waiting while Ray restarts it.
+
+    Calls to a restarting actor fail at once (``ActorUnavailableError``), and a call in
+    flight when it was killed fails with ``ActorDiedError`` even if it will come back; so
+    only an actor that keeps answering "died" for ``dead_for`` seconds counts as dead for
+    good, and then ``RayActorError`` is raised.
+    """
     import ray
     import ray.exceptions as rex
 
     give_up = time.time() + timeout
+    died_since = None
     while True:
         try:
             return ray.get(actor.ping.remote())
         except rex.ActorUnavailableError:
+            died_since = None
             if time.time() > give_up:
                 raise
-            time.sleep(0.2)
+        except rex.RayActorError:
+            died_since = died_since or time.time()
+            if time.time() - died_since > dead_for or time.time() > give_up:
+                raise
+        time.sleep(0.2)
