@@ -255,6 +255,7 @@ def test_killed_driver_resumes_to_the_same_result(tmp_path):
     assert rows("victim") == rows("straight")
 
 
+@pytest.mark.slow
 def test_late_updates_join_the_next_round_when_the_algorithm_wants_them(quick):
     """An algorithm with ``apply_late_updates`` aggregates a straggler's update one round
     late instead of dropping it (whole-model clients: a split client past the deadline has
