@@ -136,6 +136,7 @@ def _algo(**params):
     # clients 0, 1 weak -> cluster 0 (cut 1); clients 2, 3 strong -> cluster 1 (cut 2)
     algo.das = das([1, 1, 4, 4], 4, 2, [1, 2, 3], 1, 2)
     algo.sizes = np.array([10.0, 30.0, 20.0, 20.0])
+    algo.cluster_data = [40.0, 40.0]  # D_n of the two clusters (setup() computes it from the context)
     return algo
 
 

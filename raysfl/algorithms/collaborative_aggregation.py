@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from raysfl.aggregation import weighted_average
+
 EPS = 1e-8
 
 
@@ -30,19 +32,10 @@ def client_weights(depths, losses, eps: float = EPS) -> np.ndarray:
 
 def consensus_average(client_states: list[dict[str, np.ndarray]], weights, server_state: dict[str, np.ndarray],
                       lam: float = 0.01) -> dict[str, np.ndarray]:
-    """Eq. (8) per parameter over the clients holding it; the server copy elsewhere."""
-    out = dict(server_state)
-    holders: dict[str, list[tuple[np.ndarray, float]]] = {}
-    for state, w in zip(client_states, weights):
-        for k, v in state.items():
-            holders.setdefault(k, []).append((v, float(w)))
-    for k, items in holders.items():
-        acc = sum(w * v.astype(np.float64) for v, w in items)
-        total = sum(w for _, w in items)
-        if k in server_state:
-            acc = acc + lam * server_state[k].astype(np.float64)
-            total += lam
-        dtype = items[0][0].dtype
-        mean = acc / total
-        out[k] = np.rint(mean).astype(dtype) if np.issubdtype(dtype, np.integer) else mean.astype(dtype)
-    return out
+    """Eq. (8) per parameter over the clients holding it; the server copy elsewhere.
+
+    Eq. (8) is the weighted mean over the holders of a layer with the server's copy as one
+    more holder of weight lambda, i.e. the shared layer-wise average with that extra term.
+    """
+    return weighted_average(list(zip(client_states, (float(w) for w in weights))) + [(server_state, lam)],
+                            base=server_state)

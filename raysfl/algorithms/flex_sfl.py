@@ -113,6 +113,7 @@ class FlexSFL(Algorithm):
         self.das = das(capacity, ctx.num_blocks, p.edge_servers, ctx.valid_cuts, p.min_cut, p.max_cut, p.das_mode)
         self.sizes = np.asarray(ctx.sizes, dtype=np.float64)
         self.histograms = np.asarray(ctx.histograms, dtype=np.float64)
+        self.cluster_data = [float(self.sizes[members].sum()) for members in self.das.clusters]  # D_n, eq. (24)
 
     def client_info(self, client: int) -> dict:
         d = self.das
@@ -199,8 +200,7 @@ class FlexSFL(Algorithm):
                 versions[n] = versions.get(n, 0) + 1
         if when["edge"] and server_states:
             # eq. (26), layer by layer over the edge servers holding each layer
-            d_n = [float(sum(self.sizes[k] for k in members)) for members in self.das.clusters]
-            items = [(s, d_n[n]) for n, s in enumerate(server_states) if s]
+            items = [(s, self.cluster_data[n]) for n, s in enumerate(server_states) if s]
             if items:
                 base = fed.extra.get("edge_model") or {}
                 fed.extra["edge_model"] = weighted_average(items, base=base)
@@ -213,7 +213,6 @@ class FlexSFL(Algorithm):
         data-weighted (beta_n) mean over the clusters, and each cluster's accuracy."""
         edge = fed.extra.get("edge_model") or {}
         accs, losses, weights, extras = [], [], [], {}
-        d_n = [float(sum(self.sizes[k] for k in members)) for members in self.das.clusters]
         for n, members in enumerate(self.das.clusters):
             if not members:
                 continue
@@ -224,7 +223,7 @@ class FlexSFL(Algorithm):
             acc, loss = evaluate_state(state)
             accs.append(acc)
             losses.append(loss)
-            weights.append(d_n[n])
+            weights.append(self.cluster_data[n])
             extras[f"acc_cluster_{n}"] = acc
         beta = data_weights(weights)
         return float(np.dot(beta, accs)), float(np.dot(beta, losses)), extras

@@ -161,13 +161,13 @@ class Federation:
         except rex.RayActorError:  # restarting (or dead for good: ping_until_alive raises)
             return ping_until_alive(actor)
 
-    def restore_restarted_servers(self) -> int:
-        """Right after a round: servers Ray restarted during it go back to their last snapshot
-        (not their fresh initial weights) before anything reads their state."""
+    def restore_restarted_servers(self, incarnations: list[str]) -> int:
+        """Right after a round: servers Ray restarted during it (``incarnations`` = their ids
+        now) go back to their last snapshot, not their fresh initial weights, before anything
+        reads their state."""
         n = len(self.clients)
         back = []
-        for j, srv in enumerate(self.servers):
-            inc = ping_until_alive(srv)
+        for j, (srv, inc) in enumerate(zip(self.servers, incarnations)):
             if inc != self.incarnations[n + j]:
                 self.incarnations[n + j] = inc
                 back.append(j)
@@ -263,7 +263,7 @@ class Federation:
             if inc != self.incarnations[len(self.clients) + j]:
                 result.dead_servers.add(j)
         result.fed_restarted = tail[-1] != self.incarnations[-1]
-        result.restarted = self.restore_restarted_servers()
+        result.restarted = self.restore_restarted_servers(tail[:-1])
         late_actors = {a for a, out in zip(stats_actor, client_out) if out is LATE}
         for c in plans:
             if self.actor_of(c) in late_actors:
