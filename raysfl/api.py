@@ -96,9 +96,8 @@ def run(cfg: Config) -> RunResult:
                             block_flops=model.block_flops())
     algo = get_algorithm(cfg.algo)(cfg)
     algo.setup(ctx)
-    (run_dir / "clients.json").write_text(json.dumps([
-        {"client": k, "samples": int(ctx.sizes[k]), "label_histogram": ctx.histograms[k].tolist(),
-         "device": profiles[k].to_dict(), **algo.client_info(k)} for k in range(cfg.clients)], indent=1) + "\n")
+    if not algo.wants_calibration():
+        _write_clients(run_dir, ctx, algo)
 
     start = state["round"] if state else 0
     if start >= cfg.rounds:
@@ -116,6 +115,27 @@ def run(cfg: Config) -> RunResult:
     return RunResult(run_dir, logger.rows)
 
 
+def _write_clients(run_dir: Path, ctx: FederationContext, algo) -> None:
+    """clients.json: each client's data, device profile and the algorithm's facts about it."""
+    (run_dir / "clients.json").write_text(json.dumps([
+        {"client": k, "samples": int(ctx.sizes[k]), "label_histogram": ctx.histograms[k].tolist(),
+         "device": ctx.profiles[k].to_dict(), **algo.client_info(k)} for k in range(ctx.num_clients)], indent=1) + "\n")
+
+
+def _calibrate(cfg, algo, fed, ctx, run_dir: Path) -> None:
+    """Measured (memory, latency) per client, once per run: kept in calibration.json so a
+    resumed run uses the same numbers (and so the same split points)."""
+    path = run_dir / "calibration.json"
+    if path.is_file():
+        profile = {int(k): tuple(v) for k, v in json.loads(path.read_text()).items()}
+    else:
+        print("raysfl: measuring client devices (memory, latency to the server) ...", flush=True)
+        profile = fed.measure(cfg.batch_size)
+        path.write_text(json.dumps({str(k): list(v) for k, v in profile.items()}, indent=1) + "\n")
+    algo.calibrate(profile)
+    _write_clients(run_dir, ctx, algo)
+
+
 def _run_federated(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
     import ray
 
@@ -129,6 +149,8 @@ def _run_federated(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
     try:
         check_capacity(cfg, num_actors, algo.num_servers if algo.uses_cut else 0)
         fed = Federation(cfg, algo, ds, parts, num_actors, ctx.block_flops, run_name=run_dir.name)
+        if algo.wants_calibration():
+            _calibrate(cfg, algo, fed, ctx, run_dir)
         counters = {"stream_pos": {}, "sim_total": 0.0, "wall_total": 0.0}
         start = rnd = state["round"] if state else 0
         faults = parse_faults(cfg.faults)
@@ -155,7 +177,9 @@ def _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir, faults) -> N
     """Plan, run (surviving faults), log and checkpoint round ``rnd``.
 
     A dead client actor or edge server costs only its clients; a dead main server or fed
-    server rolls the round back to the last snapshot and retries it (``--max-round-retries``).
+    server rolls the round back to the last snapshot and retries it (``--max-round-retries``),
+    unless the algorithm's clients survive their server (``survives_server_loss``: SuperSFL's
+    fallback), in which case the round goes on and the restarted server is restored.
     """
     from raysfl.faults import plan_faults
     from raysfl.runtime.driver import FedServerLost, plan_round
@@ -165,12 +189,14 @@ def _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir, faults) -> N
     events["restarts"] += fed.recover()["restarts"]
     plans, server_of = plan_round(cfg, algo, rnd, ctx, counters["stream_pos"])
     rf = plan_faults(faults, rnd, cfg.seed, sorted(plans), fed.num_actors, len(fed.servers))
-    down = [c for c in plans if server_of.get(c) in rf.down_servers]
+    down_servers = set(rf.down_servers) | set(algo.servers_down(rnd))
+    down = [c for c in plans if server_of.get(c) in down_servers]
     if down:  # their server is unavailable this round: the algorithm decides (default: sit out)
         keep = set(algo.on_server_down(rnd, down))
         events["skipped"] += len(down) - len(keep)
-        events["fallbacks"] += len(keep)
         plans = {c: p for c, p in plans.items() if c not in down or c in keep}
+        for c in keep:
+            plans[c].local = True  # trains without its server (Algorithm.client_fallback)
     for c, (secs, clock) in rf.delays.items():
         if clock == "real" and c in plans:
             plans[c].delay_s = secs
@@ -184,7 +210,7 @@ def _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir, faults) -> N
         kills = []  # injected faults fire once, not on the retry
         events["failures"] += len(res.dead_clients) + len(res.dead_servers) + int(res.fed_restarted)
         events["restarts"] += res.restarted
-        single_server_lost = bool(res.dead_servers) and len(fed.servers) == 1
+        single_server_lost = bool(res.dead_servers) and len(fed.servers) == 1 and not algo.survives_server_loss
         include = _included(cfg, res, ctx, sim_delay)
         try:
             if single_server_lost or res.fed_restarted:
@@ -201,6 +227,7 @@ def _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir, faults) -> N
                 events["failures"] += 1  # the fed server died while aggregating (not counted above)
             events["restarts"] += fed.rollback()
     events["dropped"] = len(res.late | {c for c in res.stats if c not in include and c not in res.failed})
+    events["fallbacks"] = sum(1 for st in res.stats.values() if st.fallback_steps)
     wall = time.perf_counter() - t0
     for c, p in plans.items():
         counters["stream_pos"][c] = p.stream_pos + p.steps * p.batch
@@ -259,6 +286,7 @@ def round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters, sim_delay=
             "client_flops": st.client_flops, "server_flops": st.server_flops, "sim_time_s": t,
             "train_loss": st.loss_sum / st.loss_count if st.loss_count else float("nan"),
             "delay_s": sim_delay.get(c, 0.0), "failed": bool(st.failed), "included": c in included,
+            "fallback_steps": st.fallback_steps,
         })
     sim = algo.round_sim_time(times)
     if cfg.sim_deadline_s is not None:  # the round ends at the deadline at the latest
@@ -283,6 +311,7 @@ def round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters, sim_delay=
         "sim_time_s": sim, "sim_time_total_s": counters["sim_total"],
         "wall_time_s": wall, "wall_time_total_s": counters["wall_total"],
         "completed": len(included & set(stats)),
+        "fallback_steps": sum(s.fallback_steps for s in stats.values()),
         **{k: int((events or {}).get(k, 0)) for k in EVENT_COLUMNS},
     }
     row.update(algo.round_info(rnd))

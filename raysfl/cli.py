@@ -31,6 +31,15 @@ _SHORT_HELP = {
     "out": "parent directory of run directories",
     "resume": "continue the run in RUN_DIR from its latest checkpoint",
     "transfer_dtype": "dtype of smashed data and gradients on the wire: float32 | float16 | bfloat16",
+    "depth_alpha": "SuperSFL eq. 1: client layers per GB of memory",
+    "depth_beta": "SuperSFL eq. 1: extra client layers for the lowest latency",
+    "allocation": "SuperSFL depths from: profile (sampled devices) | measured (timed once at start-up)",
+    "fusion": "SuperSFL TPGF client weight (eq. 3): full | no_loss | no_depth | equal",
+    "clip_norm": "SuperSFL: L2 clip of the local encoder gradient",
+    "consensus_lambda": "SuperSFL eq. 8: pull of each layer towards the server's copy",
+    "server_timeout_s": "SuperSFL: seconds a client waits for the server before a fallback step",
+    "server_availability": "SuperSFL: fraction of rounds in which the server answers (Table III)",
+    "availability_rounds": "SuperSFL: rounds in which the server answers, e.g. 1-10,15",
     "faults": "fault schedule, comma-separated ACTION:ROLE[:key=value...] items, e.g. "
               "kill:client:round=3,delay:client:p=0.3:seconds=2 (docs/reliability.md)",
 }

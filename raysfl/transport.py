@@ -83,6 +83,19 @@ class Smashed:
 
 
 @dataclass
+class GradReply:
+    """The server's answer to one smashed batch: the gradient at the cut and, for algorithms
+    that fuse it with a local loss (SuperSFL's eq. 3), the server-side loss as one float32."""
+
+    grad: Wire
+    loss: float | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.grad.nbytes + (4 if self.loss is not None else 0)
+
+
+@dataclass
 class Traffic:
     """Bytes one virtual client sent and received in a round, by kind."""
 
@@ -123,6 +136,7 @@ class ClientRoundStats:
     servers: list[int] = field(default_factory=list)  # server actors that ran its server side
     failed: bool = False  # lost its server (dead or past the deadline) mid-round: update not used
     late: bool = False    # its actor reached the round's real-time deadline before it finished
+    fallback_steps: int = 0  # local steps trained without the server's answer (SuperSFL's Alg. 3)
 
     def merge(self, other: "ClientRoundStats") -> None:
         self.servers = sorted(set(self.servers) | set(other.servers))
@@ -130,6 +144,7 @@ class ClientRoundStats:
         self.late = self.late or other.late
         self.samples = max(self.samples, other.samples)
         self.steps = max(self.steps, other.steps)
+        self.fallback_steps += other.fallback_steps
         self.client_flops += other.client_flops
         self.server_flops += other.server_flops
         self.loss_sum += other.loss_sum

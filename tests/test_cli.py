@@ -20,6 +20,8 @@ CASES = [
     (["--dataset", "mnist"], "dataset 'mnist' needs --data-root"),
     (["--partition", "zipf"], "unknown partition 'zipf'; allowed:"),
     (["--lr", "fast"], "lr: cannot use 'fast'"),
+    (["--algo", "super_sfl", "--fusion", "mean"], "unknown fusion 'mean'; allowed: full, no_loss, no_depth, equal"),
+    (["--algo", "super_sfl", "--server-availability", "2"], "server_availability must be in [0, 1], got 2"),
 ]
 
 

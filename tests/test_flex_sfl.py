@@ -154,9 +154,9 @@ def test_fed_aggregate_hilo_by_hand():
     # round 1: client 0 trains; no aggregation yet (tau_c = tau_e = 2), it keeps its model
     assert algo.fed_aggregate(fed, 1, [], [ClientUpdate(0, _st(0, 1.0), 8)]) is None
     assert set(fed.own) == {0}
-    state, charged = algo.fed_client_state(fed, 0)
+    state, charged = algo.fed_client_state(fed, 0, 1)
     assert state["blocks.0.w"][0] == 1.0 and not charged          # its own copy: no download
-    state, charged = algo.fed_client_state(fed, 1)
+    state, charged = algo.fed_client_state(fed, 1, 1)
     assert state["blocks.0.w"][0] == 0.0 and charged               # the initial model: a download
     # round 2: client 2 trains (cut 2); both aggregations happen
     servers = [{**_st(1, 2.0), **_st(2, 2.0)}, _st(2, 4.0)]         # edge 0 holds blocks 1.., edge 1 blocks 2..
@@ -170,9 +170,9 @@ def test_fed_aggregate_hilo_by_hand():
     # edges: D_0 = 40, D_1 = 40; block 1 held only by edge 0 -> 2.0; block 2 -> (2*40 + 4*40)/80 = 3
     assert merged["blocks.1.w"][0] == pytest.approx(2.0) and merged["blocks.2.w"][0] == pytest.approx(3.0)
     # after the aggregation every cluster member downloads the new cluster model once
-    _, charged = algo.fed_client_state(fed, 0)
+    _, charged = algo.fed_client_state(fed, 0, 1)
     assert charged
-    _, charged_again = algo.fed_client_state(fed, 0)
+    _, charged_again = algo.fed_client_state(fed, 0, 1)
     assert not charged_again
 
 

@@ -27,11 +27,15 @@ def test_same_seed_identical_rows(quick):
     assert _tables(c.run_dir)[0] != _tables(a.run_dir)[0]
 
 
-@pytest.mark.parametrize("algo", ["splitfed_v2", "psl"])
-def test_resume_matches_uninterrupted(quick, algo):
+@pytest.mark.parametrize("algo,extra", [
+    ("splitfed_v2", {}), ("psl", {}),
+    pytest.param("super_sfl", {"model": "cnn", "super_sfl": {"server_availability": 0.5}}, marks=pytest.mark.slow),
+])
+def test_resume_matches_uninterrupted(quick, algo, extra):
     """splitfed_v2 carries server optimizer momentum across rounds; psl keeps per-client
-    client-side models: both must survive the checkpoint."""
-    kw = dict(algo=algo, clients=5, clients_per_round=3, momentum=0.9)
+    client-side models; super_sfl keeps per-client classifiers and an availability schedule:
+    all must survive the checkpoint."""
+    kw = dict(algo=algo, clients=5, clients_per_round=3, momentum=0.9, **extra)
     straight = raysfl.run(quick(rounds=4, **kw))
     first = raysfl.run(quick(rounds=2, **kw))
     assert len(first.metrics) == 2

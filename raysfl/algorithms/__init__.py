@@ -7,11 +7,13 @@ from raysfl.algorithms.centralized import Centralized
 from raysfl.algorithms.fedavg import FedAvg, FedProx
 from raysfl.algorithms.flex_sfl import FlexSFL
 from raysfl.algorithms.splitfed import ParallelSplitLearning, SplitFedV1, SplitFedV2, SplitLearning
+from raysfl.algorithms.super_sfl import SuperSFL
 from raysfl.errors import ConfigError
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     cls.name: cls
-    for cls in (FedAvg, FedProx, SplitLearning, SplitFedV1, SplitFedV2, ParallelSplitLearning, FlexSFL, Centralized)
+    for cls in (FedAvg, FedProx, SplitLearning, SplitFedV1, SplitFedV2, ParallelSplitLearning, FlexSFL, SuperSFL,
+                Centralized)
 }
 
 

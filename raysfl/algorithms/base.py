@@ -8,7 +8,10 @@ driver (once per run)                ``setup`` (plain data from the federation c
 driver (planning, once per round)    ``select``, ``assign_cuts``, ``assign_servers``,
                                      ``sync_servers``, ``round_info``, ``round_sim_time``
 client actor (per local step)        ``client_loss`` (local loss when a client trains the
-                                     whole model), ``client_regularizer`` (e.g. FedProx)
+                                     whole model), ``client_regularizer`` (e.g. FedProx),
+                                     ``client_head``, ``client_forward``, ``client_backward``,
+                                     ``client_fallback``, ``client_report`` (SuperSFL's TPGF
+                                     and local-classifier fallback)
 server actor (per group step)        ``server_step``, ``server_updates_per_step``
 fed server (per round)               ``fed_client_state`` (what a client starts from),
                                      ``fed_aggregate`` (default: ``aggregate``, FedAvg
@@ -21,7 +24,7 @@ registered in ``raysfl/algorithms/__init__.py``, plus one example.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
@@ -63,6 +66,7 @@ class ClientUpdate:
     state: dict[str, np.ndarray]   # the blocks it trained
     weight: float                  # its sample count this round
     late: bool = False             # missed its round's deadline; aggregated one round later
+    report: dict = field(default_factory=dict)  # the algorithm's ``client_report`` (e.g. losses, depth)
 
 
 class Algorithm:
@@ -78,6 +82,9 @@ class Algorithm:
     apply_late_updates: ClassVar[bool] = False  # True: updates that missed the real-time deadline join the
                                                 # next round's aggregation (False: they are dropped)
     distributed: ClassVar[bool] = True         # False: runs in one process (centralized)
+    server_loss_to_client: ClassVar[bool] = False  # True: the server's reply carries its loss too
+    survives_server_loss: ClassVar[bool] = False   # True: clients whose server dies or stays silent go on
+                                                   # (``client_fallback``) instead of failing the round
     # Settings this algorithm's paper uses, applied when the user does not set them
     # (CLI, config files and ``config_from_kwargs``; a ``Config(...)`` built in Python is taken as is).
     config_defaults: ClassVar[dict] = {}
@@ -94,6 +101,14 @@ class Algorithm:
     def setup(self, ctx: FederationContext) -> None:
         """Called once on the driver before the actors start; keep only plain data (it is
         pickled into every actor)."""
+
+    def wants_calibration(self) -> bool:
+        """True if the algorithm needs each client's measured (memory GB, latency s), taken
+        once by the client actors after they start (SuperSFL's ``allocation=measured``)."""
+        return False
+
+    def calibrate(self, profile: dict[int, tuple[float, float]]) -> None:
+        """Receive the measured (memory GB, latency s) per client (driver side)."""
 
     def client_info(self, client: int) -> dict:
         """Extra per-client facts written to ``clients.json`` (e.g. edge cluster)."""
@@ -136,6 +151,11 @@ class Algorithm:
         none; they sit the round out."""
         return []
 
+    def servers_down(self, rnd: int) -> set[int]:
+        """Server actors the algorithm's own availability model takes off line in round ``rnd``
+        (SuperSFL's server availability, Table III); handled like ``unavailable:`` faults."""
+        return set()
+
     def round_sim_time(self, client_times: list[float]) -> float:
         """Simulated length of the round from its clients' times (max; sum if sequential)."""
         return round_time(client_times, sequential=self.sequential)
@@ -149,6 +169,42 @@ class Algorithm:
                            anchor: dict[str, torch.Tensor]) -> torch.Tensor | None:
         """Extra term added to the client's objective; ``anchor`` = state at round start."""
         return None
+
+    def client_head(self, cut: int, act_shape: tuple[int, ...], num_classes: int) -> torch.nn.Module | None:
+        """A client-side classifier on the smashed data of depth ``cut`` (SuperSFL), or None."""
+        return None
+
+    def server_timeout_s(self) -> float | None:
+        """How long a client waits for its server's answer before ``client_fallback`` (None:
+        as long as it takes; a dead server still counts as no answer)."""
+        return None
+
+    def client_forward(self, a, acts: torch.Tensor, y: torch.Tensor) -> None:
+        """Right after a client's forward pass, before the smashed data leaves (e.g. TPGF's
+        phase 1). ``a`` is the client's round state (``part``, ``opt``, ``head``,
+        ``head_opt``, ``cut``, ``extra``, ``stats``)."""
+
+    def client_backward(self, a, acts: torch.Tensor, grad: torch.Tensor, server_loss: float | None) -> None:
+        """Update the client-side part from the server's gradient at the cut (default: plain
+        back-propagation plus ``client_regularizer``)."""
+        reg = self.client_regularizer(a.part, a.anchor)
+        if reg is not None:
+            # d/dw [<a, g> + reg] = backprop of the server's gradient plus the regulariser's
+            (acts * grad).sum().add(reg).backward()
+        else:
+            acts.backward(grad)
+        a.opt.step()
+        a.opt.zero_grad(set_to_none=True)
+
+    def client_fallback(self, a, acts: torch.Tensor) -> bool:
+        """A step without the server's answer (it timed out, died, or is unavailable this
+        round). Return True if the client trained (counted as a fallback step), False if it
+        cannot go on without its server (it drops out of the round: the default)."""
+        return False
+
+    def client_report(self, a) -> dict:
+        """Extra facts sent with the client's update to ``fed_aggregate`` (``ClientUpdate.report``)."""
+        return {}
 
     # ----------------------------------------------------------------- server hooks
     def server_step(self, server, batches):
@@ -166,8 +222,8 @@ class Algorithm:
         return 1
 
     # ----------------------------------------------------------------- fed hooks
-    def fed_client_state(self, fed, client: int) -> tuple[dict[str, np.ndarray] | None, bool]:
-        """(state the client starts the round from, or None for the global model; whether
+    def fed_client_state(self, fed, client: int, cut: int) -> tuple[dict[str, np.ndarray] | None, bool]:
+        """(state client ``client``, running blocks [0, ``cut``) this round, starts from, or None for the global model; whether
         receiving it costs a download). ``fed`` is the :class:`~raysfl.runtime.fed_actor.FedState`.
         Default: without client aggregation a client keeps its own model (no download)."""
         if not self.aggregate_clients and client in fed.own:

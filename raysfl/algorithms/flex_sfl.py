@@ -169,7 +169,7 @@ class FlexSFL(Algorithm):
         cut = self.das.cluster_cut[n]
         return {k: v for k, v in fed.global_state.items() if _block(k) < cut}
 
-    def fed_client_state(self, fed, client: int):
+    def fed_client_state(self, fed, client: int, cut: int):
         """A client continues from its own submodel; after an intra-cluster aggregation it
         downloads the cluster's (once per aggregation: eq. 23's broadcast)."""
         if client in fed.own:

@@ -71,7 +71,7 @@ def run_centralized(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
             "bytes_params_up": 0, "bytes_params_down": 0, "client_flops": 0.0,
             "server_flops": samples * flops_per_sample, "sim_time_s": sim,
             "sim_time_total_s": counters["sim_total"], "wall_time_s": wall,
-            "wall_time_total_s": counters["wall_total"], "completed": 0, "failures": 0, "restarts": 0,
+            "wall_time_total_s": counters["wall_total"], "completed": 0, "fallback_steps": 0, "failures": 0, "restarts": 0,
             "retries": 0, "dropped": 0, "late_applied": 0, "skipped": 0, "fallbacks": 0,
         }
         logger.log_round(row, [])

@@ -40,11 +40,19 @@ def sample_stream(indices: np.ndarray, client: int, seed: int, start: int, count
 
 
 class _Active:
-    """A virtual client during a round: its client-side part, optimizer, stream and stats."""
+    """A virtual client during a round: its client-side part, optimizer, stream and stats.
 
-    def __init__(self, client, cut, steps, batch, stream_pos, part, opt, anchor, stats):
+    Algorithms with a client-side classifier (SuperSFL) also get ``head``/``head_opt``;
+    ``extra`` is scratch space for their client hooks; ``local`` marks a round in which the
+    client's server is unavailable (every step is a fallback step)."""
+
+    def __init__(self, client, cut, steps, batch, stream_pos, part, opt, anchor, stats,
+                 head=None, head_opt=None, local=False):
         self.client, self.cut, self.steps, self.batch = client, cut, steps, batch
         self.stream_pos, self.part, self.opt, self.anchor, self.stats = stream_pos, part, opt, anchor, stats
+        self.head, self.head_opt, self.local = head, head_opt, local
+        self.fwd_flops = 0.0  # forward FLOPs per sample of its client-side part (hooks that add passes count them)
+        self.extra: dict = {}
         self.pending: torch.Tensor | None = None  # activations awaiting their gradient
         self.failed = False  # its server died or dropped it: it stops and its update is not used
 
@@ -62,6 +70,7 @@ class ClientActor:
         self.active: dict[int, _Active] = {}
         self.deadline: float | None = None  # epoch seconds (--round-deadline-s)
         self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
+        self._act_shapes: dict[int, tuple[int, ...]] = {}
 
     def ping(self) -> str:
         return self.incarnation
@@ -72,13 +81,32 @@ class ClientActor:
 
         return rss_bytes()
 
+    def probe(self, server, batch: int) -> dict:
+        """Measure this actor's device once (SuperSFL, Sec. II-A): memory available to it
+        (GB, from /proc/meminfo) and latency = a forward pass of a small dummy CNN on one
+        batch plus a round trip of its activation to ``server`` (seconds)."""
+        import ray
+
+        from raysfl.runtime.probe import available_memory_bytes
+
+        c = self.ds.input_shape[0]
+        dummy = torch.nn.Sequential(torch.nn.Conv2d(c, 8, 3, padding=1), torch.nn.ReLU(),
+                                    torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU())
+        x = torch.zeros((batch, *self.ds.input_shape))
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            act = pack(dummy(x))
+        ray.get(server.echo.remote(act.data))
+        return {"memory_gb": available_memory_bytes() / 2**30, "latency_s": time.perf_counter() - t0}
+
     # ------------------------------------------------------------------ round life cycle
     def begin_round(self, plan: dict[int, dict], models: dict) -> None:
         """Materialise the round's clients: plan[c] = {cut, steps, batch, stream_pos}.
 
         ``models`` = {"global": state, "own": {client: state}, "charged": [client, ...]}: a
         client loads its own start state when it has one (e.g. PSL, FLEX-SFL), otherwise the
-        global one; receiving it counts as a download for the clients in "charged".
+        global one; receiving it counts as a download for the clients in "charged" (the
+        client-side part only: a client-side classifier, ``head.*`` keys, never travels).
         ``plan[c]["delay_s"]`` makes client c a real straggler: the actor sleeps (the longest
         delay of its clients) before any of them starts.
         """
@@ -96,12 +124,35 @@ class ClientActor:
             part.train()
             opt = torch.optim.SGD(part.parameters(), lr=p["lr"], momentum=self.cfg.momentum,
                                   weight_decay=self.cfg.weight_decay)
+            head, head_opt = self._head(c, p["cut"], src), None
+            if head is not None:
+                head_opt = torch.optim.SGD(head.parameters(), lr=p["lr"], momentum=self.cfg.momentum,
+                                           weight_decay=self.cfg.weight_decay)
             anchor = {k: v.detach().clone() for k, v in part.named_parameters()}
             stats = ClientRoundStats(client=c, cut=p["cut"], samples=0)
             if c in models["charged"]:
                 stats.traffic.params_down += state_nbytes(arrays)
                 stats.traffic.messages += 1
-            self.active[c] = _Active(c, p["cut"], p["steps"], p["batch"], p["stream_pos"], part, opt, anchor, stats)
+            self.active[c] = _Active(c, p["cut"], p["steps"], p["batch"], p["stream_pos"], part, opt, anchor, stats,
+                                     head, head_opt, bool(p.get("local")))
+            self.active[c].fwd_flops = float(sum(self.flops[:p["cut"]]))
+
+    def _head(self, client: int, cut: int, src: dict) -> torch.nn.Module | None:
+        """The client's classifier (``Algorithm.client_head``): its saved state if it has one,
+        else a fresh one initialised from (seed, client)."""
+        if cut not in self._act_shapes:
+            with torch.no_grad():
+                x = torch.zeros((1, *self.ds.input_shape), device=self.device)
+                self._act_shapes[cut] = tuple(self.model.to(self.device).part(0, cut)(x).shape[1:])
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.cfg.seed * 1_000_003 + client)
+            head = self.algo.client_head(cut, self._act_shapes[cut], self.ds.num_classes)
+        if head is None:
+            return None
+        saved = {k[5:]: torch.from_numpy(np.array(v)) for k, v in src.items() if k.startswith("head.")}
+        if saved:
+            head.load_state_dict(saved, strict=True)
+        return head.to(self.device).train()
 
     def _next_batch(self, a: _Active) -> tuple[torch.Tensor, torch.Tensor]:
         idx = sample_stream(self.parts[a.client], a.client, self.cfg.seed, a.stream_pos, a.batch)
@@ -113,34 +164,35 @@ class ClientActor:
 
     def _client_flops(self, a: _Active, n: int) -> float:
         # forward + backward ~= 3x the forward FLOPs of the client-side blocks
-        return 3.0 * n * float(sum(self.flops[:a.cut]))
+        return 3.0 * n * a.fwd_flops
 
     def _apply_grads(self, grad_refs: list) -> None:
-        """Apply the gradients that arrived; a client still waiting for one lost its server."""
-        for payload in fetch(grad_refs):
+        """Apply the gradients that arrived. A client still waiting for one lost its server
+        (dead, dropped it at a deadline, or silent past ``Algorithm.server_timeout_s``): it
+        takes a fallback step if its algorithm has one, otherwise it drops out of the round."""
+        timeout = self.algo.server_timeout_s()
+        waiting = any(a.pending is not None for a in self.active.values())
+        replies = fetch(grad_refs, time.time() + timeout if timeout is not None and waiting else None)
+        for payload in replies:
             if not payload:
-                continue  # that server died (or it had nothing for us)
-            for c, g in payload.items():
+                continue  # that server died, or is late (or it had nothing for us)
+            for c, r in payload.items():
                 a = self.active.get(c)
                 if a is None or a.pending is None:
                     continue
-                a.stats.traffic.grad_down += g.nbytes
+                a.stats.traffic.grad_down += r.nbytes
                 a.stats.traffic.messages += 1
-                grad = unpack(g, self.device)
-                loss = a.pending
-                reg = self.algo.client_regularizer(a.part, a.anchor)
-                if reg is not None:
-                    # d/dw [<a, g> + reg] = backprop of the server's gradient plus the regulariser's
-                    (loss * grad).sum().add(reg).backward()
-                else:
-                    loss.backward(grad)
-                a.opt.step()
-                a.opt.zero_grad(set_to_none=True)
-                a.pending = None
+                acts, a.pending = a.pending, None
+                self.algo.client_backward(a, acts, unpack(r.grad, self.device), r.loss)
         past = self.deadline is not None and time.time() > self.deadline
         for a in self.active.values():
-            if a.pending is not None:  # no gradient came back: its server is dead or dropped it (deadline)
-                a.pending, a.failed, a.stats.failed = None, True, True
+            if a.pending is None:
+                continue
+            acts, a.pending = a.pending, None
+            if not past and self.algo.client_fallback(a, acts):
+                a.stats.fallback_steps += 1
+            else:  # no gradient came back: its server is dead or dropped it (deadline)
+                a.failed, a.stats.failed = True, True
                 a.stats.late = a.stats.late or past
 
     def exchange(self, step: int, dests: list[int], routes: dict[int, int], grad_refs: list):
@@ -149,22 +201,30 @@ class ClientActor:
         ``routes[c]`` is the destination server of client c; the result holds one payload
         ({client: Smashed}) per entry of ``dests``, in that order. ``grad_refs`` are the
         previous step's gradient payloads (ObjectRefs, fetched here so a dead server only
-        costs its own clients).
+        costs its own clients). Clients planned ``local`` (their server is unavailable this
+        round) take the step on their own, with ``Algorithm.client_fallback``.
         """
         self._apply_grads(grad_refs)
         self._check_deadline()
         out: dict[int, dict[int, Smashed]] = {d: {} for d in dests}
         for c, a in self.active.items():
-            if step >= a.steps or c not in routes or a.failed:
+            if step >= a.steps or a.failed or (c not in routes and not a.local):
                 continue
             x, y = self._next_batch(a)
             acts = a.part(x)
+            a.stats.client_flops += self._client_flops(a, len(y))
+            a.stats.steps += 1
+            self.algo.client_forward(a, acts, y)
+            if a.local:
+                if self.algo.client_fallback(a, acts):
+                    a.stats.fallback_steps += 1
+                else:
+                    a.failed, a.stats.failed = True, True
+                continue
             a.pending = acts
             s = Smashed(c, a.cut, pack(acts, self.cfg.transfer_dtype), y.cpu().numpy())
             a.stats.traffic.smashed_up += s.nbytes
             a.stats.traffic.messages += 1
-            a.stats.client_flops += self._client_flops(a, len(y))
-            a.stats.steps += 1
             out[routes[c]][c] = s
         result = [out[d] for d in dests]
         return result if len(result) != 1 else result[0]
@@ -211,7 +271,9 @@ class ClientActor:
             if self.algo.aggregate_clients:
                 a.stats.traffic.params_up += state_nbytes(state)
                 a.stats.traffic.messages += 1
-            updates.append(ClientUpdate(c, state, float(a.stats.samples)))
+            if a.head is not None:  # stays on the device in a deployment: parked, not counted as traffic
+                state.update({f"head.{k}": v for k, v in state_to_wire(a.head.state_dict()).items()})
+            updates.append(ClientUpdate(c, state, float(a.stats.samples), report=self.algo.client_report(a)))
             stats.append(a.stats)
         self.active = {}
         return updates, stats

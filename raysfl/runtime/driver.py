@@ -40,10 +40,11 @@ class ClientPlan:
     lr: float = 0.0
     delay_s: float = 0.0  # real straggler delay (the client actor sleeps)
     deadline: float | None = None  # epoch seconds: the round's real-time deadline
+    local: bool = False  # its server is unavailable this round: it trains alone (Algorithm.client_fallback)
 
     def as_dict(self) -> dict:
         return {"cut": self.cut, "steps": self.steps, "batch": self.batch, "stream_pos": self.stream_pos,
-                "lr": self.lr, "delay_s": self.delay_s, "deadline": self.deadline}
+                "lr": self.lr, "delay_s": self.delay_s, "deadline": self.deadline, "local": self.local}
 
 
 @dataclass
@@ -211,7 +212,7 @@ class Federation:
             p.deadline = deadline
         self._weights = {c: float(p.steps * p.batch) for c, p in plans.items()}
         for j, srv in enumerate(self.servers):
-            srv.begin_round.remote({c: p.cut for c, p in plans.items() if server_of[c] == j},
+            srv.begin_round.remote({c: p.cut for c, p in plans.items() if server_of[c] == j and not p.local},
                                    self.cfg.lr_at(rnd), deadline)
         turns = [[c] for c in plans] if self.algo.sequential else ([list(plans)] if plans else [])
         stats_refs, stats_actor, markers = [], [], []
@@ -268,7 +269,9 @@ class Federation:
         for c in plans:
             if self.actor_of(c) in late_actors:
                 result.late.add(c)
-            elif self.actor_of(c) in result.dead_clients or server_of.get(c) in result.dead_servers:
+            elif self.actor_of(c) in result.dead_clients or (
+                    server_of.get(c) in result.dead_servers and not self.algo.survives_server_loss
+                    and not plans[c].local):
                 result.failed.add(c)
             elif c in result.stats and result.stats[c].late:
                 result.late.add(c)
@@ -323,10 +326,14 @@ class Federation:
         if self.algo.uses_cut:
             for s in range(max(p.steps for p in plans.values())):
                 sends: dict[tuple[int, int], object] = {}
+                local_refs = []
                 for i in actors:
-                    routes = {c: server_of[c] for c, p in by_actor[i].items() if p.steps > s}
+                    routes = {c: server_of[c] for c, p in by_actor[i].items() if p.steps > s and not p.local}
                     dests = sorted(set(routes.values()))
                     if not dests:
+                        if any(p.local and p.steps > s for p in by_actor[i].values()):  # only local work
+                            local_refs.append(self.clients[i].exchange.remote(s, [], routes, prev[i]))
+                            prev[i] = []
                         continue  # this actor's clients are done; its last grads wait for finish()
                     refs = self.clients[i].exchange.options(num_returns=len(dests)).remote(s, dests, routes, prev[i])
                     prev[i] = []
@@ -337,7 +344,8 @@ class Federation:
                     grads = self.servers[d].step.options(num_returns=len(srcs)).remote(s, [sends[(i, d)] for i in srcs])
                     for i, g in zip(srcs, _as_list(grads, len(srcs))):
                         prev[i].append(g)
-                markers.append([g for i in actors for g in prev[i]])
+                markers.append([g for i in actors for g in prev[i]] + local_refs)
+                self._aux += local_refs
         else:
             for i in actors:
                 self.clients[i].train_local.remote()
@@ -349,6 +357,15 @@ class Federation:
         if not markers:
             markers.append(stats_refs)
         return update_refs, stats_refs, actors, markers
+
+    def measure(self, batch: int) -> dict[int, tuple[float, float]]:
+        """(memory GB, latency s) per virtual client, measured once by its client actor
+        (clients sharing an actor share its measurement)."""
+        import ray
+
+        out = ray.get([a.probe.remote(self.servers[0], batch) for a in self.clients])
+        return {k: (out[self.actor_of(k)]["memory_gb"], out[self.actor_of(k)]["latency_s"])
+                for k in range(self.cfg.clients)}
 
     # ------------------------------------------------------------------ checkpoints
     def get_state(self) -> dict:

@@ -68,7 +68,7 @@ class FedActor:
         for plan in actor_plans:
             own, charged = {}, []
             for c in sorted(plan):
-                state, download = self.algo.fed_client_state(self.s, c)
+                state, download = self.algo.fed_client_state(self.s, c, plan[c])
                 if state is not None:
                     own[c] = state
                 if download:
@@ -101,19 +101,32 @@ class FedActor:
         self.s.last_clients = [u.client for u in updates]
         return self.algo.fed_aggregate(self.s, rnd, server_states, updates), len(late)
 
-    def _evaluate_state(self, state: dict[str, np.ndarray]) -> tuple[float, float]:
-        self.model.load_state_dict(wire_to_state(state, self.device))
-        return evaluate(self.model, self.ds.x_test, self.ds.y_test, self.ds.to_tensor, device=self.device)
-
     def evaluate(self) -> tuple[float, float, dict[str, float]]:
         """(test accuracy, test loss, extra metrics) per the algorithm's ``fed_evaluate``."""
-        return self.algo.fed_evaluate(self.s, self._evaluate_state)
+        return self.algo.fed_evaluate(self.s, Evaluator(self.model, self.ds, self.device))
 
     def get_state(self) -> dict:
         return self.s.to_dict()
 
     def load_state(self, state: dict) -> None:
         self.s = FedState.from_dict(state)
+
+
+class Evaluator:
+    """Test-set evaluation for ``fed_evaluate``: ``ev(state)`` evaluates a full-model state
+    dict; ``ev.module(m)`` any module mapping inputs to logits (e.g. a client's encoder prefix
+    plus its own classifier, built on ``ev.model``)."""
+
+    def __init__(self, model, ds, device):
+        self.model, self.ds, self.device = model, ds, device
+        self.input_shape, self.num_classes = ds.input_shape, ds.num_classes
+
+    def __call__(self, state: dict[str, np.ndarray]) -> tuple[float, float]:
+        self.model.load_state_dict(wire_to_state(state, self.device))
+        return self.module(self.model)
+
+    def module(self, m) -> tuple[float, float]:
+        return evaluate(m.to(self.device), self.ds.x_test, self.ds.y_test, self.ds.to_tensor, device=self.device)
 
 
 def _block(key: str) -> int:

@@ -1,4 +1,5 @@
-"""Memory probes for soak tests: a process's resident set and the object store's use."""
+"""Memory probes: a process's resident set and the object store's use (soak tests), and the
+memory a device has free (SuperSFL's measured allocation)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,18 @@ def rss_bytes() -> int:
     except OSError:
         pass
     return 0
+
+
+def available_memory_bytes() -> int:
+    """Memory available to new work on this machine (Linux MemAvailable; else total)."""
+    try:
+        with open("/proc/meminfo") as f:
+            fields = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if ":" in line}
+        return fields.get("MemAvailable", fields.get("MemTotal", 0))
+    except (OSError, ValueError, IndexError):
+        import os
+
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def object_store_usage() -> tuple[int, int]:

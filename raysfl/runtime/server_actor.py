@@ -18,7 +18,7 @@ import torch
 from raysfl.aggregation import weighted_average
 from raysfl.runtime.placement import device_for_actor, set_threads
 from raysfl.runtime.refs import fetch
-from raysfl.transport import ClientRoundStats, pack, state_to_wire, unpack, wire_to_state
+from raysfl.transport import ClientRoundStats, GradReply, pack, state_to_wire, unpack, wire_to_state
 
 
 class ServerState:
@@ -62,6 +62,10 @@ class ServerActor:
         from raysfl.runtime.probe import rss_bytes
 
         return rss_bytes()
+
+    def echo(self, activation) -> int:
+        """Answer a calibration probe (SuperSFL's measured allocation): the bytes received."""
+        return int(activation.nbytes)
 
     def begin_round(self, cuts: dict[int, int], lr: float | None = None, deadline: float | None = None) -> None:
         """Note the round's clients and cuts; give each client its own copy if V1-style."""
@@ -110,7 +114,8 @@ class ServerActor:
         grads, losses = self.algo.server_step(self.s, batches)
         passes = self.algo.server_updates_per_step()
         for c, cut, _, y in batches:
-            out[owner[c]][c] = pack(grads[c], self.cfg.transfer_dtype)
+            loss = float(losses[c]) if self.algo.server_loss_to_client else None
+            out[owner[c]][c] = GradReply(pack(grads[c], self.cfg.transfer_dtype), loss)
             st = self.stats[c]
             st.server_flops += passes * 3.0 * len(y) * float(sum(self.flops[cut:]))
             st.loss_sum += losses[c] * len(y)
