@@ -232,7 +232,8 @@ def _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir, faults) -> N
     for c, p in plans.items():
         counters["stream_pos"][c] = p.stream_pos + p.steps * p.batch
     row, client_rows = round_metrics(cfg, algo, rnd, res.stats, ctx, result, wall, counters,
-                                     sim_delay=sim_delay, included=set(include), events=events)
+                                     sim_delay=sim_delay, included=set(include), events=events,
+                                     server_metrics=res.server_metrics)
     logger.log_round(row, client_rows)
     bad = sorted(c for c, st in res.stats.items() if st.loss_count and not math.isfinite(st.loss_sum))
     if bad:  # stop before this round's state reaches a checkpoint; the previous one resumes
@@ -263,11 +264,13 @@ def _included(cfg, res, ctx, sim_delay) -> list[int]:
 EVENT_COLUMNS = ("failures", "restarts", "retries", "dropped", "late_applied", "skipped", "fallbacks")
 
 
-def round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters, sim_delay=None, included=None, events=None):
+def round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters, sim_delay=None, included=None, events=None,
+                  server_metrics=None):
     """The metrics.parquet row and clients.parquet rows of one round.
 
     ``sim_delay``: simulated straggler delay per client; ``included``: clients whose update
-    was aggregated (default: all); ``events``: fault counts (EVENT_COLUMNS).
+    was aggregated (default: all); ``events``: fault counts (EVENT_COLUMNS);
+    ``server_metrics``: the servers' recorded figures (``Algorithm.server_metric_names``).
     """
     server_speed = cfg.devices.server_tflops * 1e12
     sim_delay = sim_delay or {}
@@ -315,6 +318,7 @@ def round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters, sim_delay=
         **{k: int((events or {}).get(k, 0)) for k in EVENT_COLUMNS},
     }
     row.update(algo.round_info(rnd))
+    row.update({k: float((server_metrics or {}).get(k, nan)) for k in algo.server_metric_names()})
     row.update({k: float(extras.get(k, nan)) for k in algo.eval_metric_names()})
     return row, client_rows
 

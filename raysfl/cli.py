@@ -40,6 +40,17 @@ _SHORT_HELP = {
     "server_timeout_s": "SuperSFL: seconds a client waits for the server before a fallback step",
     "server_availability": "SuperSFL: fraction of rounds in which the server answers (Table III)",
     "availability_rounds": "SuperSFL: rounds in which the server answers, e.g. 1-10,15",
+    "optimizer": "sgd | adamw, for every optimizer of the run",
+    "server_lr": "learning rate of the server side (default: --lr)",
+    "grad_angles": "record grad_angle_deg: mean pairwise angle of the clients' server-side gradients",
+    "k_min": "GAPSL eq. 2: lowest share of clients in the leader gradient",
+    "k_max": "GAPSL eq. 2: highest share of clients in the leader gradient",
+    "time_scaling": "GAPSL eq. 2's t/T factor (--no-time-scaling: Algorithm 1 as printed)",
+    "gda_eta": "GAPSL eq. 6: threshold = mean - eta * std of the angles to the leader",
+    "gda_lambda": "GAPSL eq. 7: alignment strength (5e-4 VGG-16, 3e-5 ViT)",
+    "gda_reduction": "GAPSL eq. 8 over the selected clients: sum | mean",
+    "lgi": "GAPSL leader gradient: lgi | none (Non-LGI) | random (Rand-LGI)",
+    "gda": "GAPSL alignment: gda | none (Non-GDA) | random (Rand-GDA)",
     "faults": "fault schedule, comma-separated ACTION:ROLE[:key=value...] items, e.g. "
               "kill:client:round=3,delay:client:p=0.3:seconds=2 (docs/reliability.md)",
 }

@@ -84,6 +84,9 @@ class Config:
     lr_decay: float = 1.0  # learning rate of round t = lr * lr_decay ** (t - 1) (FLEX-SFL's Table 2: 0.98)
     momentum: float = 0.9
     weight_decay: float = 0.0
+    optimizer: str = "sgd"           # sgd | adamw (every optimizer of the run; raysfl/optim.py)
+    server_lr: float | None = None   # the server side's learning rate (None: lr); GAPSL's 0.01 vs 0.005
+    grad_angles: bool = False        # record the mean pairwise angle of the clients' server-side gradients
     partition: str = "iid"
     alpha: float = 0.5
     classes_per_client: int = 2
@@ -110,8 +113,13 @@ class Config:
     algo_params: Any = None  # the algorithm's params dataclass, filled by resolve()
 
     def lr_at(self, rnd: int) -> float:
-        """Learning rate of round ``rnd`` (1-based) for every optimizer of the run."""
+        """Learning rate of round ``rnd`` (1-based) for the client side (and the server side
+        unless ``server_lr`` is set)."""
         return self.lr * self.lr_decay ** (rnd - 1)
+
+    def server_lr_at(self, rnd: int) -> float:
+        """Learning rate of round ``rnd`` for the server side."""
+        return (self.server_lr if self.server_lr is not None else self.lr) * self.lr_decay ** (rnd - 1)
 
     @property
     def selected_per_round(self) -> int:

@@ -16,6 +16,7 @@ from raysfl.config import SECTIONS, TRANSFER_DTYPES, Config, coerce
 from raysfl.data import DATASETS, PARTITIONERS, check_dataset_args, dataset_info
 from raysfl.errors import ConfigError
 from raysfl.models import MODELS, build_model
+from raysfl.optim import OPTIMIZERS
 
 
 def from_dict(data: dict, base: Config | None = None) -> Config:
@@ -96,6 +97,8 @@ def validate(cfg: Config) -> Config:
     _check(cfg.alpha > 0, f"alpha must be > 0, got {cfg.alpha}")
     _check(cfg.batch_size >= 1, f"batch-size must be >= 1, got {cfg.batch_size}")
     _check(cfg.lr > 0, f"lr must be > 0, got {cfg.lr}")
+    _check(cfg.server_lr is None or cfg.server_lr > 0, f"server-lr must be > 0, got {cfg.server_lr}")
+    _check(cfg.optimizer in OPTIMIZERS, f"unknown optimizer '{cfg.optimizer}'; allowed: {', '.join(OPTIMIZERS)}")
     _check(0 < cfg.lr_decay <= 1, f"lr-decay must be in (0, 1] (1 = constant), got {cfg.lr_decay}")
     _check(0 <= cfg.momentum < 1, f"momentum must be in [0, 1), got {cfg.momentum}")
     _check(cfg.local_epochs > 0, f"local-epochs must be > 0, got {cfg.local_epochs}")

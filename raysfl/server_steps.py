@@ -1,6 +1,8 @@
 """Server-side training steps on a group of smashed batches (pure PyTorch, no Ray).
 
-Two shapes cover the spine's baselines, and later algorithms build on them:
+Two shapes cover the spine's baselines, and later algorithms build on them (plus
+:func:`per_client_gradients`, each client's own gradient of the shared server-side model,
+batched over the group, for GAPSL and the gradient-angle metric):
 
 * :func:`shared_server_step` -- one server-side model shared by the whole group (SplitFed
   V2, PSL, vanilla SL). The group's smashed data is concatenated per cut into ONE
@@ -16,8 +18,11 @@ training alone with the server -- so client step sizes do not shrink with group 
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from raysfl.models import SplitModel
 
@@ -82,3 +87,87 @@ def per_client_server_step(models: dict[int, SplitModel], opts: dict[int, torch.
         grads[client] = x.grad
         losses[client] = loss.item()
     return grads, losses
+
+
+@contextlib.contextmanager
+def _batch_stats_only(module: nn.Module):
+    """BatchNorm layers normalise with each batch's own statistics and leave their running
+    statistics alone while inside (in-place buffer updates are not allowed under vmap)."""
+    saved = []
+    for m in module.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            saved.append((m, m.track_running_stats, m.running_mean, m.running_var, m.num_batches_tracked))
+            m.track_running_stats, m.running_mean, m.running_var, m.num_batches_tracked = False, None, None, None
+    try:
+        yield bool(saved)
+    finally:
+        for m, track, mean, var, count in saved:
+            m.track_running_stats, m.running_mean, m.running_var, m.num_batches_tracked = track, mean, var, count
+
+
+def per_client_gradients(model: SplitModel, batches: list[tuple[int, int, torch.Tensor, torch.Tensor]]):
+    """Each client's gradient of its own mean loss, for the whole group in one batched call.
+
+    ``torch.func.grad`` of a functional forward of the server-side blocks, ``vmap``-ed over
+    the clients (clients with equal batch sizes go through one vmap), with respect to both
+    the server-side parameters and the client's smashed data. The result equals one
+    backward pass per client (tests/test_gapsl.py); BatchNorm uses each client's batch
+    statistics, as in such a pass, and running statistics are not touched
+    (:func:`refresh_batch_norm_stats`). All clients must share one cut.
+
+    Returns (G: (clients, P) flat parameter gradients in ``batches`` order, {client: gradient
+    at its cut}, {client: loss}, parameter names in flattening order, whether the server
+    side has BatchNorm).
+    """
+    from torch.func import functional_call, grad, vmap
+
+    cuts = {b[1] for b in batches}
+    if len(cuts) != 1:
+        raise ValueError(f"per_client_gradients needs one cut for the group, got {sorted(cuts)}")
+    part = model.part(cuts.pop(), model.num_blocks)
+    names = [n for n, _ in part.named_parameters()]
+    params = {n: p.detach() for n, p in part.named_parameters()}
+
+    def loss_fn(p, x, y):
+        loss = F.cross_entropy(functional_call(part, p, (x,)), y)
+        return loss, loss
+
+    grad_fn = vmap(grad(loss_fn, argnums=(0, 1), has_aux=True), in_dims=(None, 0, 0))
+    by_size: dict[int, list[int]] = {}
+    for i, b in enumerate(batches):
+        by_size.setdefault(int(b[3].shape[0]), []).append(i)
+    flat: list[torch.Tensor] = [torch.empty(0)] * len(batches)
+    act_grads: dict[int, torch.Tensor] = {}
+    losses: dict[int, float] = {}
+    with _batch_stats_only(part) as has_bn:
+        for _, idx in sorted(by_size.items()):
+            x = torch.stack([batches[i][2].detach() for i in idx])
+            y = torch.stack([batches[i][3] for i in idx])
+            (g_params, g_x), loss = grad_fn(params, x, y)
+            for k, i in enumerate(idx):
+                flat[i] = torch.cat([g_params[n][k].reshape(-1) for n in names])
+                act_grads[batches[i][0]] = g_x[k]
+                losses[batches[i][0]] = float(loss[k])
+    return torch.stack(flat), act_grads, losses, names, has_bn
+
+
+@torch.no_grad()
+def refresh_batch_norm_stats(model: SplitModel, batches) -> None:
+    """Update BatchNorm running statistics with one forward of the group's concatenated
+    smashed data (what a shared forward pass would have done)."""
+    cut = batches[0][1]
+    model.part(cut, model.num_blocks)(torch.cat([b[2] for b in batches]))
+
+
+def apply_flat_gradient(model: SplitModel, opt: torch.optim.Optimizer, cut: int, names: list[str],
+                        flat: torch.Tensor) -> None:
+    """One optimizer step of the server-side blocks [cut, L) on a flat gradient vector laid
+    out as :func:`per_client_gradients` flattens parameters."""
+    opt.zero_grad(set_to_none=True)
+    params = dict(model.part(cut, model.num_blocks).named_parameters())
+    offset = 0
+    for n in names:
+        p = params[n]
+        p.grad = flat[offset:offset + p.numel()].view_as(p).to(p.dtype).clone()
+        offset += p.numel()
+    opt.step()

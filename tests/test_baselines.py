@@ -46,6 +46,7 @@ def test_splitfed_v1_equals_fedavg(quick):
         assert a["test_loss"] == pytest.approx(b["test_loss"], rel=1e-4)
 
 
+@pytest.mark.slow  # sequential turns are slow; CI runs the slow tests
 def test_sl_visits_clients_sequentially(quick):
     """Vanilla SL's simulated round is the sum of its clients' times, not the max."""
     result = raysfl.run(quick(algo="sl", rounds=1))

@@ -102,6 +102,7 @@ def test_cli_run_end_to_end(tmp_path):
     assert [r["round"] for r in pq.read_table(tmp_path / "cli" / "metrics.parquet").to_pylist()] == [1, 2, 3]
 
 
+@pytest.mark.slow  # a whole run; CI runs the slow tests
 def test_fractional_fake_gpus_fall_back_to_cpu(tmp_path):
     """Fractional GPU shares are placed by Ray (fake GPUs here); with no CUDA behind them the
     actors run on the CPU and the run completes."""

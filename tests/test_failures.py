@@ -7,6 +7,7 @@ import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 import raysfl
 
@@ -16,6 +17,7 @@ def _rows(path):
     return pq.read_table(pa.BufferReader(path.read_bytes())).to_pylist()
 
 
+@pytest.mark.slow  # two runs; CI runs the slow tests
 def test_killed_server_gives_run_failed_and_resume_continues(quick, ray_session, tmp_path):
     ray = ray_session
     cfg = quick(algo="splitfed_v2", rounds=200, name="victim")

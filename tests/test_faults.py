@@ -161,6 +161,7 @@ def test_real_deadline_bounds_round_time(quick):
     assert sum(r["dropped"] for r in res.metrics) >= 1
 
 
+@pytest.mark.slow  # a whole job; CI runs the slow tests
 def test_chaos_script_kills_a_running_jobs_actor(quick, ray_session, tmp_path):
     """cluster/chaos.py's functions find the run's named actors and kill one; the run survives."""
     import importlib.util

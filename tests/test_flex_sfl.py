@@ -249,6 +249,7 @@ def test_bad_knobs_are_one_line_errors(args, match, capsys):
 # ------------------------------------------------------------------ on Ray
 
 
+@pytest.mark.slow  # a whole run; CI runs the slow tests
 def test_flex_sfl_run_two_edge_servers(quick):
     import pyarrow.parquet as pq
 

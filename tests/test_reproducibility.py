@@ -28,13 +28,15 @@ def test_same_seed_identical_rows(quick):
 
 
 @pytest.mark.parametrize("algo,extra", [
-    ("splitfed_v2", {}), ("psl", {}),
+    ("splitfed_v2", {}), pytest.param("psl", {}, marks=pytest.mark.slow),
     pytest.param("super_sfl", {"model": "cnn", "super_sfl": {"server_availability": 0.5}}, marks=pytest.mark.slow),
+    pytest.param("gapsl", {"partition": "dirichlet", "alpha": 0.3, "gapsl": {"lgi": "random"}}, marks=pytest.mark.slow),
 ])
 def test_resume_matches_uninterrupted(quick, algo, extra):
     """splitfed_v2 carries server optimizer momentum across rounds; psl keeps per-client
-    client-side models; super_sfl keeps per-client classifiers and an availability schedule:
-    all must survive the checkpoint."""
+    client-side models; super_sfl keeps per-client classifiers and an availability schedule;
+    gapsl keeps the running dispersion range and a seeded random subset per step: all must
+    survive the checkpoint."""
     kw = dict(algo=algo, clients=5, clients_per_round=3, momentum=0.9, **extra)
     straight = raysfl.run(quick(rounds=4, **kw))
     first = raysfl.run(quick(rounds=2, **kw))

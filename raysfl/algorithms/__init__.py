@@ -6,13 +6,14 @@ from raysfl.algorithms.base import Algorithm, ClientUpdate, FederationContext, N
 from raysfl.algorithms.centralized import Centralized
 from raysfl.algorithms.fedavg import FedAvg, FedProx
 from raysfl.algorithms.flex_sfl import FlexSFL
+from raysfl.algorithms.gapsl import GAPSL
 from raysfl.algorithms.splitfed import ParallelSplitLearning, SplitFedV1, SplitFedV2, SplitLearning
 from raysfl.algorithms.super_sfl import SuperSFL
 from raysfl.errors import ConfigError
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     cls.name: cls
-    for cls in (FedAvg, FedProx, SplitLearning, SplitFedV1, SplitFedV2, ParallelSplitLearning, FlexSFL, SuperSFL,
+    for cls in (FedAvg, FedProx, SplitLearning, SplitFedV1, SplitFedV2, ParallelSplitLearning, FlexSFL, SuperSFL, GAPSL,
                 Centralized)
 }
 

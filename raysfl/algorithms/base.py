@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from raysfl.aggregation import weighted_average
-from raysfl.server_steps import per_client_server_step, shared_server_step
+from raysfl.server_steps import per_client_gradients, per_client_server_step, shared_server_step
 from raysfl.simclock import round_time
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -67,6 +67,17 @@ class ClientUpdate:
     weight: float                  # its sample count this round
     late: bool = False             # missed its round's deadline; aggregated one round later
     report: dict = field(default_factory=dict)  # the algorithm's ``client_report`` (e.g. losses, depth)
+
+
+def record_gradient_angle(server, grads: torch.Tensor) -> None:
+    """The mean pairwise angle between the clients' server-side gradients (GAPSL's footnote 2,
+    Fig. 3b), in degrees, as the ``grad_angle_deg`` metric."""
+    import math
+
+    from raysfl.algorithms.lgi import mean_pairwise_angle
+
+    if len(grads) > 1:
+        server.record("grad_angle_deg", math.degrees(mean_pairwise_angle(grads)))
 
 
 class Algorithm:
@@ -214,8 +225,21 @@ class Algorithm:
         optimizer, per-client models); ``batches`` a list of (client, cut, x, y).
         """
         if self.per_client_server:
-            return per_client_server_step(server.client_models, server.client_opts, batches)
+            out = per_client_server_step(server.client_models, server.client_opts, batches)
+            if self.cfg.grad_angles:  # each client's own copy holds its gradient right after its step
+                grads = [torch.cat([p.grad.reshape(-1) for p in server.client_models[c].part(cut, server.model.num_blocks)
+                                    .parameters() if p.grad is not None]) for c, cut, _, _ in batches]
+                record_gradient_angle(server, torch.stack(grads))
+            return out
+        if self.cfg.grad_angles and len({b[1] for b in batches}) == 1:
+            record_gradient_angle(server, per_client_gradients(server.model, batches)[0])
         return shared_server_step(server.model, server.opt, batches)
+
+    def server_metric_names(self) -> list[str]:
+        """Metric columns the server step fills with ``server.record(name, value)`` (round
+        means over steps and servers; NaN in a round without them). Default: the mean
+        pairwise angle of the clients' server-side gradients when ``--grad-angles`` is on."""
+        return ["grad_angle_deg"] if self.cfg.grad_angles else []
 
     def server_updates_per_step(self) -> int:
         """Optimizer updates the server makes per received batch (for FLOP accounting)."""

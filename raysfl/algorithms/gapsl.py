@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raysfl.algorithms.base import Algorithm
+from raysfl.algorithms.base import Algorithm, record_gradient_angle
 from raysfl.algorithms.gda import GDA_MODES, REDUCTIONS, server_update
-from raysfl.algorithms.lgi import LGI_MODES, leader_gradient, mean_pairwise_angle
+from raysfl.algorithms.lgi import LGI_MODES, leader_gradient
 from raysfl.errors import ConfigError
 from raysfl.server_steps import apply_flat_gradient, per_client_gradients, refresh_batch_norm_stats
 
@@ -90,7 +90,7 @@ class GAPSL(Algorithm):
         if has_bn:
             refresh_batch_norm_stats(server.model, batches)
         apply_flat_gradient(server.model, server.opt, batches[0][1], names, update)
-        server.record("grad_angle_deg", math.degrees(mean_pairwise_angle(grads)))
+        record_gradient_angle(server, grads)
         server.record("lgi_k", k)
         server.record("gda_kept", len(used) / len(batches))
         server.record("gda_threshold_deg", math.degrees(threshold))

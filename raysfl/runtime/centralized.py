@@ -14,6 +14,7 @@ import torch
 from raysfl import checkpoint
 from raysfl.evaluation import evaluate
 from raysfl.models import build_model
+from raysfl.optim import build_optimizer
 from raysfl.runtime.client_actor import sample_stream
 from raysfl.runtime.placement import set_threads
 from raysfl.transport import state_to_wire, wire_to_state
@@ -29,7 +30,7 @@ def run_centralized(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
     set_threads(cfg.resources.num_cpus or torch.get_num_threads())
     model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
     model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    opt = build_optimizer(model.parameters(), cfg, cfg.lr)
     pooled = np.sort(np.concatenate(parts))
     flops_per_sample = 3.0 * float(sum(ctx.block_flops))
     counters = {"pos": 0, "sim_total": 0.0, "wall_total": 0.0, "stream_pos": {}}

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from raysfl.algorithms.base import ClientUpdate
+from raysfl.optim import build_optimizer
 from raysfl.runtime.placement import device_for_actor, set_threads
 from raysfl.runtime.refs import fetch
 from raysfl.transport import ClientRoundStats, Smashed, pack, state_nbytes, state_to_wire, unpack
@@ -122,12 +123,9 @@ class ClientActor:
             arrays = {k: v for k, v in src.items() if k in keys}
             part.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}, strict=True)
             part.train()
-            opt = torch.optim.SGD(part.parameters(), lr=p["lr"], momentum=self.cfg.momentum,
-                                  weight_decay=self.cfg.weight_decay)
-            head, head_opt = self._head(c, p["cut"], src), None
-            if head is not None:
-                head_opt = torch.optim.SGD(head.parameters(), lr=p["lr"], momentum=self.cfg.momentum,
-                                           weight_decay=self.cfg.weight_decay)
+            opt = build_optimizer(part.parameters(), self.cfg, p["lr"])
+            head = self._head(c, p["cut"], src)
+            head_opt = build_optimizer(head.parameters(), self.cfg, p["lr"]) if head is not None else None
             anchor = {k: v.detach().clone() for k, v in part.named_parameters()}
             stats = ClientRoundStats(client=c, cut=p["cut"], samples=0)
             if c in models["charged"]:

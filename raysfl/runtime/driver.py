@@ -58,6 +58,7 @@ class RoundResult:
     dead_servers: set[int] = field(default_factory=set)
     fed_restarted: bool = False
     restarted: int = 0  # servers Ray restarted during the round (put back to the snapshot)
+    server_metrics: dict[str, float] = field(default_factory=dict)  # round means of ServerState.record
 
 
 def local_steps(cfg, n_samples: int) -> tuple[int, int]:
@@ -212,8 +213,9 @@ class Federation:
             p.deadline = deadline
         self._weights = {c: float(p.steps * p.batch) for c, p in plans.items()}
         for j, srv in enumerate(self.servers):
-            srv.begin_round.remote({c: p.cut for c, p in plans.items() if server_of[c] == j and not p.local},
-                                   self.cfg.lr_at(rnd), deadline)
+            self._aux.append(srv.begin_round.remote(
+                {c: p.cut for c, p in plans.items() if server_of[c] == j and not p.local},
+                self.cfg.server_lr_at(rnd), deadline, rnd))
         turns = [[c] for c in plans] if self.algo.sequential else ([list(plans)] if plans else [])
         stats_refs, stats_actor, markers = [], [], []
         for turn in turns:
@@ -226,11 +228,12 @@ class Federation:
             else:
                 self._pending_updates += list(zip(actors, u))
         self._sync = self.algo.sync_servers(rnd)
-        server_stats, self._server_states = [], []
+        server_stats, self._server_states, server_metrics = [], [], []
         for srv in self.servers:
-            state_ref, st_ref = srv.end_round.options(num_returns=2).remote(self._weights, self._sync)
+            state_ref, st_ref, m_ref = srv.end_round.options(num_returns=3).remote(self._weights, self._sync)
             self._server_states.append(state_ref)
             server_stats.append(st_ref)
+            server_metrics.append(m_ref)
         for role, index, step in sorted(kills, key=lambda k: k[2]):
             if step > 0 and markers:
                 ray.wait(markers[min(step, len(markers)) - 1], num_returns=len(markers[min(step, len(markers)) - 1]),
@@ -245,6 +248,9 @@ class Federation:
         fetch(self._aux, deadline)  # re-raises a bug in begin_round & co (deaths/lateness are seen below)
         client_out = fetch(stats_refs, deadline)
         server_out = fetch(server_stats)  # servers stop waiting at the deadline themselves
+        per_server = [m for m in fetch(server_metrics) if m]
+        result.server_metrics = {k: float(np.mean([m[k] for m in per_server if k in m]))
+                                 for k in sorted({k for m in per_server for k in m})}
         for actor, out in zip(stats_actor, client_out):
             if out is DEAD:
                 result.dead_clients.add(actor)

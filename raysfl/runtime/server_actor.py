@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from raysfl.aggregation import weighted_average
+from raysfl.optim import build_optimizer
 from raysfl.runtime.placement import device_for_actor, set_threads
 from raysfl.runtime.refs import fetch
 from raysfl.transport import ClientRoundStats, GradReply, pack, state_to_wire, unpack, wire_to_state
@@ -29,6 +30,13 @@ class ServerState:
         self.client_models: dict[int, torch.nn.Module] = {}
         self.client_opts: dict[int, torch.optim.Optimizer] = {}
         self.extra: dict = {}  # algorithm-specific state (kept across rounds, checkpointed)
+        self.round = 0  # the round being trained (1-based)
+        self.metrics: dict[str, list[float]] = {}  # this round's server-side figures (``record``)
+
+    def record(self, name: str, value: float) -> None:
+        """Note a server-side figure of this round; its round mean becomes the metric column
+        ``name`` (the algorithm lists it in ``server_metric_names``)."""
+        self.metrics.setdefault(name, []).append(float(value))
 
 
 class ServerActor:
@@ -37,7 +45,7 @@ class ServerActor:
 
         set_threads(cfg.resources.server_cpus)
         self.index, self.cfg, self.algo = index, cfg, algo
-        self.lr = cfg.lr
+        self.lr = cfg.server_lr if cfg.server_lr is not None else cfg.lr
         device = device_for_actor(gpus)
         model = build_model(cfg.model, input_shape, num_classes, seed=cfg.seed).to(device)
         model.train()
@@ -51,8 +59,7 @@ class ServerActor:
         self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
 
     def _optimizer(self, params):
-        return torch.optim.SGD(params, lr=self.lr, momentum=self.cfg.momentum,
-                               weight_decay=self.cfg.weight_decay)
+        return build_optimizer(params, self.cfg, self.lr)
 
     def ping(self) -> str:
         return self.incarnation
@@ -67,10 +74,12 @@ class ServerActor:
         """Answer a calibration probe (SuperSFL's measured allocation): the bytes received."""
         return int(activation.nbytes)
 
-    def begin_round(self, cuts: dict[int, int], lr: float | None = None, deadline: float | None = None) -> None:
+    def begin_round(self, cuts: dict[int, int], lr: float | None = None, deadline: float | None = None,
+                    rnd: int = 0) -> None:
         """Note the round's clients and cuts; give each client its own copy if V1-style."""
         self.cuts = dict(cuts)
         self.deadline = deadline
+        self.s.round, self.s.metrics = rnd, {}
         if lr is not None:  # the round's learning rate (--lr-decay)
             self.lr = lr
             for group in self.s.opt.param_groups:
@@ -123,7 +132,8 @@ class ServerActor:
         return out if len(out) != 1 else out[0]
 
     def end_round(self, weights: dict[int, float], export: bool = True):
-        """Average per-client copies (if any); return (server-side state, per-client stats).
+        """Average per-client copies (if any); return (server-side state, per-client stats,
+        {metric: round mean} of what the server step ``record``-ed).
 
         The state covers blocks [lo, L) with lo the lowest cut this server has served; it is
         empty when ``export`` is False (the algorithm does not sync servers this round) or
@@ -138,7 +148,8 @@ class ServerActor:
         state = {}
         if export and self.lo is not None:
             state = state_to_wire(self.s.model.part(self.lo, self.s.model.num_blocks).state_dict())
-        return state, [self.stats[c] for c in sorted(self.stats)]
+        metrics = {k: float(np.mean(v)) for k, v in self.s.metrics.items() if v}
+        return state, [self.stats[c] for c in sorted(self.stats)], metrics
 
     def load_shared(self, state: dict | None) -> None:
         """Adopt a merged server-side state from the fed server (keys it holds; others stay)."""
