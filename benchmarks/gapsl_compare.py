@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from sweep import evaluated, fmt, last_mean, run, start_ray, write_tables
+from sweep import evaluated, fmt, last_mean, mean_std, run, start_ray, write_tables
 
 COMMON = dict(dataset="digits", model="cnn", clients=10, partition="dirichlet", alpha=0.1, cut=2,
               local_epochs=1, batch_size=32, momentum=0.9, lr=0.005, server_lr=0.01, grad_angles=True)
@@ -25,13 +25,6 @@ ALGOS = {"gapsl": {}, "psl": {}, "splitfed_v2": {}, "splitfed_v1": {}}
 ABLATIONS = {"gapsl (Non-LGI)": {"lgi": "none"}, "gapsl (Rand-LGI)": {"lgi": "random"},
              "gapsl (Non-GDA)": {"gda": "none"}, "gapsl (Rand-GDA)": {"gda": "random"},
              "gapsl (mean, not sum)": {"gda_reduction": "mean"}}
-
-
-def _ms(values: list[float], spec: str = ".4f") -> str:
-    if not values:
-        return "—"
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{format(statistics.mean(values), spec)} ± {format(sd, spec)}"
 
 
 def main() -> None:
@@ -70,10 +63,10 @@ def main() -> None:
     for label, _, _ in variants:
         rs = [r for r in rows if r["algo"] == label]
         hits = [r["rounds_to_target"] for r in rs if r["rounds_to_target"] is not None]
-        lines.append(f"| {label} | {_ms([r['final_accuracy'] for r in rs])} | "
-                     f"{_ms([r['last10_accuracy'] for r in rs])} | {_ms([r['best_accuracy'] for r in rs])} | "
+        lines.append(f"| {label} | {mean_std([r['final_accuracy'] for r in rs])} | "
+                     f"{mean_std([r['last10_accuracy'] for r in rs])} | {mean_std([r['best_accuracy'] for r in rs])} | "
                      f"{fmt(statistics.mean(hits), '.1f') if hits else '—'} ({len(hits)}/{len(rs)}) | "
-                     f"{_ms([r['grad_angle_deg'] for r in rs if r['grad_angle_deg'] is not None], '.1f')} | "
+                     f"{mean_std([r['grad_angle_deg'] for r in rs if r['grad_angle_deg'] is not None], '.1f')} | "
                      f"{statistics.mean(r['total_mb'] for r in rs):.1f} |")
     intro = (f"digits, {args.rounds} rounds, seeds {args.seeds}; mean ± standard deviation over the seeds. "
              f"{__doc__.split(chr(10) + chr(10), 2)[2].strip()}")

@@ -17,11 +17,10 @@ standard deviation over seeds.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
-from sweep import evaluated, run, start_ray, write_tables
+from sweep import evaluated, mean_std, run, start_ray, write_tables
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from super_sfl import PRESETS  # noqa: E402
@@ -40,13 +39,6 @@ def _settings(dataset: str, data_root: str | None, rounds: int | None) -> dict:
     if rounds:
         p["rounds"] = rounds
     return dict(algo="super_sfl", dataset=dataset, data_root=data_root, **p)
-
-
-def _mean_std(values: list[float]) -> str:
-    if not values:
-        return "—"
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{100 * statistics.mean(values):.2f} ± {100 * sd:.2f}"
 
 
 def main() -> None:
@@ -87,8 +79,8 @@ def main() -> None:
         rs = [r for r in rows if r[key] == v]
         label = f"{100 * v:.0f} %" if key == "availability" else v
         lines.append(f"| {label} | {rs[0]['server_rounds']} / {common['rounds']} | "
-                     f"{_mean_std([r['final_accuracy'] for r in rs])} | "
-                     f"{_mean_std([r['local_accuracy'] for r in rs])} | {paper.get(v, '—')} |")
+                     f"{mean_std([r['final_accuracy'] for r in rs], '.2f', 100)} | "
+                     f"{mean_std([r['local_accuracy'] for r in rs], '.2f', 100)} | {paper.get(v, '—')} |")
     if key == "fusion":
         lines[0] = "| TPGF client weight |" + lines[0].split("|", 2)[2]
     title = ("SuperSFL: server-gradient availability (Table III)" if key == "availability"

@@ -10,6 +10,7 @@ import csv
 import os
 import platform
 import shlex
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -73,6 +74,14 @@ def fmt(v, spec: str = ".4f") -> str:
     if v is None:
         return "—"
     return format(v, spec) if isinstance(v, float) else str(v)
+
+
+def mean_std(values: list[float], spec: str = ".4f", scale: float = 1.0) -> str:
+    """``mean ± standard deviation`` of ``values`` x ``scale`` (— when empty)."""
+    if not values:
+        return "—"
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{format(scale * statistics.mean(values), spec)} ± {format(scale * sd, spec)}"
 
 
 def write_tables(rows: list[dict], md_path: str | Path, title: str, intro: str, markdown_body: str) -> None:

@@ -28,11 +28,8 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout or a Ray job's working dir
-
-from raysfl.api import run  # noqa: E402
-from raysfl.cli import build_parser, config_from_args  # noqa: E402
-from raysfl.errors import ConfigError, RunFailed  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # example_cli, also when imported by path
+from example_cli import preset_argv, run_example, without  # noqa: E402
 
 # Table 2 (model, learning rate and its decay per round, classes per client) and Sec. 5.3.2 (target);
 # digits is the embedded stand-in for FMNIST at a smaller scale.
@@ -49,10 +46,6 @@ PRESETS = {
 }
 
 
-def _flag_given(argv: list[str], flag: str) -> bool:
-    return any(a == flag or a.startswith(flag + "=") for a in argv)
-
-
 def build_argv(argv: list[str]) -> tuple[list[str], float]:
     """raysfl run flags for FLEX-SFL with the data set's presets where the user set nothing."""
     pre = argparse.ArgumentParser(add_help=False)
@@ -60,14 +53,9 @@ def build_argv(argv: list[str]) -> tuple[list[str], float]:
     pre.add_argument("--target", type=float, default=None)
     known, _ = pre.parse_known_args(argv)
     preset = PRESETS.get(known.dataset, {})
-    rest = [a for i, a in enumerate(argv) if not (a.startswith("--target") or (i and argv[i - 1] == "--target"))]
-    out = ["run", "--algo", "flex_sfl", *rest]
-    for key in ("model", "lr", "lr_decay", "momentum", "classes_per_client", "rounds"):
-        flag = "--" + key.replace("_", "-")
-        if key in preset and not _flag_given(argv, flag):
-            out += [flag, str(preset[key])]
-    if not _flag_given(argv, "--dataset"):
-        out += ["--dataset", known.dataset]
+    keys = ("model", "lr", "lr_decay", "momentum", "classes_per_client", "rounds")
+    out = preset_argv("flex_sfl", without(argv, "--target"),
+                      {"dataset": known.dataset, **{k: preset[k] for k in keys if k in preset}})
     target = known.target if known.target is not None else preset.get("target", 0.5)
     return out, target
 
@@ -94,20 +82,9 @@ def summary(rows: list[dict], tau_c: int, tau_e: int, target: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        run_argv, target = build_argv(argv)
-        cfg = config_from_args(build_parser().parse_args(run_argv))
-        result = run(cfg)
-    except (ConfigError, RunFailed) as e:
-        print(f"flex_sfl: error: {e}", file=sys.stderr)
-        return 2 if isinstance(e, ConfigError) else 1
-    p = cfg.algo_params
-    print(summary(result.metrics, p.tau_c, p.tau_e, target))
-    print(f"final test accuracy {result.final['test_accuracy']:.4f} after {result.final['round']} rounds")
-    print(f"TensorBoard:  tensorboard --logdir {result.run_dir / 'tb'}")
-    print(f"run directory: {result.run_dir}")
-    return 0
+    run_argv, target = build_argv(sys.argv[1:] if argv is None else argv)
+    return run_example("flex_sfl", run_argv, lambda cfg, result: summary(
+        result.metrics, cfg.algo_params.tau_c, cfg.algo_params.tau_e, target))
 
 
 if __name__ == "__main__":

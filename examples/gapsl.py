@@ -26,11 +26,8 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout or a Ray job's working dir
-
-from raysfl.api import run  # noqa: E402
-from raysfl.cli import build_parser, config_from_args  # noqa: E402
-from raysfl.errors import ConfigError, RunFailed  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # example_cli, also when imported by path
+from example_cli import preset_argv, run_example  # noqa: E402
 
 # Sec. IV-4: VGG-16 with its first four conv layers on the clients, batch 128, SGD momentum 0.9,
 # lr 0.005 / 0.01, lambda 5e-4; ViT-Base with its first three blocks on the clients, batch 64,
@@ -47,10 +44,6 @@ PRESETS = {
 DEFAULT_MODEL = {"digits": "cnn", "cifar10": "vgg16", "cifar100": "vgg16"}
 
 
-def _flag_given(argv: list[str], flag: str) -> bool:
-    return any(a == flag or a.startswith(flag + "=") for a in argv)
-
-
 def build_argv(argv: list[str]) -> list[str]:
     """raysfl run flags for GAPSL with the data set's and model's presets where the user set nothing."""
     pre = argparse.ArgumentParser(add_help=False)
@@ -58,12 +51,8 @@ def build_argv(argv: list[str]) -> list[str]:
     pre.add_argument("--model", default=None)
     known, _ = pre.parse_known_args(argv)
     model = known.model or DEFAULT_MODEL.get(known.dataset, "cnn")
-    out = ["run", "--algo", "gapsl", *argv]
-    for key, value in {"dataset": known.dataset, "model": model, **PRESETS.get((known.dataset, model), {})}.items():
-        flag = "--" + key.replace("_", "-")
-        if not _flag_given(argv, flag):
-            out += [flag, str(value)]
-    return out
+    return preset_argv("gapsl", argv, {"dataset": known.dataset, "model": model,
+                                       **PRESETS.get((known.dataset, model), {})})
 
 
 def summary(rows: list[dict]) -> str:
@@ -80,18 +69,8 @@ def summary(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        cfg = config_from_args(build_parser().parse_args(build_argv(argv)))
-        result = run(cfg)
-    except (ConfigError, RunFailed) as e:
-        print(f"gapsl: error: {e}", file=sys.stderr)
-        return 2 if isinstance(e, ConfigError) else 1
-    print(summary(result.metrics))
-    print(f"final test accuracy {result.final['test_accuracy']:.4f} after {result.final['round']} rounds")
-    print(f"TensorBoard:  tensorboard --logdir {result.run_dir / 'tb'}")
-    print(f"run directory: {result.run_dir}")
-    return 0
+    return run_example("gapsl", build_argv(sys.argv[1:] if argv is None else argv),
+                       lambda cfg, result: summary(result.metrics))
 
 
 if __name__ == "__main__":

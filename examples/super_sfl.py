@@ -30,11 +30,8 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout or a Ray job's working dir
-
-from raysfl.api import run  # noqa: E402
-from raysfl.cli import build_parser, config_from_args  # noqa: E402
-from raysfl.errors import ConfigError, RunFailed  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # example_cli, also when imported by path
+from example_cli import preset_argv, run_example, without  # noqa: E402
 
 # cifar10 / cifar100: the paper's setting (Sec. III-A: ViT, 50 clients, Dirichlet 0.5, memory
 # U[2,16] GB, latency U[20,200] ms; it names no learning rate). digits: the embedded stand-in,
@@ -49,28 +46,16 @@ PRESETS = {
 }
 
 
-def _flag_given(argv: list[str], flag: str) -> bool:
-    return any(a == flag or a.startswith(flag + "=") for a in argv)
-
-
 def build_argv(argv: list[str]) -> tuple[list[str], float]:
     """raysfl run flags for SuperSFL with the data set's presets where the user set nothing."""
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--dataset", default="digits")
     pre.add_argument("--target", type=float, default=None)
     known, _ = pre.parse_known_args(argv)
-    preset = PRESETS.get(known.dataset, {})
-    rest = [a for i, a in enumerate(argv) if not (a.startswith("--target") or (i and argv[i - 1] == "--target"))]
-    out = ["run", "--algo", "super_sfl", *rest]
-    for key in ("model", "clients", "lr", "rounds", "memory_gb"):
-        flag = "--" + key.replace("_", "-")
-        if key in preset and not _flag_given(argv, flag):
-            value = preset[key]
-            out += [flag, *map(str, value)] if isinstance(value, tuple) else [flag, str(value)]
-    if not _flag_given(argv, "--dataset"):
-        out += ["--dataset", known.dataset]
-    target = known.target if known.target is not None else preset.get("target", 0.5)
-    return out, target
+    preset = dict(PRESETS.get(known.dataset, {}))
+    target = known.target if known.target is not None else preset.pop("target", 0.5)
+    preset.pop("target", None)
+    return preset_argv("super_sfl", without(argv, "--target"), {"dataset": known.dataset, **preset}), target
 
 
 def summary(rows: list[dict], clients: list[dict], target: float) -> str:
@@ -103,20 +88,13 @@ def summary(rows: list[dict], clients: list[dict], target: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        run_argv, target = build_argv(argv)
-        cfg = config_from_args(build_parser().parse_args(run_argv))
-        result = run(cfg)
-    except (ConfigError, RunFailed) as e:
-        print(f"super_sfl: error: {e}", file=sys.stderr)
-        return 2 if isinstance(e, ConfigError) else 1
-    clients = json.loads((result.run_dir / "clients.json").read_text())
-    print(summary(result.metrics, clients, target))
-    print(f"final super-network accuracy {result.final['test_accuracy']:.4f} after {result.final['round']} rounds")
-    print(f"TensorBoard:  tensorboard --logdir {result.run_dir / 'tb'}")
-    print(f"run directory: {result.run_dir}")
-    return 0
+    run_argv, target = build_argv(sys.argv[1:] if argv is None else argv)
+
+    def report(cfg, result) -> str:
+        clients = json.loads((result.run_dir / "clients.json").read_text())
+        return summary(result.metrics, clients, target)
+
+    return run_example("super_sfl", run_argv, report)
 
 
 if __name__ == "__main__":
