@@ -22,7 +22,6 @@ from raysfl.config import Config
 from raysfl.errors import ConfigError, RunFailed
 from raysfl.metrics import RunLogger
 from raysfl.resolve import from_dict, validate
-from raysfl.simclock import client_time
 
 # Settings a resumed run may change (plus the ``resources`` section); everything else must
 # match the original run.
@@ -211,7 +210,7 @@ def _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir, faults) -> N
         events["failures"] += len(res.dead_clients) + len(res.dead_servers) + int(res.fed_restarted)
         events["restarts"] += res.restarted
         single_server_lost = bool(res.dead_servers) and len(fed.servers) == 1 and not algo.survives_server_loss
-        include = _included(cfg, res, ctx, sim_delay)
+        include = _included(cfg, algo, res, ctx, sim_delay)
         try:
             if single_server_lost or res.fed_restarted:
                 raise FedServerLost("server" if single_server_lost else "fed server")
@@ -246,7 +245,7 @@ def _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir, faults) -> N
                         cfg.to_dict())
 
 
-def _included(cfg, res, ctx, sim_delay) -> list[int]:
+def _included(cfg, algo, res, ctx, sim_delay) -> list[int]:
     """Clients whose update is aggregated: completed, in time on the real and simulated clocks."""
     server_speed = cfg.devices.server_tflops * 1e12
     out = []
@@ -254,7 +253,7 @@ def _included(cfg, res, ctx, sim_delay) -> list[int]:
         if c in res.failed or c in res.late:
             continue
         if cfg.sim_deadline_s is not None:
-            t = client_time(st, ctx.profiles[c], server_speed) + sim_delay.get(c, 0.0)
+            t = algo.client_sim_time(c, st, ctx.profiles[c], server_speed) + sim_delay.get(c, 0.0)
             if t > cfg.sim_deadline_s:
                 continue
         out.append(c)
@@ -278,7 +277,7 @@ def round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters, sim_delay=
     client_rows, times = [], []
     for c in sorted(stats):
         st = stats[c]
-        t = client_time(st, ctx.profiles[c], server_speed) + sim_delay.get(c, 0.0)
+        t = algo.client_sim_time(c, st, ctx.profiles[c], server_speed) + sim_delay.get(c, 0.0)
         times.append(t)
         tr = st.traffic
         client_rows.append({

@@ -51,6 +51,16 @@ _SHORT_HELP = {
     "gda_reduction": "GAPSL eq. 8 over the selected clients: sum | mean",
     "lgi": "GAPSL leader gradient: lgi | none (Non-LGI) | random (Rand-LGI)",
     "gda": "GAPSL alignment: gda | none (Non-GDA) | random (Rand-GDA)",
+    "pairing": "FedPairing pairs by: greedy (Alg. 1) | random | location | computation (Table I)",
+    "pair_alpha": "FedPairing eq. 5: weight of the squared CPU-frequency difference (per GHz^2)",
+    "pair_beta": "FedPairing eq. 5: weight of the partner link rate (per Gbit/s)",
+    "double_overlap": "FedPairing eq. 7: overlapping layers take twice the step",
+    "radius_m": "FedPairing: clients uniform in a disk of this radius (m) around the server",
+    "bandwidth_mhz": "FedPairing: link bandwidth B (MHz)",
+    "power_w": "FedPairing: transmit power P (W)",
+    "noise_w": "FedPairing: noise power sigma^2 (W)",
+    "gain_ref": "FedPairing: channel gain h0 at 1 m",
+    "path_loss_exp": "FedPairing: path-loss exponent delta",
     "faults": "fault schedule, comma-separated ACTION:ROLE[:key=value...] items, e.g. "
               "kill:client:round=3,delay:client:p=0.3:seconds=2 (docs/reliability.md)",
 }

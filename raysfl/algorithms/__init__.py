@@ -5,6 +5,7 @@ from __future__ import annotations
 from raysfl.algorithms.base import Algorithm, ClientUpdate, FederationContext, NoParams
 from raysfl.algorithms.centralized import Centralized
 from raysfl.algorithms.fedavg import FedAvg, FedProx
+from raysfl.algorithms.fed_pairing import FedPairing
 from raysfl.algorithms.flex_sfl import FlexSFL
 from raysfl.algorithms.gapsl import GAPSL
 from raysfl.algorithms.splitfed import ParallelSplitLearning, SplitFedV1, SplitFedV2, SplitLearning
@@ -14,6 +15,7 @@ from raysfl.errors import ConfigError
 ALGORITHMS: dict[str, type[Algorithm]] = {
     cls.name: cls
     for cls in (FedAvg, FedProx, SplitLearning, SplitFedV1, SplitFedV2, ParallelSplitLearning, FlexSFL, SuperSFL, GAPSL,
+                FedPairing,
                 Centralized)
 }
 

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from raysfl.aggregation import weighted_average
 from raysfl.server_steps import per_client_gradients, per_client_server_step, shared_server_step
-from raysfl.simclock import round_time
+from raysfl.simclock import client_time, round_time
 
 if TYPE_CHECKING:  # pragma: no cover
     from raysfl.config import Config
@@ -94,6 +94,8 @@ class Algorithm:
                                                 # next round's aggregation (False: they are dropped)
     distributed: ClassVar[bool] = True         # False: runs in one process (centralized)
     server_loss_to_client: ClassVar[bool] = False  # True: the server's reply carries its loss too
+    peer_split: ClassVar[bool] = False         # True: clients split the model with a partner client, no
+                                               # server side (FedPairing; runtime/peer_split.py)
     survives_server_loss: ClassVar[bool] = False   # True: clients whose server dies or stays silent go on
                                                    # (``client_fallback``) instead of failing the round
     # Settings this algorithm's paper uses, applied when the user does not set them
@@ -162,10 +164,28 @@ class Algorithm:
         none; they sit the round out."""
         return []
 
+    def pair_plan(self, rnd: int, clients: list[int]) -> dict[int, dict]:
+        """peer_split algorithms: per client {"partner": client or None, "overlap": [layers]}
+        (its cut, from ``assign_cuts``, is its propagation length L_i)."""
+        return {}
+
+    def pair_weight(self, client: int) -> float:
+        """peer_split algorithms: the weight a_i of client i's loss (both halves)."""
+        return 1.0
+
+    def double_overlap(self) -> bool:
+        """peer_split algorithms: whether overlapping layers take the doubled step (eq. 7)."""
+        return False
+
     def servers_down(self, rnd: int) -> set[int]:
         """Server actors the algorithm's own availability model takes off line in round ``rnd``
         (SuperSFL's server availability, Table III); handled like ``unavailable:`` faults."""
         return set()
+
+    def client_sim_time(self, client: int, stats, profile, server_flops_per_s: float) -> float:
+        """Simulated seconds client ``client`` spent in the round (default: simclock.client_time:
+        compute on its device, its share of server compute, its links, one latency per message)."""
+        return client_time(stats, profile, server_flops_per_s)
 
     def round_sim_time(self, client_times: list[float]) -> float:
         """Simulated length of the round from its clients' times (max; sum if sequential)."""

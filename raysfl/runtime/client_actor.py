@@ -72,6 +72,7 @@ class ClientActor:
         self.deadline: float | None = None  # epoch seconds (--round-deadline-s)
         self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
         self._act_shapes: dict[int, tuple[int, ...]] = {}
+        self.served: dict[int, ClientRoundStats] = {}  # partners' losses computed here (FedPairing)
 
     def ping(self) -> str:
         return self.incarnation
@@ -111,14 +112,15 @@ class ClientActor:
         ``plan[c]["delay_s"]`` makes client c a real straggler: the actor sleeps (the longest
         delay of its clients) before any of them starts.
         """
-        self.active = {}
+        self.active, self.served = {}, {}
         self.deadline = max((p.get("deadline") or 0.0 for p in plan.values()), default=0.0) or None
         delay = max((p.get("delay_s", 0.0) for p in plan.values()), default=0.0)
         if delay > 0:
             time.sleep(delay)
         for c, p in sorted(plan.items()):
             src = models["own"].get(c, models["global"])
-            part = copy.deepcopy(self.model.part(0, p["cut"])).to(self.device)
+            hi = self.model.num_blocks if p.get("whole") else p["cut"]  # whole: a FedPairing client's full copy
+            part = copy.deepcopy(self.model.part(0, hi)).to(self.device)
             keys = set(part.state_dict().keys())
             arrays = {k: v for k, v in src.items() if k in keys}
             part.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}, strict=True)
@@ -134,6 +136,7 @@ class ClientActor:
             self.active[c] = _Active(c, p["cut"], p["steps"], p["batch"], p["stream_pos"], part, opt, anchor, stats,
                                      head, head_opt, bool(p.get("local")))
             self.active[c].fwd_flops = float(sum(self.flops[:p["cut"]]))
+            self.active[c].extra.update({"partner": p.get("partner"), "overlap": list(p.get("overlap") or [])})
 
     def _head(self, client: int, cut: int, src: dict) -> torch.nn.Module | None:
         """The client's classifier (``Algorithm.client_head``): its saved state if it has one,
@@ -254,13 +257,30 @@ class ClientActor:
                 a.stats.client_flops += self._client_flops(a, len(y))
                 a.stats.steps += 1
 
+    def pair_forward(self, step: int, dests: list[int], routes: dict[int, int], grad_refs: list):
+        """FedPairing: finish last step, forward this one to the partners (peer_split.pair_forward)."""
+        from raysfl.runtime.peer_split import pair_forward
+
+        return pair_forward(self, step, dests, routes, grad_refs)
+
+    def pair_serve(self, step: int, payload_refs: list):
+        """FedPairing: the partner's half of the step for the activations that arrived."""
+        from raysfl.runtime.peer_split import pair_serve
+
+        return pair_serve(self, step, payload_refs)
+
     def finish(self, grad_refs: list):
         """Apply the last gradients; return (updates for the fed server, stats for the driver).
 
         Clients that lost their server mid-round report stats (``failed``) but no update.
         """
-        self._apply_grads(grad_refs)
-        updates, stats = [], []
+        if self.algo.peer_split:
+            from raysfl.runtime.peer_split import apply_returned
+
+            apply_returned(self, grad_refs)
+        else:
+            self._apply_grads(grad_refs)
+        updates, stats = [], list(self.served.values())
         for c, a in sorted(self.active.items()):
             if a.failed:
                 stats.append(a.stats)

@@ -41,10 +41,14 @@ class ClientPlan:
     delay_s: float = 0.0  # real straggler delay (the client actor sleeps)
     deadline: float | None = None  # epoch seconds: the round's real-time deadline
     local: bool = False  # its server is unavailable this round: it trains alone (Algorithm.client_fallback)
+    whole: bool = False  # it holds the whole model (FedPairing: cut = its propagation length)
+    partner: int | None = None  # FedPairing: the client it splits the model with
+    overlap: list[int] = field(default_factory=list)  # FedPairing: its overlapping layers (1-based)
 
     def as_dict(self) -> dict:
         return {"cut": self.cut, "steps": self.steps, "batch": self.batch, "stream_pos": self.stream_pos,
-                "lr": self.lr, "delay_s": self.delay_s, "deadline": self.deadline, "local": self.local}
+                "lr": self.lr, "delay_s": self.delay_s, "deadline": self.deadline, "local": self.local,
+                "whole": self.whole, "partner": self.partner, "overlap": self.overlap}
 
 
 @dataclass
@@ -88,6 +92,7 @@ class Federation:
 
         r = cfg.resources
         self.cfg, self.algo, self.num_actors = cfg, algo, num_actors
+        self.num_blocks = len(block_flops)
         self.ds_ref = ray.put(dataset)  # loaded once, shared; kept alive for actor restarts
 
         def spawn(cls, role: str, cpus: float, gpus: float, *args):
@@ -323,13 +328,15 @@ class Federation:
         for c, p in plans.items():
             by_actor.setdefault(self.actor_of(c), {})[c] = p
         actors = sorted(by_actor)
-        dispatch = [{c: p.cut for c, p in by_actor[i].items()} for i in actors]
+        dispatch = [{c: self.num_blocks if p.whole else p.cut for c, p in by_actor[i].items()} for i in actors]
         models = _as_list(self.fed.dispatch.options(num_returns=len(actors)).remote(dispatch), len(actors))
         for i, m in zip(actors, models):
             self._aux.append(self.clients[i].begin_round.remote({c: p.as_dict() for c, p in by_actor[i].items()}, m))
         prev: dict[int, list] = {i: [] for i in actors}
         markers: list[list] = []  # per step, the refs whose completion ends that step
-        if self.algo.uses_cut:
+        if self.algo.peer_split:
+            markers = self._run_pair_steps(plans, by_actor, actors, prev)
+        elif self.algo.uses_cut:
             for s in range(max(p.steps for p in plans.values())):
                 sends: dict[tuple[int, int], object] = {}
                 local_refs = []
@@ -363,6 +370,36 @@ class Federation:
         if not markers:
             markers.append(stats_refs)
         return update_refs, stats_refs, actors, markers
+
+    def _run_pair_steps(self, plans, by_actor, actors, prev) -> list[list]:
+        """FedPairing's steps: every client actor forwards its clients' prefixes to their
+        partners' actors, then every actor serves the activations it received; the
+        gradients go straight back (runtime/peer_split.py). Returns the step markers."""
+        markers = []
+        for s in range(max(p.steps for p in plans.values())):
+            sends: dict[tuple[int, int], object] = {}
+            solo = []  # forward calls with nothing to route (solo or finished clients)
+            for i in actors:
+                routes = {c: self.actor_of(p.partner) for c, p in by_actor[i].items()
+                          if p.partner is not None and p.steps > s}
+                dests = sorted(set(routes.values()))
+                refs = self.clients[i].pair_forward.options(num_returns=max(1, len(dests))).remote(
+                    s, dests, routes, prev[i])
+                prev[i] = []
+                if dests:
+                    for d, ref in zip(dests, _as_list(refs, len(dests))):
+                        sends[(i, d)] = ref
+                else:
+                    solo.append(refs)
+            for d in sorted({d for _, d in sends}):
+                srcs = sorted(i for (i, dd) in sends if dd == d)
+                grads = self.clients[d].pair_serve.options(num_returns=len(srcs)).remote(
+                    s, [sends[(i, d)] for i in srcs])
+                for i, g in zip(srcs, _as_list(grads, len(srcs))):
+                    prev[i].append(g)
+            markers.append([g for i in actors for g in prev[i]] + solo)
+            self._aux += solo
+        return markers
 
     def measure(self, batch: int) -> dict[int, tuple[float, float]]:
         """(memory GB, latency s) per virtual client, measured once by its client actor
@@ -404,4 +441,6 @@ def plan_round(cfg, algo: Algorithm, rnd: int, ctx: FederationContext, stream_po
     for c in clients:
         steps, batch = local_steps(cfg, int(ctx.sizes[c]))
         plans[c] = ClientPlan(cuts[c], steps, batch, stream_pos.get(c, 0), cfg.lr_at(rnd))
+    for c, pair in algo.pair_plan(rnd, clients).items():
+        plans[c].whole, plans[c].partner, plans[c].overlap = True, pair["partner"], list(pair["overlap"])
     return plans, server_of
