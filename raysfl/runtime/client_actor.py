@@ -167,6 +167,20 @@ class ClientActor:
         # forward + backward ~= 3x the forward FLOPs of the client-side blocks
         return 3.0 * n * a.fwd_flops
 
+    def _arrived(self, replies: list):
+        """(client, its activations, the gradient at its cut, the server's loss) for every
+        reply a client is waiting for, counting the bytes received. An empty payload is a
+        sender that died or is late (or had nothing for this actor)."""
+        for payload in replies:
+            for c, r in (payload or {}).items():
+                a = self.active.get(c)
+                if a is None or a.pending is None:
+                    continue
+                a.stats.traffic.grad_down += r.nbytes
+                a.stats.traffic.messages += 1
+                acts, a.pending = a.pending, None
+                yield a, acts, unpack(r.grad, self.device), r.loss
+
     def _apply_grads(self, grad_refs: list) -> None:
         """Apply the gradients that arrived. A client still waiting for one lost its server
         (dead, dropped it at a deadline, or silent past ``Algorithm.server_timeout_s``): it
@@ -174,17 +188,8 @@ class ClientActor:
         timeout = self.algo.server_timeout_s()
         waiting = any(a.pending is not None for a in self.active.values())
         replies = fetch(grad_refs, time.time() + timeout if timeout is not None and waiting else None)
-        for payload in replies:
-            if not payload:
-                continue  # that server died, or is late (or it had nothing for us)
-            for c, r in payload.items():
-                a = self.active.get(c)
-                if a is None or a.pending is None:
-                    continue
-                a.stats.traffic.grad_down += r.nbytes
-                a.stats.traffic.messages += 1
-                acts, a.pending = a.pending, None
-                self.algo.client_backward(a, acts, unpack(r.grad, self.device), r.loss)
+        for a, acts, grad, loss in self._arrived(replies):
+            self.algo.client_backward(a, acts, grad, loss)
         past = self.deadline is not None and time.time() > self.deadline
         for a in self.active.values():
             if a.pending is None:
@@ -222,13 +227,18 @@ class ClientActor:
                 else:
                     a.failed, a.stats.failed = True, True
                 continue
-            a.pending = acts
-            s = Smashed(c, a.cut, pack(acts, self.cfg.transfer_dtype), y.cpu().numpy())
-            a.stats.traffic.smashed_up += s.nbytes
-            a.stats.traffic.messages += 1
-            out[routes[c]][c] = s
+            out[routes[c]][c] = self._send(a, acts, y)
         result = [out[d] for d in dests]
         return result if len(result) != 1 else result[0]
+
+    def _send(self, a: _Active, acts: torch.Tensor, y: torch.Tensor) -> Smashed:
+        """Client ``a``'s smashed batch as it leaves the actor (counted); the activations wait
+        for their gradient."""
+        a.pending = acts
+        s = Smashed(a.client, a.cut, pack(acts, self.cfg.transfer_dtype), y.cpu().numpy())
+        a.stats.traffic.smashed_up += s.nbytes
+        a.stats.traffic.messages += 1
+        return s
 
     def _check_deadline(self) -> None:
         """Past the round's deadline the round is over for this actor: skip the remaining work

@@ -50,17 +50,8 @@ def _step(actor, a) -> None:
 def apply_returned(actor, grad_refs: list) -> None:
     """Finish the previous step: back-propagate the partners' gradients through the own
     prefixes, then step every active client on what it has cached."""
-    for payload in fetch(grad_refs):
-        if not payload:
-            continue  # the partner's actor died: its clients' prefixes lose this step
-        for c, r in payload.items():
-            a = actor.active.get(c)
-            if a is None or a.pending is None:
-                continue
-            a.stats.traffic.grad_down += r.nbytes
-            a.stats.traffic.messages += 1
-            acts, a.pending = a.pending, None
-            acts.backward(unpack(r.grad, actor.device))
+    for _, acts, grad, _ in actor._arrived(fetch(grad_refs)):
+        acts.backward(grad)
     for a in actor.active.values():
         if a.pending is not None:  # no gradient came back: the partner is gone
             a.pending, a.failed, a.stats.failed = None, True, True
@@ -88,13 +79,8 @@ def pair_forward(actor, step: int, dests: list[int], routes: dict[int, int], gra
             a.stats.loss_count += len(y)
             a.stats.client_flops += 3.0 * len(y) * float(sum(actor.flops))
             continue
-        acts = _run_blocks(a.part, 0, a.cut, x)
-        a.pending = acts
         a.stats.client_flops += 3.0 * len(y) * float(sum(actor.flops[:a.cut]))
-        s = Smashed(c, a.cut, pack(acts, actor.cfg.transfer_dtype), y.cpu().numpy())
-        a.stats.traffic.smashed_up += s.nbytes
-        a.stats.traffic.messages += 1
-        out[routes[c]][partner] = s
+        out[routes[c]][partner] = actor._send(a, _run_blocks(a.part, 0, a.cut, x), y)
     result = [out[d] for d in dests]
     return result if len(result) != 1 else result[0]
 
