@@ -94,6 +94,7 @@ class Algorithm:
                                                 # next round's aggregation (False: they are dropped)
     distributed: ClassVar[bool] = True         # False: runs in one process (centralized)
     server_loss_to_client: ClassVar[bool] = False  # True: the server's reply carries its loss too
+    client_heads: ClassVar[bool] = False       # True: every client keeps a classifier of its own (client_head)
     peer_split: ClassVar[bool] = False         # True: clients split the model with a partner client, no
                                                # server side (FedPairing; runtime/peer_split.py)
     survives_server_loss: ClassVar[bool] = False   # True: clients whose server dies or stays silent go on
@@ -201,9 +202,10 @@ class Algorithm:
         """Extra term added to the client's objective; ``anchor`` = state at round start."""
         return None
 
-    def client_head(self, cut: int, act_shape: tuple[int, ...], num_classes: int) -> torch.nn.Module | None:
-        """A client-side classifier on the smashed data of depth ``cut`` (SuperSFL), or None."""
-        return None
+    def client_head(self, cut: int, act_shape: tuple[int, ...], num_classes: int) -> torch.nn.Module:
+        """A client-side classifier on the smashed data of depth ``cut`` (algorithms that set
+        ``client_heads``, e.g. SuperSFL)."""
+        raise NotImplementedError(f"{self.name} sets client_heads but does not define client_head")
 
     def server_timeout_s(self) -> float | None:
         """How long a client waits for its server's answer before ``client_fallback`` (None:

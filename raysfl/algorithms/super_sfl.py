@@ -100,6 +100,7 @@ class SuperSFL(Algorithm):
     broadcast_servers = True
     server_loss_to_client = True
     survives_server_loss = True
+    client_heads = True
     # The paper's setting (Sec. III-A): a ViT, Dirichlet alpha = 0.5.
     config_defaults = {"model": "vit", "partition": "dirichlet", "alpha": 0.5}
 
@@ -285,9 +286,7 @@ class SuperSFL(Algorithm):
             if not head_state:
                 continue
             d = fed.extra["depth"][c]
-            with torch.no_grad():
-                shape = tuple(ev.model.part(0, d)(torch.zeros((1, *ev.input_shape), device=ev.device)).shape[1:])
-            head = client_classifier(shape, ev.num_classes)
+            head = client_classifier(ev.model.activation_shape(d), ev.num_classes)
             head.load_state_dict({k[5:]: torch.from_numpy(np.array(v)) for k, v in head_state.items()})
             local.append(ev.module(torch.nn.Sequential(ev.model.part(0, d), head.to(ev.device)))[0])
         extras = {"acc_local": float(np.mean(local)) if local else float("nan"),

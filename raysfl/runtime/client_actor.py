@@ -71,7 +71,6 @@ class ClientActor:
         self.active: dict[int, _Active] = {}
         self.deadline: float | None = None  # epoch seconds (--round-deadline-s)
         self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
-        self._act_shapes: dict[int, tuple[int, ...]] = {}
         self.served: dict[int, ClientRoundStats] = {}  # partners' losses computed here (FedPairing)
 
     def ping(self) -> str:
@@ -139,17 +138,14 @@ class ClientActor:
             self.active[c].extra.update({"partner": p.get("partner"), "overlap": list(p.get("overlap") or [])})
 
     def _head(self, client: int, cut: int, src: dict) -> torch.nn.Module | None:
-        """The client's classifier (``Algorithm.client_head``): its saved state if it has one,
-        else a fresh one initialised from (seed, client)."""
-        if cut not in self._act_shapes:
-            with torch.no_grad():
-                x = torch.zeros((1, *self.ds.input_shape), device=self.device)
-                self._act_shapes[cut] = tuple(self.model.to(self.device).part(0, cut)(x).shape[1:])
+        """The client's classifier (``Algorithm.client_head``, for algorithms with
+        ``client_heads``): its saved state if it has one, else a fresh one initialised from
+        (seed, client)."""
+        if not self.algo.client_heads:
+            return None
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.cfg.seed * 1_000_003 + client)
-            head = self.algo.client_head(cut, self._act_shapes[cut], self.ds.num_classes)
-        if head is None:
-            return None
+            head = self.algo.client_head(cut, self.model.activation_shape(cut), self.ds.num_classes)
         saved = {k[5:]: torch.from_numpy(np.array(v)) for k, v in src.items() if k.startswith("head.")}
         if saved:
             head.load_state_dict(saved, strict=True)

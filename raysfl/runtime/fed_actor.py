@@ -119,7 +119,7 @@ class Evaluator:
 
     def __init__(self, model, ds, device):
         self.model, self.ds, self.device = model, ds, device
-        self.input_shape, self.num_classes = ds.input_shape, ds.num_classes
+        self.num_classes = ds.num_classes
 
     def __call__(self, state: dict[str, np.ndarray]) -> tuple[float, float]:
         self.model.load_state_dict(wire_to_state(state, self.device))
