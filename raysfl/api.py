@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,8 +147,10 @@ def _run_federated(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
     started = init_ray(cfg, num_actors, algo.num_servers if algo.uses_cut else 0)
     fed = None
     try:
-        check_capacity(cfg, num_actors, algo.num_servers if algo.uses_cut else 0)
+        if started and not os.environ.get("RAY_ADDRESS"):  # our own local Ray: it will not grow
+            check_capacity(cfg, num_actors, algo.num_servers if algo.uses_cut else 0)
         fed = Federation(cfg, algo, ds, parts, num_actors, ctx.block_flops, run_name=run_dir.name)
+        (run_dir / "placement.json").write_text(json.dumps(fed.placement(), indent=1))
         if algo.wants_calibration():
             _calibrate(cfg, algo, fed, ctx, run_dir)
         counters = {"stream_pos": {}, "sim_total": 0.0, "wall_total": 0.0}
@@ -288,7 +291,7 @@ def round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters, sim_delay=
             "client_flops": st.client_flops, "server_flops": st.server_flops, "sim_time_s": t,
             "train_loss": st.loss_sum / st.loss_count if st.loss_count else float("nan"),
             "delay_s": sim_delay.get(c, 0.0), "failed": bool(st.failed), "included": c in included,
-            "fallback_steps": st.fallback_steps,
+            "fallback_steps": st.fallback_steps, "agg_weight": float(st.agg_weight),
         })
     sim = algo.round_sim_time(times)
     if cfg.sim_deadline_s is not None:  # the round ends at the deadline at the latest

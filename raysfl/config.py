@@ -56,6 +56,15 @@ class ResourceConfig:
     server_gpus: float = 0.0
     fed_cpus: float = 0.5
     fed_gpus: float = 0.0
+    client_memory_gb: float | None = None  # Ray memory reservation per actor (None: none)
+    server_memory_gb: float | None = None
+    fed_memory_gb: float | None = None
+    client_placement: str = "SPREAD"  # placement-group strategy of the client actors: SPREAD,
+                                      # STRICT_SPREAD, PACK, STRICT_PACK, or none (Ray's default scheduling)
+    server_placement: str = "PACK"    # ... of the servers and the fed server (PACK: onto the GPU nodes
+                                      # they ask for, as few as possible)
+    placement_timeout_s: float = 120.0  # how long to wait for the cluster (or its autoscaler) to
+                                        # hold every actor before giving up with an error
     num_cpus: int | None = None  # local Ray cluster size; default: what the actors need
     num_gpus: int | None = None
 

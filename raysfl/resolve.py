@@ -124,6 +124,15 @@ def validate(cfg: Config) -> Config:
     _check(r.client_actors >= 1, f"resources.client_actors must be >= 1, got {r.client_actors}")
     for name in ("client_cpus", "client_gpus", "server_cpus", "server_gpus", "fed_cpus", "fed_gpus"):
         _check(getattr(r, name) >= 0, f"resources.{name} must be >= 0, got {getattr(r, name)}")
+    for name in ("client_memory_gb", "server_memory_gb", "fed_memory_gb"):
+        v = getattr(r, name)
+        _check(v is None or v > 0, f"resources.{name} must be > 0 (or unset), got {v}")
+    from raysfl.runtime.placement import STRATEGIES
+
+    for name in ("client_placement", "server_placement"):
+        _check(getattr(r, name) in STRATEGIES,
+               f"unknown resources.{name} '{getattr(r, name)}'; allowed: {', '.join(STRATEGIES)}")
+    _check(r.placement_timeout_s > 0, f"resources.placement_timeout_s must be > 0, got {r.placement_timeout_s}")
     check_dataset_args(cfg.dataset, cfg.data_root, cfg.download)
     info = dataset_info(cfg.dataset)
     _check(info.num_train >= cfg.clients,

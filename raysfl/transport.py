@@ -85,14 +85,18 @@ class Smashed:
 @dataclass
 class GradReply:
     """The server's answer to one smashed batch: the gradient at the cut and, for algorithms
-    that fuse it with a local loss (SuperSFL's eq. 3), the server-side loss as one float32."""
+    that fuse it with a local loss (SuperSFL's eq. 3), the server-side loss as one float32;
+    for algorithms that distil from the server's predictions (BESplit's DTD, eq. 15), the
+    server-side outputs (logits) of the batch."""
 
     grad: Wire
     loss: float | None = None
+    logits: Wire | None = None
 
     @property
     def nbytes(self) -> int:
-        return self.grad.nbytes + (4 if self.loss is not None else 0)
+        return (self.grad.nbytes + (4 if self.loss is not None else 0)
+                + (self.logits.nbytes if self.logits is not None else 0))
 
 
 @dataclass
@@ -137,6 +141,8 @@ class ClientRoundStats:
     failed: bool = False  # lost its server (dead or past the deadline) mid-round: update not used
     late: bool = False    # its actor reached the round's real-time deadline before it finished
     fallback_steps: int = 0  # local steps trained without the server's answer (SuperSFL's Alg. 3)
+    agg_weight: float = float("nan")  # its server-side aggregation weight, for algorithms that
+                                      # set one (BESplit's EA, eq. 10); NaN otherwise
 
     def merge(self, other: "ClientRoundStats") -> None:
         self.servers = sorted(set(self.servers) | set(other.servers))
@@ -145,6 +151,8 @@ class ClientRoundStats:
         self.samples = max(self.samples, other.samples)
         self.steps = max(self.steps, other.steps)
         self.fallback_steps += other.fallback_steps
+        if other.agg_weight == other.agg_weight:  # not NaN
+            self.agg_weight = other.agg_weight
         self.client_flops += other.client_flops
         self.server_flops += other.server_flops
         self.loss_sum += other.loss_sum

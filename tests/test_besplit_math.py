@@ -77,7 +77,7 @@ def test_eq7_eq8_normalisation_and_concentration():
     e_bar, seen, ua, ue = normalise(r)
     assert e_bar.tolist() == [[3, 1], [0, 0]] and seen.tolist() == [True, False]
     assert ua.tolist() == [0.5, 0.0] and ue.tolist() == [1.5, 0.0]
-    assert evidence_concentration(e_bar, seen) == pytest.approx(3 / 4)  # unseen class left out
+    assert evidence_concentration(e_bar, seen) == pytest.approx(3 / 8)  # eq. 8's 1/N: the unseen class has q = 0
 
 
 def test_eq9_eq10_weights_sum_to_one_and_follow_the_formula():

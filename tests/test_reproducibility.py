@@ -33,12 +33,16 @@ def test_same_seed_identical_rows(quick):
     # eq. 2's t/T reads T = --rounds, which this test changes on resume (2 -> 4): compare without it
     pytest.param("gapsl", {"partition": "dirichlet", "alpha": 0.3, "gapsl": {"lgi": "random", "time_scaling": False}},
                  marks=pytest.mark.slow),
+    # likewise lambda_t = min(1, t/T) of eq. 5: T pinned by anneal_rounds
+    pytest.param("besplit", {"partition": "dirichlet", "alpha": 0.3, "besplit": {"anneal_rounds": 4}},
+                 marks=pytest.mark.slow),
 ])
 def test_resume_matches_uninterrupted(quick, algo, extra):
     """splitfed_v2 carries server optimizer momentum across rounds; psl keeps per-client
     client-side models; super_sfl keeps per-client classifiers and an availability schedule;
-    gapsl keeps the running dispersion range and a seeded random subset per step: all must
-    survive the checkpoint."""
+    gapsl keeps the running dispersion range and a seeded random subset per step; besplit
+    keeps client state records, last round's EA weights and per-client auxiliary models:
+    all must survive the checkpoint."""
     kw = dict(algo=algo, clients=5, clients_per_round=3, momentum=0.9, **extra)
     straight = raysfl.run(quick(rounds=4, **kw))
     first = raysfl.run(quick(rounds=2, **kw))

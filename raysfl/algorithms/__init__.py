@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from raysfl.algorithms.base import Algorithm, ClientUpdate, FederationContext, NoParams
+from raysfl.algorithms.besplit import BESplit
 from raysfl.algorithms.centralized import Centralized
 from raysfl.algorithms.fedavg import FedAvg, FedProx
 from raysfl.algorithms.fed_pairing import FedPairing
@@ -15,8 +16,7 @@ from raysfl.errors import ConfigError
 ALGORITHMS: dict[str, type[Algorithm]] = {
     cls.name: cls
     for cls in (FedAvg, FedProx, SplitLearning, SplitFedV1, SplitFedV2, ParallelSplitLearning, FlexSFL, SuperSFL, GAPSL,
-                FedPairing,
-                Centralized)
+                FedPairing, BESplit, Centralized)
 }
 
 

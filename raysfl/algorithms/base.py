@@ -12,7 +12,8 @@ client actor (per local step)        ``client_loss`` (local loss when a client t
                                      ``client_head``, ``client_forward``, ``client_backward``,
                                      ``client_fallback``, ``client_report`` (SuperSFL's TPGF
                                      and local-classifier fallback)
-server actor (per group step)        ``server_step``, ``server_updates_per_step``
+server actor (per group step)        ``server_step``, ``server_updates_per_step``;
+                                     at round end ``server_weights``
 fed server (per round)               ``fed_client_state`` (what a client starts from),
                                      ``fed_aggregate`` (default: ``aggregate``, FedAvg
                                      weights), ``fed_evaluate``
@@ -94,7 +95,9 @@ class Algorithm:
                                                 # next round's aggregation (False: they are dropped)
     distributed: ClassVar[bool] = True         # False: runs in one process (centralized)
     server_loss_to_client: ClassVar[bool] = False  # True: the server's reply carries its loss too
-    client_heads: ClassVar[bool] = False       # True: every client keeps a classifier of its own (client_head)
+    server_outputs_to_client: ClassVar[bool] = False  # True: ... and its outputs (logits) for the batch
+    client_heads: ClassVar[bool] = False       # True: every client keeps a model of its own (client_head:
+                                               # SuperSFL's classifier, BESplit's auxiliary model)
     peer_split: ClassVar[bool] = False         # True: clients split the model with a partner client, no
                                                # server side (FedPairing; runtime/peer_split.py)
     survives_server_loss: ClassVar[bool] = False   # True: clients whose server dies or stays silent go on
@@ -202,9 +205,11 @@ class Algorithm:
         """Extra term added to the client's objective; ``anchor`` = state at round start."""
         return None
 
-    def client_head(self, cut: int, act_shape: tuple[int, ...], num_classes: int) -> torch.nn.Module:
-        """A client-side classifier on the smashed data of depth ``cut`` (algorithms that set
-        ``client_heads``, e.g. SuperSFL)."""
+    def client_head(self, cut: int, model, num_classes: int) -> torch.nn.Module:
+        """A client's own module for a client-side part of depth ``cut`` of ``model`` (the
+        :class:`~raysfl.models.SplitModel`, for shapes and architecture), for algorithms that
+        set ``client_heads``: SuperSFL's classifier on the smashed data, BESplit's auxiliary
+        model. Built under a (seed, client) random seed; kept on the client between rounds."""
         raise NotImplementedError(f"{self.name} sets client_heads but does not define client_head")
 
     def server_timeout_s(self) -> float | None:
@@ -215,7 +220,9 @@ class Algorithm:
     def client_forward(self, a, acts: torch.Tensor, y: torch.Tensor) -> None:
         """Right after a client's forward pass, before the smashed data leaves (e.g. TPGF's
         phase 1). ``a`` is the client's round state (``part``, ``opt``, ``head``,
-        ``head_opt``, ``cut``, ``extra``, ``stats``)."""
+        ``head_opt``, ``cut``, ``round``, ``extra``, ``stats``; ``x``/``y`` the batch being
+        trained; ``server_logits`` the server's outputs for it once they are back, for
+        algorithms with ``server_outputs_to_client``)."""
 
     def client_backward(self, a, acts: torch.Tensor, grad: torch.Tensor, server_loss: float | None) -> None:
         """Update the client-side part from the server's gradient at the cut (default: plain
@@ -244,7 +251,9 @@ class Algorithm:
         """Train the server side on one group step; return (grads, losses) per client.
 
         ``server`` is the :class:`raysfl.runtime.server_actor.ServerState` (model,
-        optimizer, per-client models); ``batches`` a list of (client, cut, x, y).
+        optimizer, per-client models); ``batches`` a list of (client, cut, x, y). An
+        algorithm with ``server_outputs_to_client`` returns a third dict, {client: server-side
+        outputs for its batch}, sent back with the gradient.
         """
         if self.per_client_server:
             out = per_client_server_step(server.client_models, server.client_opts, batches)
@@ -262,6 +271,14 @@ class Algorithm:
         means over steps and servers; NaN in a round without them). Default: the mean
         pairwise angle of the clients' server-side gradients when ``--grad-angles`` is on."""
         return ["grad_angle_deg"] if self.cfg.grad_angles else []
+
+    def server_weights(self, server, weights: dict[int, float]) -> dict[int, float] | None:
+        """At the end of a round on each server: the aggregation weight of each of its clients
+        (``weights``: their sample counts). Return None to keep sample weighting (the
+        default); an algorithm that returns weights (BESplit's EA, eq. 10) has them used for
+        this server's per-client server-side models, reported as ``agg_weight`` in
+        ``clients.parquet`` and handed to the fed server (``fed.round_weights``)."""
+        return None
 
     def server_updates_per_step(self) -> int:
         """Optimizer updates the server makes per received batch (for FLOP accounting)."""

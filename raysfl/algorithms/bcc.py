@@ -1,6 +1,6 @@
 """BESplit's Bias-Compensated Collaboration (Sec. 4.2, App. D.2) and Dual-Teacher
-Distillation losses (Sec. 4.3, eqs. 15-17), as pure functions. The BESplit algorithm is
-not wired yet (see the issue notes).
+Distillation losses (Sec. 4.3, eqs. 15-17), as pure functions (the server step that mixes
+the samples is :mod:`raysfl.algorithms.bcc_step`, the distillation step :mod:`raysfl.algorithms.dtd`).
 
 BCC, from the clients' label distributions P_k (rows summing to 1) and the global P_g:
 
@@ -13,7 +13,7 @@ BCC, from the clients' label distributions P_k (rows summing to 1) and the globa
 DTD, with temperature tau:
 
     L_KD-G = tau^2 sum_n p_g^n(tau) (log p_g^n(tau) - log p_a^n(tau))                   (15)
-    M^ab   = |z^a - z^b|_2^2                                                             (16)
+    M^ab   = |z^a - z^b|_2^2      (optionally / its off-diagonal mean, see relational_matrix)  (16)
     L_KD-C = tau^2 KL(LogSoftmax(M_C / tau), Softmax(M_Ae / tau))   (PyTorch's kl_div)    (17)
 """
 
@@ -90,15 +90,32 @@ def kd_global(logits_aux: torch.Tensor, logits_global: torch.Tensor, tau: float 
     return tau ** 2 * (log_pg.exp() * (log_pg - log_pa)).sum(dim=-1).mean()
 
 
-def relational_matrix(z: torch.Tensor) -> torch.Tensor:
-    """Eq. (16): squared Euclidean distances between the batch's (flattened) features."""
+DISTANCES = ("mean", "raw")
+
+
+def relational_matrix(z: torch.Tensor, distance: str = "raw") -> torch.Tensor:
+    """Eq. (16): squared Euclidean distances between the batch's (flattened) features.
+
+    ``distance="mean"`` divides them by their mean over the off-diagonal pairs (the
+    normalisation of relational KD, Park et al. 2019), so the matrix does not scale with the
+    features' norm; ``"raw"`` is eq. (16) as printed."""
     f = z.reshape(len(z), -1)
-    return torch.cdist(f, f) ** 2
+    sq = (f * f).sum(dim=1)
+    # the Gram form, not cdist(f, f) ** 2: the square root's gradient at the zero diagonal is NaN
+    m = (sq[:, None] + sq[None, :] - 2.0 * f @ f.T).clamp_min(0.0)
+    if distance == "mean" and len(z) > 1:
+        m = m / (m.sum() / (len(z) * (len(z) - 1))).clamp_min(1e-12)
+    elif distance not in DISTANCES:
+        raise ValueError(f"unknown distance '{distance}'; allowed: {', '.join(DISTANCES)}")
+    return m
 
 
-def kd_client(z_client: torch.Tensor, z_aux: torch.Tensor, tau: float = 5.0) -> torch.Tensor:
+def kd_client(z_client: torch.Tensor, z_aux: torch.Tensor, tau: float = 5.0, distance: str = "raw") -> torch.Tensor:
     """Eq. (17) as written, with PyTorch's kl_div(input=log-probs, target=probs): row-wise
-    KL(Softmax(M_Ae/tau) || Softmax(M_C/tau)), summed over rows and divided by the batch."""
-    m_c, m_ae = relational_matrix(z_client), relational_matrix(z_aux)
-    return tau ** 2 * F.kl_div(F.log_softmax(m_c / tau, dim=-1), F.softmax(m_ae / tau, dim=-1),
-                               reduction="batchmean")
+    KL(Softmax(M_Ae/tau) || Softmax(M_C/tau)), summed over rows and divided by the batch.
+    ``distance``: see :func:`relational_matrix`."""
+    m_c, m_ae = relational_matrix(z_client, distance), relational_matrix(z_aux, distance)
+    # the target as log-probabilities (log_target): the same value, but a target probability
+    # that underflows to 0 would give 0 * log 0 and a NaN gradient
+    return tau ** 2 * F.kl_div(F.log_softmax(m_c / tau, dim=-1), F.log_softmax(m_ae / tau, dim=-1),
+                               reduction="batchmean", log_target=True)

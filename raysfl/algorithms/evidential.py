@@ -1,6 +1,6 @@
 """BESplit's evidential learning (Sec. 3.2, App. B): Dirichlet evidence, its two
-uncertainties, and the evidential loss. Pure PyTorch; the BESplit algorithm is not wired
-yet (see the issue notes).
+uncertainties, and the evidential loss. Pure PyTorch; used by the server step
+(:mod:`raysfl.algorithms.bcc_step`) and the auxiliary models (:mod:`raysfl.algorithms.dtd`).
 
 A head's non-negative evidence e gives Dirichlet parameters alpha = e + 1, strength
 S = sum_i alpha_i. With psi the digamma function:
@@ -62,10 +62,12 @@ def annealing(t: int, total: int) -> float:
     return min(1.0, t / total)
 
 
-def evidential_loss(alpha: torch.Tensor, y: torch.Tensor, t: int, total: int) -> torch.Tensor:
-    """Eq. (5), averaged over the batch; ``y`` holds class indices."""
+def evidential_loss(alpha: torch.Tensor, y: torch.Tensor, t: int, total: int, reduction: str = "mean") -> torch.Tensor:
+    """Eq. (5), averaged over the batch (``reduction="none"``: per sample); ``y`` holds class
+    indices."""
     onehot = F.one_hot(y, alpha.shape[-1]).to(alpha.dtype)
     s = alpha.sum(dim=-1, keepdim=True)
     fit = (onehot * (torch.digamma(s) - torch.digamma(alpha))).sum(dim=-1)
     adjusted = onehot + (1 - onehot) * alpha
-    return (fit + annealing(t, total) * kl_to_uniform(adjusted)).mean()
+    per_sample = fit + annealing(t, total) * kl_to_uniform(adjusted)
+    return per_sample if reduction == "none" else per_sample.mean()

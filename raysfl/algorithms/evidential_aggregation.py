@@ -1,5 +1,5 @@
 """BESplit's Client State Records and Evidential Aggregation (Sec. 4.1, App. C, eqs. 6-10),
-as pure NumPy functions. The BESplit algorithm is not wired yet (see the issue notes).
+as pure NumPy functions, used by :mod:`raysfl.algorithms.besplit` at the end of each round.
 
 A record R holds, per client, the evidence matrix E (N x N: row = true class, column =
 evidence for each class, summed over samples), the per-class counts M, and the per-class
@@ -11,8 +11,9 @@ sums of aleatoric and epistemic uncertainty.
     R_ale  = sum_j sum_i U_bar_ale,i^(j) / (sum_i U_bar_ale,i^(k) + eps)   (and R_epi alike)  (9)
     s      = Q R_ale R_epi,  w = s / sum_j s                                                 (10)
 
-Classes a client has never seen (M_i = 0) have no average: they are left out of q's mean
-and contribute 0 to the uncertainty sums.
+Classes a client has never seen (M_i = 0) have no average: their E_bar row and U_bar entries
+are 0, so they count q_i = 0 in eq. (8)'s mean over all N classes (a client that saw few
+classes has a lower Q) and add nothing to eq. (9)'s uncertainty sums.
 """
 
 from __future__ import annotations
@@ -57,9 +58,10 @@ def normalise(r: ClientStateRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray,
 
 
 def evidence_concentration(e_bar: np.ndarray, seen: np.ndarray, eps: float = EPS) -> float:
-    """Eq. (8): mean over the seen classes of the evidence share on the true class."""
-    q = np.diag(e_bar) / (e_bar.sum(axis=1) + eps)
-    return float(q[seen].mean()) if seen.any() else 0.0
+    """Eq. (8): the evidence share on the true class, averaged over all N classes (its 1/N);
+    a class the client has not seen has no evidence and counts q_i = 0."""
+    q = np.where(seen, np.diag(e_bar) / (e_bar.sum(axis=1) + eps), 0.0)
+    return float(q.mean())
 
 
 def evidential_weights(records: list[ClientStateRecord], use_evidence: bool = True, use_ale: bool = True,

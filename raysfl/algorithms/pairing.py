@@ -1,6 +1,6 @@
 """FedPairing's wireless model, client pairing and split lengths (Sec. II-A, III, IV-A), as
-pure functions. The algorithm that trains with them (client-to-client split training) is
-not wired yet; see the issue notes.
+pure functions, used by :mod:`raysfl.algorithms.fed_pairing` (and the greedy matching by
+BESplit's BCC, :mod:`raysfl.algorithms.bcc`).
 
 * Positions: uniform in a disk of radius R (50 m) around the server (Sec. IV-A).
 * Rate (Sec. II-A):  r_ij = B log2(1 + P h_ij / sigma^2),  h_ij = h0 * d_ij^-delta.

@@ -187,8 +187,8 @@ class SuperSFL(Algorithm):
         return ["acc_local", "acc_local_std"]
 
     # ----------------------------------------------------------------- client side (TPGF)
-    def client_head(self, cut, act_shape, num_classes):
-        return client_classifier(act_shape, num_classes)
+    def client_head(self, cut, model, num_classes):
+        return client_classifier(model.activation_shape(cut), num_classes)
 
     def server_timeout_s(self) -> float | None:
         return self.params.server_timeout_s

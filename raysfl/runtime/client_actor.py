@@ -54,6 +54,10 @@ class _Active:
         self.head, self.head_opt, self.local = head, head_opt, local
         self.fwd_flops = 0.0  # forward FLOPs per sample of its client-side part (hooks that add passes count them)
         self.extra: dict = {}
+        self.round = 0  # the round being trained (1-based)
+        self.x: torch.Tensor | None = None  # the batch being trained (inputs, labels)
+        self.y: torch.Tensor | None = None
+        self.server_logits: torch.Tensor | None = None  # the server's outputs for it (server_outputs_to_client)
         self.pending: torch.Tensor | None = None  # activations awaiting their gradient
         self.failed = False  # its server died or dropped it: it stops and its update is not used
 
@@ -75,6 +79,12 @@ class ClientActor:
 
     def ping(self) -> str:
         return self.incarnation
+
+    def where(self) -> dict:
+        """Node, GPU ids and device of this actor (``placement.json``)."""
+        from raysfl.runtime.placement import actor_location
+
+        return actor_location()
 
     def memory(self) -> int:
         """Resident set size in bytes (soak benchmarks)."""
@@ -135,6 +145,7 @@ class ClientActor:
             self.active[c] = _Active(c, p["cut"], p["steps"], p["batch"], p["stream_pos"], part, opt, anchor, stats,
                                      head, head_opt, bool(p.get("local")))
             self.active[c].fwd_flops = float(sum(self.flops[:p["cut"]]))
+            self.active[c].round = int(p.get("round", 0))
             self.active[c].extra.update({"partner": p.get("partner"), "overlap": list(p.get("overlap") or [])})
 
     def _head(self, client: int, cut: int, src: dict) -> torch.nn.Module | None:
@@ -145,7 +156,7 @@ class ClientActor:
             return None
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.cfg.seed * 1_000_003 + client)
-            head = self.algo.client_head(cut, self.model.activation_shape(cut), self.ds.num_classes)
+            head = self.algo.client_head(cut, self.model, self.ds.num_classes)
         saved = {k[5:]: torch.from_numpy(np.array(v)) for k, v in src.items() if k.startswith("head.")}
         if saved:
             head.load_state_dict(saved, strict=True)
@@ -157,6 +168,7 @@ class ClientActor:
         a.stats.samples += len(idx)
         x = self.ds.to_tensor(self.ds.x_train[idx]).to(self.device)
         y = torch.from_numpy(self.ds.y_train[idx]).to(self.device)
+        a.x, a.y = x, y
         return x, y
 
     def _client_flops(self, a: _Active, n: int) -> float:
@@ -175,6 +187,7 @@ class ClientActor:
                 a.stats.traffic.grad_down += r.nbytes
                 a.stats.traffic.messages += 1
                 acts, a.pending = a.pending, None
+                a.server_logits = unpack(r.logits, self.device) if r.logits is not None else None
                 yield a, acts, unpack(r.grad, self.device), r.loss
 
     def _apply_grads(self, grad_refs: list) -> None:

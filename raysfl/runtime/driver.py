@@ -26,6 +26,7 @@ import numpy as np
 from raysfl.algorithms.base import Algorithm, FederationContext
 from raysfl.runtime.client_actor import ClientActor
 from raysfl.runtime.fed_actor import FedActor
+from raysfl.runtime.placement import actor_options, reserve, role_resources
 from raysfl.runtime.refs import DEAD, LATE, fetch, is_death, ping_until_alive
 from raysfl.runtime.server_actor import ServerActor
 from raysfl.transport import ClientRoundStats
@@ -44,9 +45,11 @@ class ClientPlan:
     whole: bool = False  # it holds the whole model (FedPairing: cut = its propagation length)
     partner: int | None = None  # FedPairing: the client it splits the model with
     overlap: list[int] = field(default_factory=list)  # FedPairing: its overlapping layers (1-based)
+    round: int = 0  # the round it trains in (1-based; e.g. BESplit's annealing lambda_t on the client)
 
     def as_dict(self) -> dict:
         return {"cut": self.cut, "steps": self.steps, "batch": self.batch, "stream_pos": self.stream_pos,
+                "round": self.round,
                 "lr": self.lr, "delay_s": self.delay_s, "deadline": self.deadline, "local": self.local,
                 "whole": self.whole, "partner": self.partner, "overlap": self.overlap}
 
@@ -90,32 +93,44 @@ class Federation:
         and ``...:fed`` so operators (and tests) can find them with ``ray.get_actor``."""
         import ray
 
-        r = cfg.resources
         self.cfg, self.algo, self.num_actors = cfg, algo, num_actors
         self.num_blocks = len(block_flops)
         self.ds_ref = ray.put(dataset)  # loaded once, shared; kept alive for actor restarts
 
-        def spawn(cls, role: str, cpus: float, gpus: float, *args):
-            return ray.remote(cls).options(name=f"raysfl:{run_name}:{role}", num_cpus=cpus, num_gpus=gpus,
-                                           max_restarts=cfg.max_restarts, max_task_retries=0).remote(*args, gpus)
+        num_servers = algo.num_servers if algo.uses_cut else 0
+        self.groups = reserve(cfg, num_actors, num_servers, run_name)  # fails here if the cluster is too small
+
+        def spawn(cls, role: str, kind: str, pg, bundle: int, *args):
+            res = role_resources(cfg, kind)
+            return ray.remote(cls).options(name=f"raysfl:{run_name}:{role}", max_restarts=cfg.max_restarts,
+                                           max_task_retries=0, **actor_options(res, pg, bundle)
+                                           ).remote(*args, res.get("GPU", 0.0))
 
         self.clients = [
-            spawn(ClientActor, f"client-{i}", r.client_cpus, r.client_gpus, i, cfg, algo, self.ds_ref,
+            spawn(ClientActor, f"client-{i}", "client", self.groups[0], i, i, cfg, algo, self.ds_ref,
                   {k: parts[k] for k in range(len(parts)) if k % num_actors == i}, block_flops)
             for i in range(num_actors)
         ]
         self.servers = [
-            spawn(ServerActor, f"server-{j}", r.server_cpus, r.server_gpus, j, cfg, algo,
+            spawn(ServerActor, f"server-{j}", "server", self.groups[1], j, j, cfg, algo,
                   dataset.input_shape, dataset.num_classes, block_flops)
-            for j in range(algo.num_servers if algo.uses_cut else 0)
+            for j in range(num_servers)
         ]
-        self.fed = spawn(FedActor, "fed", r.fed_cpus, r.fed_gpus, cfg, algo, self.ds_ref)
+        self.fed = spawn(FedActor, "fed", "fed", self.groups[1], num_servers, cfg, algo, self.ds_ref)
         self.incarnations = ray.get([a.ping.remote() for a in self._all()])
         self.snapshot: dict | None = None  # the state to go back to after a failure
         self.died: set[int] = set()  # client actors that died last round (restarting now)
         self._carry: list = []  # late update refs waiting for the next aggregation (apply_late_updates)
         self._late_now: list = []
         self.late_applied = 0
+
+    def placement(self) -> list[dict]:
+        """Where each actor runs: role, actor name, node, GPU ids, device (``placement.json``)."""
+        import ray
+
+        roles = ([f"client-{i}" for i in range(len(self.clients))] + [f"server-{j}" for j in range(len(self.servers))]
+                 + ["fed"])
+        return [{"role": role, **loc} for role, loc in zip(roles, ray.get([a.where.remote() for a in self._all()]))]
 
     def _all(self) -> list:
         return self.clients + self.servers + [self.fed]
@@ -126,8 +141,13 @@ class Federation:
     def shutdown(self) -> None:
         import ray
 
+        from ray.util.placement_group import remove_placement_group
+
         for a in self._all():
             ray.kill(a)
+        for g in self.groups:
+            if g is not None:
+                remove_placement_group(g)
 
     # ------------------------------------------------------------------ failures
     def recover(self) -> dict[str, int]:
@@ -288,6 +308,7 @@ class Federation:
                 result.late.add(c)
             elif c not in result.stats or result.stats[c].failed:
                 result.failed.add(c)
+        self._agg_weights = {c: st.agg_weight for c, st in result.stats.items() if st.agg_weight == st.agg_weight}
         self._late_actors = late_actors
         self._late_now = [u for a, u in self._pending_updates if a in late_actors]
         return result
@@ -305,7 +326,8 @@ class Federation:
         late = []
         if self.algo.apply_late_updates and self._carry:  # last round's stragglers that have finished by now
             late, _ = ray.wait(self._carry, num_returns=len(self._carry), timeout=0, fetch_local=False)
-        merged, ok = self.fed.aggregate.options(num_returns=2).remote(rnd, include, states, updates, late)
+        merged, ok = self.fed.aggregate.options(num_returns=2).remote(rnd, include, states, updates, late,
+                                                                 self._agg_weights)
         loads = []
         if self._sync and self.algo.broadcast_servers:  # e.g. FLEX-SFL's w_e to every edge server (eq. 26)
             loads = [srv.load_shared.remote(merged) for srv in self.servers]
@@ -440,7 +462,7 @@ def plan_round(cfg, algo: Algorithm, rnd: int, ctx: FederationContext, stream_po
     plans = {}
     for c in clients:
         steps, batch = local_steps(cfg, int(ctx.sizes[c]))
-        plans[c] = ClientPlan(cuts[c], steps, batch, stream_pos.get(c, 0), cfg.lr_at(rnd))
+        plans[c] = ClientPlan(cuts[c], steps, batch, stream_pos.get(c, 0), cfg.lr_at(rnd), round=rnd)
     for c, pair in algo.pair_plan(rnd, clients).items():
         plans[c].whole, plans[c].partner, plans[c].overlap = True, pair["partner"], list(pair["overlap"])
     return plans, server_of

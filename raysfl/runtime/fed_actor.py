@@ -28,6 +28,8 @@ class FedState:
         self.own: dict[int, dict[str, np.ndarray]] = {}  # per-client state kept between rounds
         self.last_clients: list[int] = []                 # this round's participants
         self.extra: dict = {}                             # algorithm-specific state
+        self.round_weights: dict[int, float] = {}         # this round's server-chosen aggregation weights
+                                                          # (ClientRoundStats.agg_weight; not checkpointed)
 
     def to_dict(self) -> dict:
         return {"global": self.global_state, "own": self.own, "last_clients": self.last_clients,
@@ -53,6 +55,12 @@ class FedActor:
 
     def ping(self) -> str:
         return self.incarnation
+
+    def where(self) -> dict:
+        """Node, GPU ids and device of this actor (``placement.json``)."""
+        from raysfl.runtime.placement import actor_location
+
+        return actor_location()
 
     def memory(self) -> int:
         """Resident set size in bytes (soak benchmarks)."""
@@ -80,16 +88,19 @@ class FedActor:
         return out if len(out) != 1 else out[0]
 
     def aggregate(self, rnd: int, include: list[int] | None, server_state_refs: list, update_refs: list,
-                  late_refs: list = ()):
+                  late_refs: list = (), weights: dict[int, float] | None = None):
         """Merge this round's server-side states and client updates (ObjectRefs: one per
         server, one list of updates per client actor) into the fed state.
 
         Only updates that exist count: a dead client actor's or server's results are
         skipped, as are clients not in ``include`` (stragglers past the deadline).
         ``late_refs``: last round's late update lists, for algorithms that apply late
-        updates. Returns (merged server state to broadcast, if the algorithm does that;
-        the number of late updates applied).
+        updates. ``weights``: the aggregation weight the servers chose per client, for
+        algorithms that set them (``Algorithm.server_weights``; in ``fed.round_weights``).
+        Returns (merged server state to broadcast, if the algorithm does that; the number of
+        late updates applied).
         """
+        self.s.round_weights = dict(weights or {})
         server_states = [s if s else {} for s in fetch(server_state_refs)]
         keep = None if include is None else set(include)
         updates = sorted((u for res in fetch(update_refs) if res for u in res

@@ -1,4 +1,14 @@
-"""Where actors run: Ray start-up, per-role resources, CPU threads and CUDA devices."""
+"""Where actors run: Ray start-up, per-role resources and placement groups, CPU threads and
+CUDA devices.
+
+Two placement groups hold a run's actors (``resources.client_placement`` and
+``server_placement``): one bundle per client actor, SPREAD by default so the clients fan
+out over the nodes, and one bundle per server plus the fed server, PACK by default so they
+sit together on the nodes that have what they ask for (GPUs, when ``--server-gpus`` is set).
+Reserving them first means a run that cannot fit fails before any actor starts, with the
+bundles it asked for and what the cluster has (after ``placement_timeout_s``, which gives an
+autoscaling cluster time to add nodes).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +16,8 @@ import math
 import os
 
 import torch
+
+STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK", "none")
 
 
 def set_threads(cpus: float) -> None:
@@ -77,6 +89,86 @@ def check_capacity(cfg, num_client_actors: int, num_servers: int) -> None:
                 f"the actors need {need:g} {name}s ({num_client_actors} client actors, {num_servers} servers, "
                 f"1 fed server) but the Ray cluster has {have.get(name, 0.0):g}; lower --client-{name.lower()}s/"
                 f"--server-{name.lower()}s/--fed-{name.lower()}s or --client-actors, or add nodes")
+
+
+def role_resources(cfg, role: str) -> dict[str, float]:
+    """Ray resources of one actor of ``role`` (client, server, fed): CPU, GPU, memory (bytes)."""
+    r = cfg.resources
+    out = {"CPU": getattr(r, f"{role}_cpus"), "GPU": getattr(r, f"{role}_gpus")}
+    mem = getattr(r, f"{role}_memory_gb")
+    if mem:
+        out["memory"] = float(int(mem * 2**30))
+    return {k: v for k, v in out.items() if v > 0}
+
+
+def actor_options(resources: dict[str, float], pg=None, bundle: int = 0) -> dict:
+    """``.options()`` for an actor with ``resources``, in bundle ``bundle`` of ``pg`` if given."""
+    opts = {"num_cpus": resources.get("CPU", 0.0), "num_gpus": resources.get("GPU", 0.0)}
+    if "memory" in resources:
+        opts["memory"] = int(resources["memory"])
+    if pg is not None:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+            pg, placement_group_bundle_index=bundle, placement_group_capture_child_tasks=False)
+    return opts
+
+
+def reserve(cfg, num_client_actors: int, num_servers: int, name: str):
+    """Create the client and server placement groups and wait until the cluster holds them.
+
+    Returns (client group or None, server group or None); None where the strategy is "none"
+    or a role asks for no resources. Raises RunFailed, naming the bundles and the cluster's
+    resources, when they are not placed within ``placement_timeout_s`` (the groups are
+    removed again).
+    """
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from raysfl.errors import RunFailed
+
+    r = cfg.resources
+    client = role_resources(cfg, "client")
+    servers = [role_resources(cfg, "server")] * num_servers + [role_resources(cfg, "fed")]
+    groups, asked = [], []
+    for label, bundles, strategy in (("client actors", [client] * num_client_actors, r.client_placement),
+                                     ("servers + fed server", servers, r.server_placement)):
+        if strategy == "none" or any(not b for b in bundles):
+            groups.append(None)
+            continue
+        groups.append(placement_group(bundles, strategy=strategy, name=f"raysfl:{name}:{label.split()[0]}"))
+        asked.append(f"{label}: {len(bundles)} x {_fmt(bundles[0])}"
+                     + (f" + 1 x {_fmt(bundles[-1])}" if bundles[-1] != bundles[0] else "") + f" ({strategy})")
+    pending = [g for g in groups if g is not None]
+    ready, _ = ray.wait([g.ready() for g in pending], num_returns=len(pending), timeout=r.placement_timeout_s)
+    if len(ready) < len(pending):
+        for g in pending:
+            remove_placement_group(g)
+        raise RunFailed(f"the Ray cluster cannot hold the run's actors within {r.placement_timeout_s:g} s; asked "
+                        f"for {'; '.join(asked)}; the cluster has {_fmt(ray.cluster_resources())}; lower the "
+                        "per-role resources (--client-cpus, --server-gpus, ...) or --client-actors, relax "
+                        "--client-placement/--server-placement, add nodes, or raise --placement-timeout-s")
+    return groups[0], groups[1]
+
+
+def actor_location() -> dict:
+    """Where the calling actor runs: Ray node id and address, the GPU ids Ray gave it, and the
+    torch device it computes on (written to the run's ``placement.json``)."""
+    import ray
+
+    ctx = ray.get_runtime_context()
+    node = ctx.get_node_id()
+    ip = next((n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node), None)
+    gpus = [str(g) for g in ray.get_gpu_ids()]
+    return {"node_id": node, "node_ip": ip, "gpu_ids": gpus, "device": str(device_for_actor(1.0 if gpus else 0.0))}
+
+
+def _fmt(res: dict) -> str:
+    parts = []
+    for k in ("CPU", "GPU", "memory"):
+        if res.get(k):
+            parts.append(f"{res[k] / 2**30:.3g} GB memory" if k == "memory" else f"{res[k]:g} {k}")
+    return "{" + ", ".join(parts) + "}"
 
 
 def _project_root() -> str:

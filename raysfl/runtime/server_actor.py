@@ -64,6 +64,12 @@ class ServerActor:
     def ping(self) -> str:
         return self.incarnation
 
+    def where(self) -> dict:
+        """Node, GPU ids and device of this actor (``placement.json``)."""
+        from raysfl.runtime.placement import actor_location
+
+        return actor_location()
+
     def memory(self) -> int:
         """Resident set size in bytes (soak benchmarks)."""
         from raysfl.runtime.probe import rss_bytes
@@ -120,11 +126,14 @@ class ServerActor:
         out: list[dict] = [{} for _ in payloads]
         if not batches:
             return out if len(out) != 1 else out[0]
-        grads, losses = self.algo.server_step(self.s, batches)
+        res = self.algo.server_step(self.s, batches)
+        grads, losses = res[0], res[1]
+        outputs = res[2] if len(res) > 2 and self.algo.server_outputs_to_client else {}
         passes = self.algo.server_updates_per_step()
         for c, cut, _, y in batches:
             loss = float(losses[c]) if self.algo.server_loss_to_client else None
-            out[owner[c]][c] = GradReply(pack(grads[c], self.cfg.transfer_dtype), loss)
+            logits = pack(outputs[c], self.cfg.transfer_dtype) if c in outputs else None
+            out[owner[c]][c] = GradReply(pack(grads[c], self.cfg.transfer_dtype), loss, logits)
             st = self.stats[c]
             st.server_flops += passes * 3.0 * len(y) * float(sum(self.flops[cut:]))
             st.loss_sum += losses[c] * len(y)
@@ -139,9 +148,15 @@ class ServerActor:
         empty when ``export`` is False (the algorithm does not sync servers this round) or
         the server has not served any client yet.
         """
+        chosen = self.algo.server_weights(self.s, {c: weights.get(c, 1.0) for c in self.stats})
+        if chosen is not None:  # the algorithm's own aggregation weights (BESplit's EA), reported per client
+            weights = chosen
+            for c, w in chosen.items():
+                if c in self.stats:
+                    self.stats[c].agg_weight = float(w)
         if self.algo.per_client_server and self.s.client_models:
             states = [(state_to_wire(self.s.client_models[c].state_dict()), weights.get(c, 1.0))
-                      for c in sorted(self.s.client_models)]
+                      for c in sorted(self.s.client_models) if weights.get(c, 1.0) > 0]
             merged = weighted_average(states, base=state_to_wire(self.s.model.state_dict()))
             self.s.model.load_state_dict(wire_to_state(merged, self.s.device))
             self.s.client_models, self.s.client_opts = {}, {}

@@ -1,0 +1,84 @@
+"""BESplit on Ray: split federated learning that weighs clients by the evidence and uncertainty
+of their smashed data (EA), lets complementary biased clients lend each other smashed samples
+(BCC), and trains a small on-device model per client by dual-teacher distillation (DTD).
+
+    python examples/besplit.py                                      # embedded digits, 2 CPU cores, ~2 minutes
+    python examples/besplit.py --alpha 0.1                          # harsher non-IID (Dirichlet kappa)
+    python examples/besplit.py --no-bcc                             # ablation (also --no-ea, --no-ea-evidence,
+                                                                    #   --no-ea-ale, --no-ea-epi)
+    python examples/besplit.py --dataset fashion_mnist --data-root data --download   # paper: ResNet-18
+    ray job submit --working-dir . -- python examples/besplit.py    # the same on a Ray cluster
+
+What runs (Table 2 / Sec. 5.1 unless you override it): clients with Dirichlet(kappa = 1)
+label mixes; one server-side model per client on the main server actor, trained with the
+evidential loss (eq. 5); per-client Client State Records of evidence and uncertainty (eq. 6,
+with TTL); client-side and server-side models averaged with the evidential weights (eqs.
+7-10); biased clients paired by complementarity (eqs. 11, 33) and mixed by rho (eqs. 13,
+31-32), gradients returned only to each sample's owner; an auxiliary model per client
+distilled from its client-side model and from the server's predictions (eqs. 15-18, tau 5,
+lambda_C 0.2, lambda_G 0.3).
+
+Every `raysfl run` flag works too (`--evidence`, `--csr-beta`, `--csr-ttl`, `--bcc-max-ratio`,
+`--kd-tau`, `--kd-lambda-c`, `--kd-lambda-g`, `--no-dtd`, `--rounds`, ...). The summary prints
+BESplit-G (the global model) and BESplit-A (the clients' auxiliary models: mean and spread).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # example_cli, also when imported by path
+from example_cli import preset_argv, run_example  # noqa: E402
+
+# Table 2: F-MNIST 100 clients / 40 per round, ResNet-18, batch 32; CIFAR-10 100 / 70, batch 64;
+# CIFAR-100 1000 / 200, ResNet-50 (not in the zoo: ResNet-18 here), batch 64. The paper's SGD lr
+# of 1e-4 with 300-500 epochs does not move in a scaled-down run; these presets keep raysfl's
+# lr with momentum 0.9. digits: 10 clients, the 4-block CNN cut after its two conv blocks.
+PRESETS = {
+    ("digits", "cnn"): {"clients": 10, "cut": 2, "rounds": 30, "batch_size": 32, "momentum": 0.9},
+    ("fashion_mnist", "resnet18"): {"clients": 100, "clients_per_round": 40, "cut": 2, "rounds": 300,
+                                    "batch_size": 32, "momentum": 0.9},
+    ("cifar10", "resnet18"): {"clients": 100, "clients_per_round": 70, "cut": 2, "rounds": 300, "batch_size": 64,
+                              "momentum": 0.9},
+    ("cifar100", "resnet18"): {"clients": 1000, "clients_per_round": 200, "cut": 2, "rounds": 500,
+                               "batch_size": 64, "momentum": 0.9},
+}
+DEFAULT_MODEL = {"digits": "cnn", "fashion_mnist": "resnet18", "cifar10": "resnet18", "cifar100": "resnet18"}
+
+
+def build_argv(argv: list[str]) -> list[str]:
+    """raysfl run flags for BESplit with the data set's and model's presets where the user set nothing."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--dataset", default="digits")
+    pre.add_argument("--model", default=None)
+    known, _ = pre.parse_known_args(argv)
+    model = known.model or DEFAULT_MODEL.get(known.dataset, "cnn")
+    return preset_argv("besplit", argv, {"dataset": known.dataset, "model": model,
+                                         **PRESETS.get((known.dataset, model), {})})
+
+
+def summary(rows: list[dict]) -> str:
+    aux = "acc_aux" in rows[0]
+    head = f"{'round':>6} {'BESplit-G':>10}" + (f" {'BESplit-A (mean ± std)':>23}" if aux else "")
+    lines = ["BESplit summary", head + f" {'EA weights (min-max)':>21} {'BCC pairs':>10} {'lent':>6}"]
+    step = max(1, len(rows) // 10)
+    for r in rows:
+        if r["round"] % step == 0 or r is rows[-1]:
+            a = f" {r['acc_aux']:>14.4f} ± {r['acc_aux_std']:.4f}" if aux else ""
+            lines.append(f"{r['round']:>6} {r['test_accuracy']:>10.4f}{a} {r['ea_weight_min']:>12.3f}-"
+                         f"{r['ea_weight_max']:.3f} {r['bcc_pairs']:>10.0f} {r['bcc_lent_frac']:>6.1%}")
+    lines.append(f"bytes: {sum(r['bytes_up'] for r in rows) / 1e6:.2f} MB up, "
+                 f"{sum(r['bytes_down'] for r in rows) / 1e6:.2f} MB down; "
+                 f"wall time {rows[-1]['wall_time_total_s']:.1f} s")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_example("besplit", build_argv(sys.argv[1:] if argv is None else argv),
+                       lambda cfg, result: summary(result.metrics))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
