@@ -224,6 +224,7 @@ def test_besplit_run_weights_sum_to_one_and_reports_both_models(quick):
     assert m[0]["bytes_grad_down"] > v1.metrics[0]["bytes_grad_down"]
 
 
+@pytest.mark.slow
 def test_besplit_without_ea_uses_sample_weights(quick):
     import pyarrow.parquet as pq
 
