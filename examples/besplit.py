@@ -25,12 +25,11 @@ BESplit-G (the global model) and BESplit-A (the clients' auxiliary models: mean 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # example_cli, also when imported by path
-from example_cli import preset_argv, run_example  # noqa: E402
+from example_cli import model_preset_argv, run_example, traffic_line  # noqa: E402
 
 # Table 2: F-MNIST 100 clients / 40 per round, ResNet-18, batch 32; CIFAR-10 100 / 70, batch 64;
 # CIFAR-100 1000 / 200, ResNet-50 (not in the zoo: ResNet-18 here), batch 64. The paper's SGD lr
@@ -50,13 +49,7 @@ DEFAULT_MODEL = {"digits": "cnn", "fashion_mnist": "resnet18", "cifar10": "resne
 
 def build_argv(argv: list[str]) -> list[str]:
     """raysfl run flags for BESplit with the data set's and model's presets where the user set nothing."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--dataset", default="digits")
-    pre.add_argument("--model", default=None)
-    known, _ = pre.parse_known_args(argv)
-    model = known.model or DEFAULT_MODEL.get(known.dataset, "cnn")
-    return preset_argv("besplit", argv, {"dataset": known.dataset, "model": model,
-                                         **PRESETS.get((known.dataset, model), {})})
+    return model_preset_argv("besplit", argv, PRESETS, DEFAULT_MODEL)
 
 
 def summary(rows: list[dict]) -> str:
@@ -69,9 +62,7 @@ def summary(rows: list[dict]) -> str:
             a = f" {r['acc_aux']:>14.4f} ± {r['acc_aux_std']:.4f}" if aux else ""
             lines.append(f"{r['round']:>6} {r['test_accuracy']:>10.4f}{a} {r['ea_weight_min']:>12.3f}-"
                          f"{r['ea_weight_max']:.3f} {r['bcc_pairs']:>10.0f} {r['bcc_lent_frac']:>6.1%}")
-    lines.append(f"bytes: {sum(r['bytes_up'] for r in rows) / 1e6:.2f} MB up, "
-                 f"{sum(r['bytes_down'] for r in rows) / 1e6:.2f} MB down; "
-                 f"wall time {rows[-1]['wall_time_total_s']:.1f} s")
+    lines.append(traffic_line(rows))
     return "\n".join(lines)
 
 

@@ -37,6 +37,27 @@ def preset_argv(algo: str, argv: list[str], preset: dict) -> list[str]:
     return out
 
 
+def model_preset_argv(algo: str, argv: list[str], presets: dict, default_model: dict) -> list[str]:
+    """``preset_argv`` with the preset of (``--dataset``, ``--model``); the model defaults to
+    ``default_model[dataset]`` (else the CNN)."""
+    import argparse
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--dataset", default="digits")
+    pre.add_argument("--model", default=None)
+    known, _ = pre.parse_known_args(argv)
+    model = known.model or default_model.get(known.dataset, "cnn")
+    return preset_argv(algo, argv, {"dataset": known.dataset, "model": model,
+                                    **presets.get((known.dataset, model), {})})
+
+
+def traffic_line(rows: list[dict]) -> str:
+    """The summary's last line: bytes both ways and wall time of the whole run."""
+    return (f"bytes: {sum(r['bytes_up'] for r in rows) / 1e6:.2f} MB up, "
+            f"{sum(r['bytes_down'] for r in rows) / 1e6:.2f} MB down; "
+            f"wall time {rows[-1]['wall_time_total_s']:.1f} s")
+
+
 def run_example(name: str, run_argv: list[str], report) -> int:
     """Run, print ``report(cfg, result)`` and where the results are; one-line errors (exit 2
     for bad settings, 1 for a failed run)."""

@@ -22,12 +22,11 @@ mean pairwise angle between the clients' server-side gradients (the paper's Fig.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # example_cli, also when imported by path
-from example_cli import preset_argv, run_example  # noqa: E402
+from example_cli import model_preset_argv, run_example, traffic_line  # noqa: E402
 
 # Sec. IV-4: VGG-16 with its first four conv layers on the clients, batch 128, SGD momentum 0.9,
 # lr 0.005 / 0.01, lambda 5e-4; ViT-Base with its first three blocks on the clients, batch 64,
@@ -46,13 +45,7 @@ DEFAULT_MODEL = {"digits": "cnn", "cifar10": "vgg16", "cifar100": "vgg16"}
 
 def build_argv(argv: list[str]) -> list[str]:
     """raysfl run flags for GAPSL with the data set's and model's presets where the user set nothing."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--dataset", default="digits")
-    pre.add_argument("--model", default=None)
-    known, _ = pre.parse_known_args(argv)
-    model = known.model or DEFAULT_MODEL.get(known.dataset, "cnn")
-    return preset_argv("gapsl", argv, {"dataset": known.dataset, "model": model,
-                                       **PRESETS.get((known.dataset, model), {})})
+    return model_preset_argv("gapsl", argv, PRESETS, DEFAULT_MODEL)
 
 
 def summary(rows: list[dict]) -> str:
@@ -62,9 +55,7 @@ def summary(rows: list[dict]) -> str:
         if r["round"] % step == 0 or r is rows[-1]:
             lines.append(f"{r['round']:>6} {r['test_accuracy']:>9.4f} {r['grad_angle_deg']:>10.1f}° "
                          f"{r['lgi_k']:>6.2f} {r['gda_kept']:>11.0%}")
-    lines.append(f"bytes: {sum(r['bytes_up'] for r in rows) / 1e6:.2f} MB up, "
-                 f"{sum(r['bytes_down'] for r in rows) / 1e6:.2f} MB down; "
-                 f"wall time {rows[-1]['wall_time_total_s']:.1f} s")
+    lines.append(traffic_line(rows))
     return "\n".join(lines)
 
 
