@@ -147,7 +147,8 @@ def _run_federated(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
     started = init_ray(cfg, num_actors, algo.num_servers if algo.uses_cut else 0)
     fed = None
     try:
-        if started and not os.environ.get("RAY_ADDRESS"):  # our own local Ray: it will not grow
+        if not os.environ.get("RAY_ADDRESS"):  # a Ray of this process: it will not grow. A job on a
+            # cluster (RAY_ADDRESS set) may autoscale: the placement groups wait for it instead
             check_capacity(cfg, num_actors, algo.num_servers if algo.uses_cut else 0)
         fed = Federation(cfg, algo, ds, parts, num_actors, ctx.block_flops, run_name=run_dir.name)
         (run_dir / "placement.json").write_text(json.dumps(fed.placement(), indent=1))

@@ -63,11 +63,15 @@ def test_three_node_cluster_spreads_clients_and_puts_edge_servers_on_the_gpu_nod
     assert all(where[f"client-{i}"]["gpu_ids"] == [] for i in range(3))
 
 
-def test_a_run_the_cluster_cannot_hold_fails_before_it_starts(quick):
+def test_a_run_the_cluster_cannot_place_fails_before_it_starts(quick):
+    """Enough CPUs in total, but STRICT_SPREAD needs one node per client actor and the
+    session's Ray has one node: the placement group never fits."""
     import raysfl
     from raysfl.errors import RunFailed
 
-    cfg = quick(algo="splitfed_v2", resources={"client_actors": 2, "client_cpus": 3, "placement_timeout_s": 2})
+    cfg = quick(algo="splitfed_v2", resources={"client_actors": 2, "client_placement": "STRICT_SPREAD",
+                                               "placement_timeout_s": 2})
     with pytest.raises(RunFailed, match=r"cannot hold the run's actors within 2 s; asked for client actors: "
-                                         r"2 x \{3 CPU\} \(SPREAD\)"):
+                                         r"2 x \{0.5 CPU\} \(STRICT_SPREAD\)") as e:
         raysfl.run(cfg)
+    assert "\n" not in str(e.value)
