@@ -292,7 +292,7 @@ def round_metrics(cfg, algo, rnd, stats, ctx, result, wall, counters, sim_delay=
             "client_flops": st.client_flops, "server_flops": st.server_flops, "sim_time_s": t,
             "train_loss": st.loss_sum / st.loss_count if st.loss_count else float("nan"),
             "delay_s": sim_delay.get(c, 0.0), "failed": bool(st.failed), "included": c in included,
-            "fallback_steps": st.fallback_steps, "agg_weight": float(st.agg_weight),
+            "fallback_steps": st.fallback_steps, "agg_weight": float(st.agg_weight) if st.agg_weight == st.agg_weight else None,  # null: none set
         })
     sim = algo.round_sim_time(times)
     if cfg.sim_deadline_s is not None:  # the round ends at the deadline at the latest
