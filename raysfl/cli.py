@@ -107,8 +107,54 @@ def build_parser() -> argparse.ArgumentParser:
     for name, cls in ALGORITHMS.items():
         if dataclasses.fields(cls.params_cls):
             _add_fields(run.add_argument_group(f"{name} (--algo {name})"), cls.params_cls, f"{name}.", taken)
+    cmp = sub.add_parser("compare", help="run several algorithms on identical data and seeds; table and plots")
+    cmp.add_argument("--algos", required=True, metavar="A,B,...", help="algorithms to compare, comma-separated")
+    cmp.add_argument("--seeds", type=int, default=3, metavar="N", help="seeds 0..N-1 (default 3)")
+    cmp.add_argument("--target", type=float, default=0.8, metavar="ACC",
+                     help="accuracy for the rounds/time/bytes-to-target columns (default 0.8)")
+    cmp.add_argument("--config", dest="config_file", default=None, metavar="FILE", help="YAML or JSON config")
+    taken = {"--config", "--help", "--algos", "--seeds", "--target", "--algo", "--seed", "--name", "--resume"}
+    _add_fields(cmp.add_argument_group("run"), Config, "", taken)
+    _add_fields(cmp.add_argument_group("devices"), DeviceConfig, "devices.", taken)
+    _add_fields(cmp.add_argument_group("resources"), ResourceConfig, "resources.", taken)
+    for name, cls in ALGORITHMS.items():
+        if dataclasses.fields(cls.params_cls):
+            _add_fields(cmp.add_argument_group(f"{name} (--algo {name})"), cls.params_cls, f"{name}.", taken)
+    plot = sub.add_parser("plot", help="draw accuracy against rounds, simulated time and bytes from run directories")
+    plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    plot.add_argument("--out", default=".", metavar="DIR", help="where the PNGs go (default: here)")
     sub.add_parser("list", help="list algorithms, datasets, models and partitioners")
     return p
+
+
+def _flags(ns: argparse.Namespace, skip=("command", "config_file")) -> dict:
+    """The flags the user gave, nested by section (``resources.client_cpus`` -> resources: {...})."""
+    flat: dict = {}
+    for key, value in vars(ns).items():
+        if key in skip:
+            continue
+        section, _, name = key.rpartition(".")
+        if section:
+            flat.setdefault(section, {})[name] = value
+        else:
+            flat[name] = value
+    return flat
+
+
+def _compare(ns: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    from raysfl.compare import compare, comparison_configs
+
+    settings = _flags(ns, skip=("command", "config_file", "algos", "seeds", "target"))
+    settings = _merge(load_file(ns.config_file) if ns.config_file else {}, settings)
+    out_dir = Path(settings.pop("out", None) or Path("runs") / time.strftime("compare-%Y%m%d-%H%M%S"))
+    algos = [a.strip() for a in ns.algos.split(",") if a.strip()]
+    rows = compare(comparison_configs(algos, settings, ns.seeds, out_dir), out_dir, ns.target)
+    print((out_dir / "results.md").read_text())
+    print(f"comparison directory: {out_dir} ({len(rows)} algorithms)")
+    return 0
 
 
 def config_from_args(ns: argparse.Namespace) -> Config:
@@ -116,15 +162,7 @@ def config_from_args(ns: argparse.Namespace) -> Config:
     from raysfl.api import resume_config
     from raysfl.resolve import from_dict
 
-    flat: dict = {}
-    for key, value in vars(ns).items():
-        if key in ("command", "config_file"):
-            continue
-        section, _, name = key.rpartition(".")
-        if section:
-            flat.setdefault(section, {})[name] = value
-        else:
-            flat[name] = value
+    flat = _flags(ns)
     if "resume" in flat:
         return resume_config(flat.pop("resume"), flat)
     data = load_file(ns.config_file) if ns.config_file else {}
@@ -161,6 +199,14 @@ def main(argv: list[str] | None = None) -> int:
         ns = parser.parse_args(argv)
         if ns.command == "list":
             _list()
+            return 0
+        if ns.command == "compare":
+            return _compare(ns)
+        if ns.command == "plot":
+            from raysfl.plots import plot_runs
+
+            for path in plot_runs(ns.run_dirs, ns.out):
+                print(path)
             return 0
         if ns.command != "run":
             parser.print_help()

@@ -1,0 +1,141 @@
+"""``raysfl compare``: several algorithms on identical data, partitions, device profiles and
+seeds, one results table, and the plots.
+
+Every run of a comparison shares the settings that define the data and the federation --
+data set, model, cut, clients, clients per round, rounds, partition and its parameters,
+local work, batch size, device profiles -- taken from the user's settings or else from
+raysfl's defaults, *not* from any algorithm's ``config_defaults`` (which would give GAPSL
+Dirichlet 0.1 and BESplit Dirichlet 1 in the same comparison). Learning settings the user
+leaves out (lr, momentum, ...) still follow each algorithm's paper defaults. Seeds are
+0 .. n-1; the same seed gives every algorithm the same partition, profiles and selection
+stream.
+
+The comparison directory holds ``runs/<algo>-s<seed>/`` (every run's own directory),
+``results.md`` and ``results.parquet`` (one row per algorithm), ``runs.parquet`` (one row
+per run) and the PNGs of :mod:`raysfl.plots`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from raysfl.config import Config
+from raysfl.errors import ConfigError
+
+SHARED = ("dataset", "model", "cut", "clients", "clients_per_round", "rounds", "partition", "alpha",
+          "classes_per_client", "shards_per_client", "quantity_skew", "local_epochs", "local_steps", "batch_size")
+
+
+def comparison_configs(algos: list[str], settings: dict, seeds: int, out_dir: Path) -> list[Config]:
+    """One validated Config per (algorithm, seed), sharing the data-defining settings."""
+    from raysfl.resolve import from_dict, validate
+
+    if not algos:
+        raise ConfigError("compare needs at least one algorithm (--algos a,b,...)")
+    if len(set(algos)) != len(algos):
+        raise ConfigError(f"--algos lists an algorithm twice: {','.join(algos)}")
+    if seeds < 1:
+        raise ConfigError(f"--seeds must be >= 1, got {seeds}")
+    base = Config()
+    shared = {k: getattr(base, k) for k in SHARED}
+    configs = []
+    for algo in algos:
+        for seed in range(seeds):
+            data = {**shared, **settings, "algo": algo, "seed": seed, "name": f"{algo}-s{seed}",
+                    "out": str(out_dir / "runs")}
+            configs.append(validate(from_dict(data)))
+    return configs
+
+
+def compare(configs: list[Config], out_dir: Path, target: float = 0.8) -> list[dict]:
+    """Run every config (one Ray for all of them), then write the tables and plots."""
+    import ray
+
+    from raysfl.api import run
+    from raysfl.plots import plot_runs
+    from raysfl.runtime.placement import actor_demand, init_ray
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for cfg in configs:
+        if (out_dir / "runs" / cfg.name).exists():
+            raise ConfigError(f"{out_dir / 'runs' / cfg.name} already exists; give compare a new --out")
+    biggest = max(configs, key=lambda c: actor_demand(c, c.resources.num_client_actors(c.clients), 3)[0])
+    started = init_ray(biggest, biggest.resources.num_client_actors(biggest.clients), 3)
+    try:
+        dirs = []
+        for i, cfg in enumerate(configs):
+            print(f"compare: run {i + 1}/{len(configs)}: {cfg.algo}, seed {cfg.seed}", flush=True)
+            dirs.append(run(cfg).run_dir)
+    finally:
+        if started:
+            ray.shutdown()
+    rows = summarise(dirs, out_dir, target)
+    plot_runs(dirs, out_dir)
+    return rows
+
+
+def run_rows(run_dir: Path, target: float) -> dict:
+    """One run's figures from its metrics.parquet and config.json."""
+    cfg = json.loads((Path(run_dir) / "config.json").read_text())
+    rows = pq.read_table(Path(run_dir) / "metrics.parquet").to_pylist()
+    ev = [r for r in rows if r["test_accuracy"] == r["test_accuracy"]]
+    sent, hit = 0.0, None
+    for r in rows:
+        sent += r["bytes_up"] + r["bytes_down"]
+        if hit is None and r["test_accuracy"] == r["test_accuracy"] and r["test_accuracy"] >= target:
+            hit = (r["round"], r["sim_time_total_s"], sent)
+    nan = float("nan")
+    return {"algo": cfg["algo"], "seed": cfg["seed"], "run_dir": str(run_dir), "rounds": len(rows),
+            "final_accuracy": ev[-1]["test_accuracy"] if ev else nan,
+            "rounds_to_target": hit[0] if hit else None, "sim_s_to_target": hit[1] if hit else None,
+            "bytes_to_target": hit[2] if hit else None, "total_bytes": sent,
+            "sim_time_total_s": rows[-1]["sim_time_total_s"] if rows else nan,
+            "fallbacks": sum(r.get("fallbacks", 0) for r in rows), "failures": sum(r.get("failures", 0) for r in rows)}
+
+
+def _mean(values) -> float | None:
+    vals = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return statistics.mean(vals) if vals else None
+
+
+def summarise(run_dirs: list[Path], out_dir: Path, target: float) -> list[dict]:
+    """results.md / results.parquet (per algorithm) and runs.parquet (per run)."""
+    per_run = [run_rows(d, target) for d in run_dirs]
+    pq.write_table(pa.Table.from_pylist(per_run), out_dir / "runs.parquet")
+    out = []
+    for algo in dict.fromkeys(r["algo"] for r in per_run):
+        rs = [r for r in per_run if r["algo"] == algo]
+        accs = [r["final_accuracy"] for r in rs]
+        out.append({"algo": algo, "seeds": len(rs), "final_accuracy_mean": statistics.mean(accs),
+                    "final_accuracy_std": statistics.stdev(accs) if len(accs) > 1 else 0.0,
+                    "reached_target": sum(r["rounds_to_target"] is not None for r in rs),
+                    "rounds_to_target": _mean(r["rounds_to_target"] for r in rs),
+                    "sim_s_to_target": _mean(r["sim_s_to_target"] for r in rs),
+                    "bytes_to_target": _mean(r["bytes_to_target"] for r in rs),
+                    "total_bytes": statistics.mean(r["total_bytes"] for r in rs),
+                    "fallbacks": sum(r["fallbacks"] for r in rs), "failures": sum(r["failures"] for r in rs)})
+    pq.write_table(pa.Table.from_pylist(out), out_dir / "results.parquet")
+    (out_dir / "results.md").write_text(results_markdown(out, target))
+    return out
+
+
+def results_markdown(rows: list[dict], target: float) -> str:
+    def f(v, spec):
+        return "—" if v is None else format(v, spec)
+
+    lines = [f"| algorithm | seeds | final accuracy | reached {target:.0%} | rounds to {target:.0%} | simulated s to "
+             f"{target:.0%} | MB to {target:.0%} | total MB | fallbacks | failures |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        mb_t = None if r["bytes_to_target"] is None else r["bytes_to_target"] / 1e6
+        lines.append(f"| {r['algo']} | {r['seeds']} | {r['final_accuracy_mean']:.4f} ± {r['final_accuracy_std']:.4f} | "
+                     f"{r['reached_target']}/{r['seeds']} | {f(r['rounds_to_target'], '.1f')} | "
+                     f"{f(r['sim_s_to_target'], '.1f')} | {f(mb_t, '.2f')} | {r['total_bytes'] / 1e6:.2f} | "
+                     f"{r['fallbacks']} | {r['failures']} |")
+    return "\n".join(lines) + "\n\nMeans over seeds; the target columns average the seeds that reached it.\n"

@@ -1,0 +1,68 @@
+"""``raysfl compare`` and ``raysfl plot``: identical data for every algorithm, a results table
+that matches the runs' own Parquet files, and the PNGs."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pyarrow.parquet as pq
+import pytest
+
+from raysfl.errors import ConfigError
+
+
+@pytest.mark.slow
+def test_compare_two_algorithms_writes_a_table_matching_the_runs_and_every_png(tmp_path, ray_session):
+    from raysfl.compare import compare, comparison_configs
+    from raysfl.plots import PLOTS
+
+    out = tmp_path / "cmp"
+    settings = {"clients": 4, "rounds": 2, "local_steps": 2, "batch_size": 16, "partition": "dirichlet",
+                "alpha": 0.3, "progress": False, "resources": {"client_actors": 2}}
+    configs = comparison_configs(["splitfed_v2", "gapsl"], settings, 2, out)
+    # gapsl's own config_defaults (Dirichlet 0.1, 10 clients) do not leak into a comparison
+    assert {(c.partition, c.alpha, c.clients, c.rounds) for c in configs} == {("dirichlet", 0.3, 4, 2)}
+    assert [(c.algo, c.seed) for c in configs] == [("splitfed_v2", 0), ("splitfed_v2", 1), ("gapsl", 0),
+                                                    ("gapsl", 1)]
+    rows = compare(configs, out, target=0.2)
+    for fname, _ in PLOTS.values():
+        assert (out / fname).stat().st_size > 1000
+    table = pq.read_table(out / "results.parquet").to_pylist()
+    assert [r["algo"] for r in table] == ["splitfed_v2", "gapsl"] == [r["algo"] for r in rows]
+    md = (out / "results.md").read_text()
+    for r in table:
+        runs = [out / "runs" / f"{r['algo']}-s{s}" for s in (0, 1)]
+        metrics = [pq.read_table(d / "metrics.parquet").to_pylist() for d in runs]
+        finals = [m[-1]["test_accuracy"] for m in metrics]
+        assert r["final_accuracy_mean"] == pytest.approx(statistics.mean(finals))
+        assert r["final_accuracy_std"] == pytest.approx(statistics.stdev(finals))
+        assert r["total_bytes"] == pytest.approx(statistics.mean(sum(x["bytes_up"] + x["bytes_down"] for x in m)
+                                                                 for m in metrics))
+        hits = [next((x["round"] for x in m if x["test_accuracy"] >= 0.2), None) for m in metrics]
+        assert r["reached_target"] == sum(h is not None for h in hits)
+        assert f"| {r['algo']} | 2 | {r['final_accuracy_mean']:.4f} ± {r['final_accuracy_std']:.4f} |" in md
+        # identical data: the same seed gives both algorithms the same clients and partition
+        for s in (0, 1):
+            a = json.loads((out / "runs" / f"splitfed_v2-s{s}" / "clients.json").read_text())
+            b = json.loads((out / "runs" / f"gapsl-s{s}" / "clients.json").read_text())
+            assert [c["label_histogram"] for c in a] == [c["label_histogram"] for c in b]
+    # raysfl plot: the same PNGs from existing run directories
+    from raysfl.cli import main
+
+    assert main(["plot", *map(str, sorted((out / "runs").iterdir())), "--out", str(tmp_path / "plots")]) == 0
+    assert all((tmp_path / "plots" / fname).exists() for fname, _ in PLOTS.values())
+
+
+def test_compare_and_plot_refuse_bad_input(tmp_path, capsys):
+    from raysfl.cli import main
+    from raysfl.compare import comparison_configs
+
+    with pytest.raises(ConfigError, match="unknown algorithm 'nope'"):
+        comparison_configs(["psl", "nope"], {}, 1, tmp_path)
+    with pytest.raises(ConfigError, match="--algos lists an algorithm twice: psl,psl"):
+        comparison_configs(["psl", "psl"], {}, 1, tmp_path)
+    with pytest.raises(ConfigError, match="--seeds must be >= 1, got 0"):
+        comparison_configs(["psl"], {}, 0, tmp_path)
+    assert main(["plot", str(tmp_path)]) == 2
+    assert "is not a run directory (no metrics.parquet)" in capsys.readouterr().err
