@@ -93,33 +93,33 @@ def _add_fields(group, cls, dest_prefix: str, taken: set[str]) -> None:
             group.add_argument(flag, metavar=f.name.upper(), **kwargs)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _add_run_flags(parser, taken: set[str]) -> None:
+    """Every run setting as a flag (those in ``taken`` excepted): config, devices, resources,
+    and each algorithm's knobs."""
     from raysfl.algorithms import ALGORITHMS
 
+    _add_fields(parser.add_argument_group("run"), Config, "", taken)
+    _add_fields(parser.add_argument_group("devices"), DeviceConfig, "devices.", taken)
+    _add_fields(parser.add_argument_group("resources"), ResourceConfig, "resources.", taken)
+    for name, cls in ALGORITHMS.items():
+        if dataclasses.fields(cls.params_cls):
+            _add_fields(parser.add_argument_group(f"{name} (--algo {name})"), cls.params_cls, f"{name}.", taken)
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="raysfl", description="Ray-native split federated learning")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     run = sub.add_parser("run", help="run one experiment")
     run.add_argument("--config", dest="config_file", default=None, metavar="FILE", help="YAML or JSON config")
-    taken = {"--config", "--help"}
-    _add_fields(run.add_argument_group("run"), Config, "", taken)
-    _add_fields(run.add_argument_group("devices"), DeviceConfig, "devices.", taken)
-    _add_fields(run.add_argument_group("resources"), ResourceConfig, "resources.", taken)
-    for name, cls in ALGORITHMS.items():
-        if dataclasses.fields(cls.params_cls):
-            _add_fields(run.add_argument_group(f"{name} (--algo {name})"), cls.params_cls, f"{name}.", taken)
+    _add_run_flags(run, {"--config", "--help"})
     cmp = sub.add_parser("compare", help="run several algorithms on identical data and seeds; table and plots")
     cmp.add_argument("--algos", required=True, metavar="A,B,...", help="algorithms to compare, comma-separated")
     cmp.add_argument("--seeds", type=int, default=3, metavar="N", help="seeds 0..N-1 (default 3)")
     cmp.add_argument("--target", type=float, default=0.8, metavar="ACC",
                      help="accuracy for the rounds/time/bytes-to-target columns (default 0.8)")
     cmp.add_argument("--config", dest="config_file", default=None, metavar="FILE", help="YAML or JSON config")
-    taken = {"--config", "--help", "--algos", "--seeds", "--target", "--algo", "--seed", "--name", "--resume"}
-    _add_fields(cmp.add_argument_group("run"), Config, "", taken)
-    _add_fields(cmp.add_argument_group("devices"), DeviceConfig, "devices.", taken)
-    _add_fields(cmp.add_argument_group("resources"), ResourceConfig, "resources.", taken)
-    for name, cls in ALGORITHMS.items():
-        if dataclasses.fields(cls.params_cls):
-            _add_fields(cmp.add_argument_group(f"{name} (--algo {name})"), cls.params_cls, f"{name}.", taken)
+    _add_run_flags(cmp, {"--config", "--help", "--algos", "--seeds", "--target", "--algo", "--seed", "--name",
+                         "--resume"})
     plot = sub.add_parser("plot", help="draw accuracy against rounds, simulated time and bytes from run directories")
     plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     plot.add_argument("--out", default=".", metavar="DIR", help="where the PNGs go (default: here)")
