@@ -17,12 +17,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import threading
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from soak import sample
+from soak import run_while_sampling, sample
 from sweep import ROOT, start_ray, write_tables
 
 MB = 2**20
@@ -37,27 +35,18 @@ def measure(algo: str, clients: int, per_round: int, rounds: int, actors: int) -
                                     rounds=rounds, local_steps=2, batch_size=16, out=str(out_dir), name=name,
                                     progress=False, checkpoint_every=0, resources={"client_actors": actors})
     peaks: dict[str, float] = {}
-    stop = threading.Event()
 
-    def watch():
-        while not stop.is_set():
-            try:
-                s = sample(name)
-            except Exception:  # noqa: BLE001 - actors starting or gone: try again
-                s = {}
-            for k, v in s.items():
-                peaks[k] = max(peaks.get(k, 0.0), float(v))
-            roles = {k: v for k, v in s.items() if k not in ("store", "objects", "referenced")}
-            peaks["total"] = max(peaks.get("total", 0.0), float(sum(roles.values())))
-            time.sleep(0.05)
+    def tick():
+        try:
+            s = sample(name)
+        except Exception:  # noqa: BLE001 - actors starting or gone: try again
+            s = {}
+        for k, v in s.items():
+            peaks[k] = max(peaks.get(k, 0.0), float(v))
+        roles = {k: v for k, v in s.items() if k not in ("store", "objects", "referenced")}
+        peaks["total"] = max(peaks.get("total", 0.0), float(sum(roles.values())))
 
-    t = threading.Thread(target=watch, daemon=True)
-    t.start()
-    t0 = time.perf_counter()
-    raysfl.run(cfg)
-    wall = time.perf_counter() - t0
-    stop.set()
-    t.join(timeout=10)
+    wall = run_while_sampling(cfg, tick, 0.05)
     rows = pq.read_table(out_dir / name / "metrics.parquet").to_pylist()
     per_round_s = statistics.median(r["wall_time_s"] for r in rows[1:]) if len(rows) > 1 else rows[0]["wall_time_s"]
     clients_rss = sum(v for k, v in peaks.items() if k.startswith("client-"))

@@ -38,6 +38,29 @@ def sample(run_name: str) -> dict[str, float]:
     return out
 
 
+def run_while_sampling(cfg, tick, interval: float) -> float:
+    """``raysfl.run(cfg)`` with ``tick()`` called every ``interval`` seconds in a background
+    thread while it runs; returns the run's wall seconds."""
+    import raysfl
+
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            tick()
+            time.sleep(interval)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    t0 = time.perf_counter()
+    try:
+        raysfl.run(cfg)
+    finally:
+        stop.set()
+        t.join(timeout=10)
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=200)
@@ -59,23 +82,14 @@ def main() -> None:
     metrics = out_dir / name / "metrics.parquet"
     windows = {"start": (args.warmup, args.warmup + args.window), "end": (args.rounds - args.window, args.rounds)}
     samples: dict[str, list] = {"start": [], "end": []}
-    stop = threading.Event()
 
-    def watch():
-        while not stop.is_set():
-            done = len(pq.read_table(pa.BufferReader(metrics.read_bytes()))) if metrics.exists() else 0
-            for w, (lo, hi) in windows.items():
-                if lo <= done < hi:
-                    samples[w].append(sample(name))
-            time.sleep(0.02)
+    def tick():
+        done = len(pq.read_table(pa.BufferReader(metrics.read_bytes()))) if metrics.exists() else 0
+        for w, (lo, hi) in windows.items():
+            if lo <= done < hi:
+                samples[w].append(sample(name))
 
-    t = threading.Thread(target=watch, daemon=True)
-    t.start()
-    t0 = time.perf_counter()
-    raysfl.run(cfg)
-    wall = time.perf_counter() - t0
-    stop.set()
-    t.join(timeout=10)
+    wall = run_while_sampling(cfg, tick, 0.02)
     s, e = samples["start"], samples["end"]
     rows = []
     for key in s[0]:

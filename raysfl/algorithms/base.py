@@ -70,6 +70,14 @@ class ClientUpdate:
     report: dict = field(default_factory=dict)  # the algorithm's ``client_report`` (e.g. losses, depth)
 
 
+def prefix_with_own(fed, client: int, cut: int) -> dict[str, np.ndarray]:
+    """The global model's blocks [0, ``cut``) plus the client's own parked state
+    (``fed.own``: SuperSFL's classifier, BESplit's auxiliary model), for ``fed_client_state``."""
+    state = {k: v for k, v in fed.global_state.items() if int(k.split(".")[1]) < cut}
+    state.update(fed.own.get(client, {}))
+    return state
+
+
 def record_gradient_angle(server, grads: torch.Tensor) -> None:
     """The mean pairwise angle between the clients' server-side gradients (GAPSL's footnote 2,
     Fig. 3b), in degrees, as the ``grad_angle_deg`` metric."""

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from raysfl.aggregation import weighted_average
-from raysfl.algorithms.base import Algorithm, ClientUpdate, record_gradient_angle
+from raysfl.algorithms.base import Algorithm, ClientUpdate, prefix_with_own, record_gradient_angle
 from raysfl.algorithms.bcc import DISTANCES, bcc_pairs, biased_clients, mix_ratio, overrepresented
 from raysfl.algorithms.bcc_step import evidential_server_step
 from raysfl.algorithms.dtd import auxiliary_model, dtd_loss
@@ -230,9 +230,7 @@ class BESplit(Algorithm):
         on the device in a deployment; parked on the fed actor here, not counted)."""
         if not self.params.dtd:
             return None, True
-        state = {k: v for k, v in fed.global_state.items() if int(k.split(".")[1]) < cut}
-        state.update(fed.own.get(client, {}))
-        return state, True
+        return prefix_with_own(fed, client, cut), True
 
     def fed_aggregate(self, fed, rnd: int, server_states: list[dict], updates: list[ClientUpdate]):
         """Client-side models weighted by the servers' EA weights (eq. 10; sample counts with

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from raysfl.algorithms.allocation import allocate_depths
-from raysfl.algorithms.base import Algorithm, ClientUpdate, FederationContext
+from raysfl.algorithms.base import Algorithm, ClientUpdate, FederationContext, prefix_with_own
 from raysfl.algorithms.collaborative_aggregation import client_weights, consensus_average
 from raysfl.algorithms.tpgf import FUSION_MODES, clip_l2, client_weight, fuse, fused_loss
 from raysfl.errors import ConfigError
@@ -252,9 +252,7 @@ class SuperSFL(Algorithm):
     def fed_client_state(self, fed, client: int, cut: int):
         """The global encoder prefix (a download) plus the client's own classifier (kept on
         the device in a deployment; parked on the fed actor here, not counted as traffic)."""
-        state = {k: v for k, v in fed.global_state.items() if int(k.split(".")[1]) < cut}
-        state.update(fed.own.get(client, {}))
-        return state, True
+        return prefix_with_own(fed, client, cut), True
 
     def fed_aggregate(self, fed, rnd: int, server_states: list[dict], updates: list[ClientUpdate]):
         """Eq. (6) weights, eq. (8) per layer; classifiers stay local. Returns the new global
