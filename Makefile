@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all setup clean
+.PHONY: demo test test-all setup clean bench-flower-env
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,5 +24,15 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(PY) -m pytest -q
 
+# Flower (for benchmarks/flower_fedavg.py only) in its own venv: it pins another Ray.
+FLOWER_VENV := .venv-flower
+$(FLOWER_VENV)/.installed:
+	$(PYTHON) -m venv $(FLOWER_VENV)
+	$(FLOWER_VENV)/bin/python -m pip install --upgrade pip >/dev/null
+	$(FLOWER_VENV)/bin/python -m pip install 'flwr[simulation]==1.41.0' torch==2.14.1 torchvision==0.29.1 scikit-learn pyarrow
+	@touch $@
+
+bench-flower-env: $(FLOWER_VENV)/.installed
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(FLOWER_VENV) runs .pytest_cache

@@ -84,8 +84,13 @@ def mean_std(values: list[float], spec: str = ".4f", scale: float = 1.0) -> str:
     return f"{format(scale * statistics.mean(values), spec)} ± {format(scale * sd, spec)}"
 
 
-def write_tables(rows: list[dict], md_path: str | Path, title: str, intro: str, markdown_body: str) -> None:
-    """``rows`` to <md_path>.csv and .parquet; ``markdown_body`` (tables + verdict) to md_path."""
+def write_tables(rows: list[dict], md_path: str | Path, title: str, intro: str, markdown_body: str,
+                 doc: str | Path | None = None) -> None:
+    """``rows`` to <md_path>.csv and .parquet; ``markdown_body`` (tables + verdict) to md_path.
+
+    With ``doc``, the table (with its command and machine) also replaces the section
+    between ``<!-- table:NAME -->`` and ``<!-- /table:NAME -->`` of that document, NAME
+    being md_path's stem (the section is appended if the markers are not there yet)."""
     md_path = Path(md_path)
     md_path.parent.mkdir(parents=True, exist_ok=True)
     data_path = md_path.with_suffix("")
@@ -99,3 +104,19 @@ def write_tables(rows: list[dict], md_path: str | Path, title: str, intro: str, 
             f"Raw rows: `{data_path.name}.csv`, `{data_path.name}.parquet`\n\n{markdown_body}\n")
     md_path.write_text(text)
     print(text)
+    if doc is not None:
+        update_section(Path(doc), md_path.stem, f"Command: `{command()}`  \nMachine: {machine()}  \n"
+                       f"Full table and raw rows: [results/{md_path.name}](results/{md_path.name})\n\n"
+                       f"{markdown_body}\n")
+
+
+def update_section(doc: Path, name: str, text: str) -> None:
+    """Replace the marked section ``name`` of ``doc`` with ``text`` (append it if absent)."""
+    start, end = f"<!-- table:{name} -->", f"<!-- /table:{name} -->"
+    body = doc.read_text() if doc.exists() else ""
+    block = f"{start}\n{text}{end}"
+    if start in body and end in body:
+        body = body[:body.index(start)] + block + body[body.index(end) + len(end):]
+    else:
+        body = body.rstrip("\n") + ("\n\n" if body else "") + block + "\n"
+    doc.write_text(body)

@@ -231,20 +231,22 @@ def _one_round(cfg, algo, fed, rnd, ctx, counters, logger, run_dir, faults) -> N
             events["restarts"] += fed.rollback()
     events["dropped"] = len(res.late | {c for c in res.stats if c not in include and c not in res.failed})
     events["fallbacks"] = sum(1 for st in res.stats.values() if st.fallback_steps)
-    wall = time.perf_counter() - t0
+    bad = sorted(c for c, st in res.stats.items() if st.loss_count and not math.isfinite(st.loss_sum))
+    if not bad:  # the state to go back to if a later round fails (a diverged one is not kept)
+        fed.snapshot = fed.get_state() if cfg.max_round_retries or (
+            cfg.checkpoint_every and (rnd % cfg.checkpoint_every == 0 or rnd == cfg.rounds)) else fed.snapshot
+    wall = time.perf_counter() - t0  # the whole round, snapshot included (logging runs on its own thread)
     for c, p in plans.items():
         counters["stream_pos"][c] = p.stream_pos + p.steps * p.batch
     row, client_rows = round_metrics(cfg, algo, rnd, res.stats, ctx, result, wall, counters,
                                      sim_delay=sim_delay, included=set(include), events=events,
                                      server_metrics=res.server_metrics)
     logger.log_round(row, client_rows)
-    bad = sorted(c for c, st in res.stats.items() if st.loss_count and not math.isfinite(st.loss_sum))
     if bad:  # stop before this round's state reaches a checkpoint; the previous one resumes
         raise RunFailed(f"training diverged: the loss of client(s) {bad[:5]} became NaN/inf in round {rnd} "
                         f"(lr {cfg.lr_at(rnd):g}); lower --lr or --lr-decay; rounds 1..{rnd - 1} are in {run_dir}")
-    fed.snapshot = fed.get_state() if cfg.max_round_retries or (
-        cfg.checkpoint_every and (rnd % cfg.checkpoint_every == 0 or rnd == cfg.rounds)) else fed.snapshot
     if cfg.checkpoint_every and (rnd % cfg.checkpoint_every == 0 or rnd == cfg.rounds):
+        logger.flush()  # the rounds this checkpoint covers are on disk before it is
         checkpoint.save(run_dir, rnd, {"round": rnd, "counters": counters, "federation": fed.snapshot},
                         cfg.to_dict())
 

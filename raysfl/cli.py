@@ -117,9 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--seeds", type=int, default=3, metavar="N", help="seeds 0..N-1 (default 3)")
     cmp.add_argument("--target", type=float, default=0.8, metavar="ACC",
                      help="accuracy for the rounds/time/bytes-to-target columns (default 0.8)")
+    cmp.add_argument("--parallel", type=int, default=None, metavar="N",
+                     help="runs at once (default: as many as the Ray cluster's CPUs/GPUs hold, at least 1)")
     cmp.add_argument("--config", dest="config_file", default=None, metavar="FILE", help="YAML or JSON config")
-    _add_run_flags(cmp, {"--config", "--help", "--algos", "--seeds", "--target", "--algo", "--seed", "--name",
-                         "--resume"})
+    _add_run_flags(cmp, {"--config", "--help", "--algos", "--seeds", "--target", "--parallel", "--algo", "--seed",
+                         "--name", "--resume"})
     plot = sub.add_parser("plot", help="draw accuracy against rounds, simulated time and bytes from run directories")
     plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     plot.add_argument("--out", default=".", metavar="DIR", help="where the PNGs go (default: here)")
@@ -147,11 +149,11 @@ def _compare(ns: argparse.Namespace) -> int:
 
     from raysfl.compare import compare, comparison_configs
 
-    settings = _flags(ns, skip=("command", "config_file", "algos", "seeds", "target"))
+    settings = _flags(ns, skip=("command", "config_file", "algos", "seeds", "target", "parallel"))
     settings = _merge(load_file(ns.config_file) if ns.config_file else {}, settings)
     out_dir = Path(settings.pop("out", None) or Path("runs") / time.strftime("compare-%Y%m%d-%H%M%S"))
     algos = [a.strip() for a in ns.algos.split(",") if a.strip()]
-    rows = compare(comparison_configs(algos, settings, ns.seeds, out_dir), out_dir, ns.target)
+    rows = compare(comparison_configs(algos, settings, ns.seeds, out_dir), out_dir, ns.target, ns.parallel)
     print((out_dir / "results.md").read_text())
     print(f"comparison directory: {out_dir} ({len(rows)} algorithms)")
     return 0

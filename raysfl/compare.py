@@ -10,6 +10,10 @@ leaves out (lr, momentum, ...) still follow each algorithm's paper defaults. See
 0 .. n-1; the same seed gives every algorithm the same partition, profiles and selection
 stream.
 
+Runs go as many at once as the Ray cluster's CPUs and GPUs hold (``--parallel`` overrides),
+each in a thread of this driver with its own actors and placement groups; a run's results
+do not depend on what ran beside it.
+
 The comparison directory holds ``runs/<algo>-s<seed>/`` (every run's own directory),
 ``results.md`` and ``results.parquet`` (one row per algorithm), ``runs.parquet`` (one row
 per run) and the PNGs of :mod:`raysfl.plots`.
@@ -53,31 +57,94 @@ def comparison_configs(algos: list[str], settings: dict, seeds: int, out_dir: Pa
     return configs
 
 
-def compare(configs: list[Config], out_dir: Path, target: float = 0.8) -> list[dict]:
-    """Run every config (one Ray for all of them), then write the tables and plots."""
+def run_demand(cfg: Config) -> tuple[float, float]:
+    """(CPUs, GPUs) one run of the comparison asks Ray for."""
+    from raysfl.algorithms import get_algorithm
+    from raysfl.runtime.placement import actor_demand
+
+    algo = get_algorithm(cfg.algo)(cfg)
+    if not algo.distributed:
+        return 0.0, 0.0
+    return actor_demand(cfg, cfg.resources.num_client_actors(cfg.clients), algo.num_servers if algo.uses_cut else 0)
+
+
+def runs_at_once(configs: list[Config], cpus: float, gpus: float, requested: int | None = None) -> int:
+    """How many runs go at once: ``requested``, or as many of the most demanding run as
+    ``cpus``/``gpus`` hold (at least one, at most one per config)."""
+    if requested is not None:
+        if requested < 1:
+            raise ConfigError(f"--parallel must be >= 1, got {requested}")
+        return min(requested, len(configs))
+    need_cpu = max(run_demand(c)[0] for c in configs)
+    need_gpu = max(run_demand(c)[1] for c in configs)
+    fits = [math.floor(cpus / need_cpu + 1e-9) if need_cpu else len(configs),
+            math.floor(gpus / need_gpu + 1e-9) if need_gpu else len(configs)]
+    return max(1, min(len(configs), *fits))
+
+
+def compare(configs: list[Config], out_dir: Path, target: float = 0.8, parallel: int | None = None) -> list[dict]:
+    """Run every config on one Ray, as many at once as the cluster holds (``parallel``
+    overrides), then write the tables and plots. Results do not depend on how many ran at
+    once: each run's seed fixes its data, profiles, selection and initial model."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
     import ray
 
     from raysfl.api import run
     from raysfl.plots import plot_runs
-    from raysfl.runtime.placement import actor_demand, init_ray
+    from raysfl.runtime.placement import init_ray
 
     out_dir.mkdir(parents=True, exist_ok=True)
     for cfg in configs:
         if (out_dir / "runs" / cfg.name).exists():
             raise ConfigError(f"{out_dir / 'runs' / cfg.name} already exists; give compare a new --out")
-    biggest = max(configs, key=lambda c: actor_demand(c, c.resources.num_client_actors(c.clients), 3)[0])
+    biggest = max(configs, key=lambda c: run_demand(c)[0])
+    need_cpu, need_gpu = run_demand(biggest)
+    if not ray.is_initialized() and not os.environ.get("RAY_ADDRESS"):
+        # a local Ray: as many runs at once as the machine's cores hold, or the number asked for
+        at_once = runs_at_once(configs, float(os.cpu_count() or 1), float(_local_gpus()), parallel)
+        biggest = _scaled(biggest, at_once, need_cpu, need_gpu)
     started = init_ray(biggest, biggest.resources.num_client_actors(biggest.clients), 3)
     try:
-        dirs = []
-        for i, cfg in enumerate(configs):
+        have = ray.cluster_resources()
+        at_once = runs_at_once(configs, have.get("CPU", 0.0), have.get("GPU", 0.0), parallel)
+        print(f"compare: {len(configs)} runs, {at_once} at a time", flush=True)
+
+        def one(i: int, cfg: Config) -> Path:
             print(f"compare: run {i + 1}/{len(configs)}: {cfg.algo}, seed {cfg.seed}", flush=True)
-            dirs.append(run(cfg).run_dir)
+            return run(cfg).run_dir
+
+        if at_once == 1:
+            dirs = [one(i, cfg) for i, cfg in enumerate(configs)]
+        else:
+            for cfg in configs:
+                cfg.progress = False  # interleaved progress bars would be unreadable
+            with ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="raysfl-compare") as pool:
+                dirs = list(pool.map(one, range(len(configs)), configs))
     finally:
         if started:
             ray.shutdown()
     rows = summarise(dirs, out_dir, target)
     plot_runs(dirs, out_dir)
     return rows
+
+
+def _local_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _scaled(cfg: Config, at_once: int, need_cpu: float, need_gpu: float) -> Config:
+    """A copy of ``cfg`` whose local Ray is sized for ``at_once`` runs of it."""
+    import dataclasses
+
+    res = dataclasses.replace(cfg.resources,
+                              num_cpus=max(cfg.resources.num_cpus or 0, math.ceil(at_once * need_cpu)) or None,
+                              num_gpus=(max(cfg.resources.num_gpus or 0, math.ceil(at_once * need_gpu))
+                                        if need_gpu else cfg.resources.num_gpus))
+    return dataclasses.replace(cfg, resources=res)
 
 
 def run_rows(run_dir: Path, target: float) -> dict:

@@ -1,7 +1,9 @@
 """Per-round metrics: TensorBoard events, ``metrics.parquet`` and ``clients.parquet``.
 
 Both Parquet files are rewritten atomically after every round (write to a temporary file,
-then rename), so a crash never leaves a half-written file and no finished round is lost.
+then rename), so a crash never leaves a half-written file. The rewrite runs on a writer
+thread, off the round's critical path; :meth:`RunLogger.flush` waits for it, and the run
+calls it before every checkpoint and at the end, so no round a checkpoint covers is lost.
 On ``--resume`` rows after the checkpoint's round are dropped and TensorBoard purges its
 events past that step, so a resumed run reads exactly like an uninterrupted one.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -39,19 +42,58 @@ class RunLogger:
         self.clients_path = self.run_dir / "clients.parquet"
         self.rows = [r for r in read_rows(self.metrics_path) if r["round"] <= start_round]
         self.client_rows = [r for r in read_rows(self.clients_path) if r["round"] <= start_round]
-        self.tb = SummaryWriter(str(self.run_dir / "tb"), purge_step=start_round + 1 if start_round else None)
+        # TensorBoard's own thread writes the events every 2 s (and at close): no flush per round
+        self.tb = SummaryWriter(str(self.run_dir / "tb"), purge_step=start_round + 1 if start_round else None,
+                                flush_secs=2)
         self.progress, self.total_rounds = progress, total_rounds
+        self._cv = threading.Condition()
+        self._logged = self._written = 0  # rounds logged / rounds on disk
+        self._error: BaseException | None = None
+        self._closing = False
+        self._writer = threading.Thread(target=self._write_loop, name="raysfl-metrics-writer", daemon=True)
+        self._writer.start()
+
+    def _write_loop(self) -> None:
+        """Rewrite both Parquet files whenever rounds were logged since the last write."""
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: self._logged > self._written or self._closing)
+                if self._logged == self._written:
+                    return  # closing, nothing left to write
+                target, rows, client_rows = self._logged, list(self.rows), list(self.client_rows)
+            try:
+                _write_parquet(rows, self.metrics_path)
+                _write_parquet(client_rows, self.clients_path)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the run's thread by flush()
+                with self._cv:
+                    self._error, self._written = e, self._logged
+                    self._cv.notify_all()
+                return
+            with self._cv:
+                self._written = target
+                self._cv.notify_all()
+
+    def flush(self) -> None:
+        """Wait until every logged round is in the Parquet files (raises the writer's error)."""
+        with self._cv:
+            self._cv.wait_for(lambda: self._written >= self._logged or self._error is not None)
+            if self._error is not None:
+                err, self._error = self._error, None
+                raise err
 
     def log_round(self, row: dict, client_rows: list[dict]) -> None:
-        self.rows.append(row)
-        self.client_rows.extend(client_rows)
-        _write_parquet(self.rows, self.metrics_path)
-        _write_parquet(self.client_rows, self.clients_path)
+        with self._cv:
+            if self._error is not None:
+                err, self._error = self._error, None
+                raise err
+            self.rows.append(row)
+            self.client_rows.extend(client_rows)
+            self._logged += 1
+            self._cv.notify_all()
         step = int(row["round"])
         for k, v in row.items():
             if isinstance(v, (int, float)) and k != "round" and v == v:  # skip NaN
                 self.tb.add_scalar(k, v, step)
-        self.tb.flush()
         if self.progress:
             clear = "\r\033[K" if sys.stderr.isatty() else ""
             print(clear + progress_line(row, self.total_rounds), file=sys.stderr, flush=True)
@@ -65,7 +107,14 @@ class RunLogger:
                   end="", file=sys.stderr, flush=True)
 
     def close(self) -> None:
-        self.tb.close()
+        try:
+            self.flush()
+        finally:
+            with self._cv:
+                self._closing = True
+                self._cv.notify_all()
+            self._writer.join()
+            self.tb.close()
         if self.progress and self.rows:
             print(summary_table(self.rows), file=sys.stderr, flush=True)
 

@@ -132,6 +132,8 @@ def validate(cfg: Config) -> Config:
     for name in ("client_placement", "server_placement"):
         _check(getattr(r, name) in STRATEGIES,
                f"unknown resources.{name} '{getattr(r, name)}'; allowed: {', '.join(STRATEGIES)}")
+    _check(0 <= r.inline_object_kb <= 64 * 1024,
+           f"resources.inline_object_kb must be between 0 and 65536 (64 MiB), got {r.inline_object_kb}")
     _check(r.placement_timeout_s > 0, f"resources.placement_timeout_s must be > 0, got {r.placement_timeout_s}")
     check_dataset_args(cfg.dataset, cfg.data_root, cfg.download)
     info = dataset_info(cfg.dataset)

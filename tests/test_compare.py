@@ -54,6 +54,40 @@ def test_compare_two_algorithms_writes_a_table_matching_the_runs_and_every_png(t
     assert all((tmp_path / "plots" / fname).exists() for fname, _ in PLOTS.values())
 
 
+@pytest.mark.slow
+def test_parallel_compare_gives_the_same_runs_as_one_at_a_time(tmp_path, ray_session):
+    """Two runs at once on the session's 4 CPUs (each asks for 1.25): the same tables as
+    running them one after another; only the timing columns may differ."""
+    from raysfl.compare import compare, comparison_configs
+    from raysfl.metrics import TIMING_COLUMNS
+
+    settings = {"clients": 4, "rounds": 2, "local_steps": 2, "batch_size": 16, "progress": False,
+                "resources": {"client_actors": 2, "client_cpus": 0.25, "server_cpus": 0.5, "fed_cpus": 0.25}}
+    tables = []
+    for parallel in (1, 2):
+        out = tmp_path / f"p{parallel}"
+        compare(comparison_configs(["splitfed_v2", "psl"], settings, 1, out), out, target=0.2, parallel=parallel)
+        runs = sorted((out / "runs").iterdir())
+        tables.append([[{k: v for k, v in r.items() if k not in TIMING_COLUMNS}
+                        for r in pq.read_table(d / "metrics.parquet").to_pylist()] for d in runs])
+        assert [d.name for d in runs] == ["psl-s0", "splitfed_v2-s0"]
+    assert tables[0] == tables[1]
+
+
+def test_runs_at_once_fills_the_cluster_and_refuses_bad_values():
+    from raysfl.compare import comparison_configs, run_demand, runs_at_once
+
+    configs = comparison_configs(["splitfed_v2", "psl", "fedavg"], {}, 2, __import__("pathlib").Path("unused"))
+    need = max(run_demand(c)[0] for c in configs)
+    assert need == 2.5  # 2 client actors x 0.5 + 1 server + 0.5 fed server
+    assert runs_at_once(configs, cpus=2, gpus=0) == 1  # never fewer than one
+    assert runs_at_once(configs, cpus=10, gpus=0) == 4
+    assert runs_at_once(configs, cpus=1000, gpus=0) == 6  # at most one per run
+    assert runs_at_once(configs, cpus=2, gpus=0, requested=3) == 3
+    with pytest.raises(ConfigError, match="--parallel must be >= 1, got 0"):
+        runs_at_once(configs, cpus=8, gpus=0, requested=0)
+
+
 def test_compare_and_plot_refuse_bad_input(tmp_path, capsys):
     from raysfl.cli import main
     from raysfl.compare import comparison_configs

@@ -58,3 +58,25 @@ def test_resume_refuses_changed_settings(quick):
         raysfl.resume_config(first.run_dir, {"rounds": 3, "lr": 0.5})
     with pytest.raises(raysfl.ConfigError, match="already finished"):
         raysfl.run(raysfl.resume_config(first.run_dir, {"rounds": 1}))
+
+
+@pytest.mark.slow
+def test_transport_setting_does_not_change_results(tmp_path):
+    """Smashed data inlined through the owner (the default) or through the shared-memory
+    object store (--inline-object-kb 0): the same seed gives the same metrics. Each run
+    starts its own Ray, since Ray reads the setting when it starts."""
+    import os
+    import subprocess
+    import sys
+
+    dirs = []
+    for kb in (0, 1024):
+        out = tmp_path / f"kb{kb}"
+        cmd = [sys.executable, "-m", "raysfl", "run", "--algo", "psl", "--clients", "4", "--rounds", "2",
+               "--local-steps", "2", "--checkpoint-every", "0", "--no-progress", "--inline-object-kb", str(kb),
+               "--out", str(out), "--name", "r"]
+        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_max_direct_call_object_size")}
+        subprocess.run(cmd, check=True, env=env, capture_output=True, timeout=300)
+        dirs.append(out / "r")
+    assert _tables(dirs[0]) == _tables(dirs[1])
+    assert all(r["bytes_smashed_up"] > 0 for r in _tables(dirs[0])[0])

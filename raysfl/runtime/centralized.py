@@ -77,5 +77,6 @@ def run_centralized(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
         }
         logger.log_round(row, [])
         if cfg.checkpoint_every and (rnd % cfg.checkpoint_every == 0 or rnd == cfg.rounds):
+            logger.flush()
             checkpoint.save(run_dir, rnd, cfg_dict=cfg.to_dict(), state={"round": rnd, "counters": counters,
                                            "model": state_to_wire(model.state_dict()), "opt": opt.state_dict()})

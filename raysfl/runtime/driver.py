@@ -27,7 +27,7 @@ from raysfl.algorithms.base import Algorithm, FederationContext
 from raysfl.runtime.client_actor import ClientActor
 from raysfl.runtime.fed_actor import FedActor
 from raysfl.runtime.placement import actor_options, reserve, role_resources
-from raysfl.runtime.refs import DEAD, LATE, fetch, is_death, ping_until_alive
+from raysfl.runtime.refs import DEAD, LATE, fetch, is_death, ping_all, ping_until_alive
 from raysfl.runtime.server_actor import ServerActor
 from raysfl.transport import ClientRoundStats
 
@@ -207,7 +207,7 @@ class Federation:
     def rollback(self) -> int:
         """Put every server and the fed server back to the snapshot (a round is retried).
         Returns how many actors were found restarted."""
-        now = [ping_until_alive(a) for a in self._all()]  # waits for restarts
+        now = ping_all(self._all())  # waits for restarts
         restarted = sum(a != b for a, b in zip(self.incarnations, now))
         self.incarnations = now
         if self.snapshot is not None:
@@ -290,7 +290,7 @@ class Federation:
                 else:
                     result.stats[st.client] = st
         # a server or fed server that Ray restarted during the round lost its state: it counts as dead
-        tail = [ping_until_alive(a) for a in self.servers + [self.fed]]
+        tail = ping_all(self.servers + [self.fed])
         for j, inc in enumerate(tail[:-1]):
             if inc != self.incarnations[len(self.clients) + j]:
                 result.dead_servers.add(j)
@@ -440,8 +440,8 @@ class Federation:
 
         for attempt in range(3):
             try:
-                return {"fed": ray.get(self.fed.get_state.remote()),
-                        "servers": ray.get([s.get_state.remote() for s in self.servers])}
+                fed, *servers = ray.get([self.fed.get_state.remote()] + [s.get_state.remote() for s in self.servers])
+                return {"fed": fed, "servers": servers}
             except Exception as e:  # noqa: BLE001 - classified
                 if not is_death(e) or attempt == 2:
                     raise

@@ -39,6 +39,9 @@ def device_for_actor(gpus: float) -> torch.device:
 
 
 
+INLINE_ENV = "RAY_max_direct_call_object_size"
+
+
 def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
     """Connect to the cluster in RAY_ADDRESS, or start a local one sized for this run.
 
@@ -54,6 +57,11 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
         return True
     env = {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [_project_root(), os.environ.get("PYTHONPATH")]))}}
     r = cfg.resources
+    # Ray reads this when its processes start (raylet and workers inherit the driver's
+    # environment); a value the user exported wins. Put back after, for later Rays.
+    user_inline = os.environ.get(INLINE_ENV)
+    if user_inline is None:
+        os.environ[INLINE_ENV] = str(r.inline_object_kb * 1024)
     need, need_gpus = actor_demand(cfg, num_client_actors, num_servers)
     num_cpus = r.num_cpus or max(os.cpu_count() or 1, math.ceil(need))
     num_gpus = r.num_gpus if r.num_gpus is not None else (math.ceil(need_gpus) if need_gpus else None)
@@ -62,8 +70,12 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
 
         print(f"raysfl: warning: the actors ask for {need_gpus:g} GPUs but this machine has no CUDA GPU; "
               "they run on CPU (Ray is given placeholder GPUs so they can be placed)", file=sys.stderr)
-    ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
-             runtime_env=env, log_to_driver=True, configure_logging=False)
+    try:
+        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
+                 runtime_env=env, log_to_driver=True, configure_logging=False)
+    finally:
+        if user_inline is None:
+            del os.environ[INLINE_ENV]
     return True
 
 

@@ -65,6 +65,19 @@ def fetch(refs: list, deadline: float | None = None) -> list:
     return out
 
 
+def ping_all(actors: list) -> list[str]:
+    """Incarnation ids of ``actors``: one round trip when all answer at once (the usual case),
+    otherwise :func:`ping_until_alive` for each, waiting for restarts."""
+    import ray
+
+    try:
+        return ray.get([a.ping.remote() for a in actors])
+    except Exception as e:  # noqa: BLE001 - classified
+        if not is_death(e):
+            raise
+    return [ping_until_alive(a) for a in actors]
+
+
 def ping_until_alive(actor, timeout: float = 300.0, dead_for: float = 5.0) -> str:
     """The actor's incarnation id, waiting while Ray restarts it.
 

@@ -1,0 +1,159 @@
+"""raysfl's time per round against the physical limit (centralised training) and against a
+sequential single-process SplitFed loop, on the same work.
+
+    .venv/bin/python benchmarks/overhead.py [--clients 10 100] [--rounds 30] [--model cnn --cut 2] [--threads N]
+
+For every algorithm and client count, in one process (each raysfl run starts its own
+local Ray with raysfl's defaults, as a user's run does):
+
+- **raysfl**: ``--rounds`` rounds on digits with ``--model`` at ``--cut``, every client every
+  round, one local epoch, batch 32, seed 0; evaluation only after the last round;
+- **centralised** (``--algo centralized``): the same model on the pooled samples, the same
+  number of samples per round and batch size, in the driver's process with every core;
+- **sequential reference** (:func:`sequential_splitfed`): SplitFed V1 as the papers'
+  reference code runs it, one process, clients one after another, one server-side model
+  per client, FedAvg of both halves at the end of the round, every core for torch.
+
+Time per round is the median of rounds 2..R-1 (round 1 starts the actors, round R
+evaluates); the centralised run is measured before and after the distributed ones and its
+rounds pooled, so drift of the machine during the benchmark shows less in the ratios. Because algorithms choose different cuts and client subsets, the ratios are
+per unit of work: seconds per training FLOP (client plus server side, as each run counts
+them), which for equal work is the ratio of round times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import time
+from pathlib import Path
+
+import sweep  # noqa: F401  (puts the checkout on sys.path)
+from sweep import ROOT, run, write_tables
+
+COMMON = dict(dataset="digits", batch_size=32, local_epochs=1.0, seed=0, partition="iid")
+
+
+def steady(rows: list[dict], key: str = "wall_time_s") -> float:
+    """Median of rounds 2..R-1 (round 1 warms up, round R evaluates)."""
+    mid = rows[1:-1] or rows
+    return statistics.median(r[key] for r in mid)
+
+
+def flops_per_round(rows: list[dict]) -> float:
+    return statistics.median(r["client_flops"] + r["server_flops"] for r in rows[1:-1] or rows)
+
+
+def sequential_splitfed(clients: int, rounds: int, threads: int, model_name: str = "cnn", cut: int = 2) -> float:
+    """SplitFed V1 the way the papers' reference code runs it, in this process.
+
+    Clients train one after another; each has its own server-side model; after the round
+    both halves are averaged (FedAvg, weighted by samples). Same data, partition, model,
+    cut, batch size, optimizer and sample order as raysfl's ``splitfed_v1``.
+    Returns the median seconds per round over rounds 2..R-1.
+    """
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from raysfl.data import load_dataset, partition
+    from raysfl.models import build_model
+    from raysfl.runtime.client_actor import sample_stream
+
+    torch.set_num_threads(threads)
+    ds = load_dataset("digits")
+    parts = partition(ds.y_train, clients, "iid", seed=0)
+    model = build_model(model_name, ds.input_shape, ds.num_classes, seed=0)
+    client_global, server_global = model.part(0, cut), model.part(cut, model.num_blocks)
+    pos = [0] * clients
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        c_states, s_states, weights = [], [], []
+        for c in range(clients):
+            cm, sm = copy.deepcopy(client_global), copy.deepcopy(server_global)
+            co = torch.optim.SGD(cm.parameters(), lr=0.05, momentum=0.9)
+            so = torch.optim.SGD(sm.parameters(), lr=0.05, momentum=0.9)
+            n = len(parts[c])
+            batch = min(COMMON["batch_size"], n)
+            for _ in range(max(1, -(-n // batch))):
+                idx = sample_stream(parts[c], c, 0, pos[c], batch)
+                pos[c] += batch
+                x, y = ds.to_tensor(ds.x_train[idx]), torch.from_numpy(ds.y_train[idx])
+                acts = cm(x)
+                smashed = acts.detach().requires_grad_(True)  # "sent" to the server
+                loss = F.cross_entropy(sm(smashed), y)
+                so.zero_grad()
+                loss.backward()
+                so.step()
+                co.zero_grad()
+                acts.backward(smashed.grad)  # the gradient "sent" back
+                co.step()
+            c_states.append(cm.state_dict())
+            s_states.append(sm.state_dict())
+            weights.append(float(n))
+        w = np.asarray(weights) / sum(weights)
+        for glob, states in ((client_global, c_states), (server_global, s_states)):
+            glob.load_state_dict({k: sum(float(wi) * st[k].float() for wi, st in zip(w, states)).to(v.dtype)
+                                  for k, v in glob.state_dict().items()})
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:-1] or times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clients", type=int, nargs="+", default=[10, 100])
+    ap.add_argument("--algos", nargs="+", default=["splitfed_v2", "psl", "flex_sfl"])
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--model", default="cnn", help="model (vit: heavier steps, so less overhead per FLOP)")
+    ap.add_argument("--cut", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads of the sequential reference")
+    ap.add_argument("--out", default=str(ROOT / "docs/results/overhead.md"))
+    args = ap.parse_args()
+
+    rows = []
+    for n in args.clients:
+        settings = dict(COMMON, model=args.model, cut=args.cut, clients=n, rounds=args.rounds, eval_every=10**6)
+        central = run(algo="centralized", **settings)
+        c_time, c_flops = steady(central), flops_per_round(central)
+        print(f"{n:>4} clients  centralised: {c_time * 1000:.1f} ms/round", flush=True)
+        measured = []
+        v1 = run(algo="splitfed_v1", **settings)
+        seq_time = sequential_splitfed(n, args.rounds, args.threads, args.model, args.cut)
+        v1_time = steady(v1)
+        print(f"{n:>4} clients  splitfed_v1: {v1_time * 1000:.1f} ms/round, sequential reference: "
+              f"{seq_time * 1000:.1f} ms/round", flush=True)
+        measured.append(("splitfed_v1", v1, seq_time))
+        for algo in args.algos:
+            out = run(algo=algo, **settings)
+            print(f"{n:>4} clients  {algo}: {steady(out) * 1000:.1f} ms/round", flush=True)
+            measured.append((algo, out, float("nan")))
+        # the limit once more after the distributed runs: the median of both measurements
+        again = run(algo="centralized", **settings)
+        c_time = statistics.median([r["wall_time_s"] for r in central[1:-1] + again[1:-1]])
+        print(f"{n:>4} clients  centralised (both measurements): {c_time * 1000:.1f} ms/round", flush=True)
+        for algo, out, seq in measured:
+            t = steady(out)
+            rows.append({"clients": n, "algo": algo, "round_ms": 1000 * t, "central_ms": 1000 * c_time,
+                         "ratio_central": t / c_time * c_flops / flops_per_round(out), "sequential_ms": 1000 * seq,
+                         "ratio_sequential": t / seq})
+    lines = ["| clients | algorithm | raysfl ms / round | centralised ms / round | raysfl / centralised (per FLOP) "
+             "| sequential reference ms / round | raysfl / sequential |", "|---:|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        seq = "—" if r["sequential_ms"] != r["sequential_ms"] else f"{r['sequential_ms']:.1f}"
+        rs = "—" if r["ratio_sequential"] != r["ratio_sequential"] else f"{r['ratio_sequential']:.2f}"
+        lines.append(f"| {r['clients']} | {r['algo']} | {r['round_ms']:.1f} | {r['central_ms']:.1f} | "
+                     f"{r['ratio_central']:.2f} | {seq} | {rs} |")
+    intro = (f"Model {args.model} at cut {args.cut}, {args.rounds} rounds per run, raysfl's default actor layout, "
+             f"sequential reference on "
+             f"{args.threads} torch threads. "
+             f"{__doc__.split(chr(10) + chr(10), 2)[2].strip()}")
+    write_tables(rows, args.out, "Overhead: raysfl against centralised training and a sequential loop", intro,
+                 "\n".join(lines),
+                 doc=Path(args.out).resolve().parents[1] / "performance.md")
+
+
+if __name__ == "__main__":
+    main()

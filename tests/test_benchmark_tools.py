@@ -1,0 +1,47 @@
+"""The plumbing the performance benchmarks share: tables written into docs/performance.md,
+and the py-spy profile summary."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+
+def test_update_section_replaces_its_own_table_and_appends_a_new_one(tmp_path):
+    from sweep import update_section
+
+    doc = tmp_path / "performance.md"
+    doc.write_text("# P\n\nintro\n\n<!-- table:a -->\nold a\n<!-- /table:a -->\n\nbetween\n")
+    update_section(doc, "a", "new a\n")
+    update_section(doc, "b", "first b\n")
+    update_section(doc, "b", "second b\n")
+    text = doc.read_text()
+    assert "old a" not in text and "first b" not in text
+    assert text.index("intro") < text.index("new a") < text.index("between") < text.index("second b")
+    assert text.count("<!-- table:b -->") == 1
+
+
+def test_profile_summary_splits_each_process_by_where_its_time_went(tmp_path):
+    from profile_round import summarise
+
+    drv = 'process 1:"python -m raysfl run --algo psl"'
+    act = 'process 1:"python -m raysfl run";process 7:"ray::ClientActor.exchange"'
+    raw = tmp_path / "samples.txt"
+    raw.write_text("\n".join([
+        f"{act};main_loop (x);exchange (raysfl/runtime/client_actor.py:10);forward (torch/nn/modules/conv.py:5) 300",
+        f"{act};main_loop (x);exchange (raysfl/runtime/client_actor.py:10);step (torch/optim/sgd.py:9) 100",
+        f"{act};main_loop (x);exchange (raysfl/runtime/client_actor.py:10);fetch (raysfl/runtime/refs.py:3) 50",
+        f"{act};Worker.main_loop (ray/_private/worker.py:1069) 900",  # idle: not counted
+        f"{drv};_one_round (raysfl/api.py:1);wait (ray/_private/worker.py:3) 25",
+    ]) + "\n")
+    rows = summarise(raw, seconds=2.0, rate=100, top=5)
+    by = {(r["process"], r["category"]): r["core_pct"] for r in rows}
+    assert by[("ray::ClientActor", "(all)")] == pytest.approx(225.0)  # 450 samples / 100 Hz / 2 s
+    assert by[("ray::ClientActor", "torch forward/backward")] == pytest.approx(150.0)
+    assert by[("ray::ClientActor", "optimizer step")] == pytest.approx(50.0)
+    assert by[("ray::ClientActor", "raysfl: fetch")] == pytest.approx(25.0)
+    assert by[("driver", "raysfl: _one_round")] == pytest.approx(12.5)
