@@ -28,7 +28,8 @@ from raysfl.server_steps import _batch_stats_only, per_client_gradients, shared_
 CASES = [("cnn", (1, 8, 8), 2), ("vit", (1, 8, 8), 4), ("vgg16", (3, 32, 32), 4)]
 
 
-def _median_ms(fn, repeats: int) -> float:
+def median_ms(fn, repeats: int) -> float:
+    """Median milliseconds of ``fn()`` over ``repeats`` calls, after one warm-up call."""
     fn()
     times = []
     for _ in range(repeats):
@@ -38,7 +39,9 @@ def _median_ms(fn, repeats: int) -> float:
     return 1000 * statistics.median(times)
 
 
-def _measure(name: str, shape: tuple, cut: int, clients: int, batch: int, repeats: int) -> dict:
+def smashed_group(name: str, shape: tuple, cut: int, clients: int, batch: int):
+    """(model, [(client, cut, smashed batch, labels)], server-side part): a seeded group of
+    ``clients`` random batches forwarded to ``cut``, as a server receives them."""
     model = build_model(name, shape, 10, seed=0)
     model.train()
     gen = torch.Generator().manual_seed(0)
@@ -47,7 +50,11 @@ def _measure(name: str, shape: tuple, cut: int, clients: int, batch: int, repeat
         with torch.no_grad():
             a = model.part(0, cut)(torch.randn(batch, *shape, generator=gen))
         batches.append((c, cut, a, torch.randint(0, 10, (batch,), generator=gen)))
-    part = model.part(cut, model.num_blocks)
+    return model, batches, model.part(cut, model.num_blocks)
+
+
+def _measure(name: str, shape: tuple, cut: int, clients: int, batch: int, repeats: int) -> dict:
+    model, batches, part = smashed_group(name, shape, cut, clients, batch)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: the weights stay put between repeats
 
     def loop():
@@ -57,9 +64,9 @@ def _measure(name: str, shape: tuple, cut: int, clients: int, batch: int, repeat
                 torch.autograd.grad(F.cross_entropy(part(a), y), list(part.parameters()) + [a])
 
     return {"model": name, "cut": cut, "clients": clients, "batch": batch,
-            "shared_step_ms": _median_ms(lambda: shared_server_step(model, opt, batches), repeats),
-            "loop_ms": _median_ms(loop, repeats),
-            "vmap_ms": _median_ms(lambda: per_client_gradients(model, batches), repeats),
+            "shared_step_ms": median_ms(lambda: shared_server_step(model, opt, batches), repeats),
+            "loop_ms": median_ms(loop, repeats),
+            "vmap_ms": median_ms(lambda: per_client_gradients(model, batches), repeats),
             "server_params": sum(p.numel() for p in part.parameters())}
 
 

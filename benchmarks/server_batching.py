@@ -23,31 +23,19 @@ from __future__ import annotations
 
 import argparse
 import copy
-import statistics
-import time
 from pathlib import Path
 
 import sweep  # noqa: F401  (puts the checkout on sys.path)
 import torch
 import torch.nn.functional as F
+from per_client_grads import median_ms, smashed_group
 from sweep import ROOT, write_tables
 from torch.func import functional_call, grad, stack_module_state, vmap
 
-from raysfl.models import build_model
 from raysfl.server_steps import per_client_server_step, shared_server_step
 
 CASES = [("cnn", (1, 8, 8), 2), ("vit", (1, 8, 8), 4)]
 LR, MOMENTUM = 0.05, 0.9
-
-
-def _median_ms(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1000 * statistics.median(times)
 
 
 def stacked_sgd(part, clients: int):
@@ -74,15 +62,7 @@ def stacked_sgd(part, clients: int):
 
 
 def _measure(name: str, shape: tuple, cut: int, clients: int, batch: int, repeats: int) -> dict:
-    model = build_model(name, shape, 10, seed=0)
-    model.train()
-    gen = torch.Generator().manual_seed(0)
-    batches = []
-    for c in range(clients):
-        with torch.no_grad():
-            a = model.part(0, cut)(torch.randn(batch, *shape, generator=gen))
-        batches.append((c, cut, a, torch.randint(0, 10, (batch,), generator=gen)))
-    part = model.part(cut, model.num_blocks)
+    model, batches, part = smashed_group(name, shape, cut, clients, batch)
     frozen = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: the weights stay put between repeats
 
     def one_per_client():
@@ -94,13 +74,13 @@ def _measure(name: str, shape: tuple, cut: int, clients: int, batch: int, repeat
 
     row = {"model": name, "cut": cut, "clients": clients, "batch": batch,
            "server_params": sum(p.numel() for p in part.parameters()),
-           "concat_ms": _median_ms(lambda: shared_server_step(model, frozen, batches), repeats),
-           "per_call_ms": _median_ms(one_per_client, repeats)}
+           "concat_ms": median_ms(lambda: shared_server_step(model, frozen, batches), repeats),
+           "per_call_ms": median_ms(one_per_client, repeats)}
 
     # one model per client: raysfl's loop against torch.func, from the same start
     models = {c: copy.deepcopy(model) for c in range(clients)}
     opts = {c: torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM) for c, m in models.items()}
-    row["loop_ms"] = _median_ms(lambda: per_client_server_step(models, opts, batches), repeats)
+    row["loop_ms"] = median_ms(lambda: per_client_server_step(models, opts, batches), repeats)
     has_bn = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in part.modules())
     if has_bn:
         row["vmap_ms"], row["max_diff"] = float("nan"), float("nan")
@@ -108,7 +88,7 @@ def _measure(name: str, shape: tuple, cut: int, clients: int, batch: int, repeat
     xs = torch.stack([b[2] for b in batches])
     ys = torch.stack([b[3] for b in batches])
     params, step = stacked_sgd(part, clients)
-    row["vmap_ms"] = _median_ms(lambda: step(xs, ys), repeats)
+    row["vmap_ms"] = median_ms(lambda: step(xs, ys), repeats)
     # correctness: 3 steps from the same start on both paths
     models = {c: copy.deepcopy(model) for c in range(clients)}
     opts = {c: torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM) for c, m in models.items()}

@@ -77,15 +77,13 @@ class RunLogger:
         """Wait until every logged round is in the Parquet files (raises the writer's error)."""
         with self._cv:
             self._cv.wait_for(lambda: self._written >= self._logged or self._error is not None)
-            if self._error is not None:
-                err, self._error = self._error, None
-                raise err
+            if self._error is not None:  # sticky: the writer has stopped, nothing more reaches disk
+                raise self._error
 
     def log_round(self, row: dict, client_rows: list[dict]) -> None:
         with self._cv:
             if self._error is not None:
-                err, self._error = self._error, None
-                raise err
+                raise self._error
             self.rows.append(row)
             self.client_rows.extend(client_rows)
             self._logged += 1

@@ -132,3 +132,29 @@ def test_sample_stream_covers_each_epoch_and_is_resumable():
     np.testing.assert_array_equal(np.concatenate([sample_stream(idx, 3, 0, 0, 7),
                                                   sample_stream(idx, 3, 0, 7, 18)]), whole)
     assert not np.array_equal(sample_stream(idx, 4, 0, 0, 10), first)  # clients differ
+
+
+def test_run_logger_writes_parquet_off_thread_and_flush_waits_for_it(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    from raysfl import metrics
+
+    log = metrics.RunLogger(tmp_path, progress=False)
+    for r in (1, 2, 3):
+        log.log_round({"round": r, "test_accuracy": 0.1 * r}, [{"round": r, "client": 0}])
+    log.flush()
+    assert [x["round"] for x in pq.read_table(tmp_path / "metrics.parquet").to_pylist()] == [1, 2, 3]
+    assert len(pq.read_table(tmp_path / "clients.parquet")) == 3
+
+    def broken(rows, path):
+        raise OSError(f"disk full writing {path.name}")
+
+    monkeypatch.setattr(metrics, "_write_parquet", broken)
+    log.log_round({"round": 4, "test_accuracy": 0.4}, [])
+    with pytest.raises(OSError, match="disk full"):
+        log.flush()
+    with pytest.raises(OSError, match="disk full"):  # the writer has stopped: every later call says so
+        log.log_round({"round": 5, "test_accuracy": 0.5}, [])
+    with pytest.raises(OSError, match="disk full"):
+        log.close()
+    assert [x["round"] for x in pq.read_table(tmp_path / "metrics.parquet").to_pylist()] == [1, 2, 3]

@@ -38,7 +38,6 @@ def device_for_actor(gpus: float) -> torch.device:
     return torch.device("cpu")
 
 
-
 INLINE_ENV = "RAY_max_direct_call_object_size"
 
 
