@@ -222,6 +222,12 @@ def test_besplit_run_weights_sum_to_one_and_reports_both_models(quick):
     # the server's logits come back with every gradient: more bytes down than SplitFed V1
     v1 = raysfl.run(quick(algo="splitfed_v1", clients=6, rounds=3, partition="dirichlet", alpha=0.3))
     assert m[0]["bytes_grad_down"] > v1.metrics[0]["bytes_grad_down"]
+    # rows lent under BCC cost the borrower's server-side model compute: counted in its FLOPs
+    no_bcc = raysfl.run(quick(algo="besplit", clients=6, rounds=3, partition="dirichlet", alpha=0.3,
+                              besplit={"bcc": False})).metrics
+    assert m[0]["server_flops"] == no_bcc[0]["server_flops"]  # no records yet: no BCC in round 1
+    for with_bcc, without in zip(m[1:], no_bcc[1:]):
+        assert (with_bcc["server_flops"] > without["server_flops"]) == (with_bcc["bcc_lent_frac"] > 0)
 
 
 @pytest.mark.slow

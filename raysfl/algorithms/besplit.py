@@ -163,6 +163,7 @@ class BESplit(Algorithm):
         grads, losses, logits, stats, lent, skipped = evidential_server_step(
             server.client_models, server.client_opts, batches, mixes, server.round, self.anneal_total,
             self.params.evidence)
+        server.extra_rows.update(lent)  # the borrower's model ran them: its server FLOPs
         pending = x.setdefault("pending", {})
         for c, st in stats.items():
             acc = pending.setdefault(c, {k: np.zeros_like(v) for k, v in st.items()})

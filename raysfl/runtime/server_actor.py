@@ -32,6 +32,9 @@ class ServerState:
         self.extra: dict = {}  # algorithm-specific state (kept across rounds, checkpointed)
         self.round = 0  # the round being trained (1-based)
         self.metrics: dict[str, list[float]] = {}  # this round's server-side figures (``record``)
+        # rows a client's server-side model ran in this step beyond its own batch (BESplit's
+        # lent rows, eq. 33): they count towards that client's server FLOPs
+        self.extra_rows: dict[int, int] = {}
 
     def record(self, name: str, value: float) -> None:
         """Note a server-side figure of this round; its round mean becomes the metric column
@@ -126,6 +129,7 @@ class ServerActor:
         out: list[dict] = [{} for _ in payloads]
         if not batches:
             return out if len(out) != 1 else out[0]
+        self.s.extra_rows = {}
         res = self.algo.server_step(self.s, batches)
         grads, losses = res[0], res[1]
         outputs = res[2] if len(res) > 2 and self.algo.server_outputs_to_client else {}
@@ -135,7 +139,8 @@ class ServerActor:
             logits = pack(outputs[c], self.cfg.transfer_dtype) if c in outputs else None
             out[owner[c]][c] = GradReply(pack(grads[c], self.cfg.transfer_dtype), loss, logits)
             st = self.stats[c]
-            st.server_flops += passes * 3.0 * len(y) * float(sum(self.flops[cut:]))
+            rows = len(y) + self.s.extra_rows.get(c, 0)
+            st.server_flops += passes * 3.0 * rows * float(sum(self.flops[cut:]))
             st.loss_sum += losses[c] * len(y)
             st.loss_count += len(y)
         return out if len(out) != 1 else out[0]
