@@ -46,13 +46,11 @@ def evaluated(rows: list[dict]) -> list[dict]:
 
 
 def to_target(rows: list[dict], target: float) -> dict:
-    """Round, simulated time and bytes when test accuracy first reaches ``target`` (None if never)."""
-    up = 0
-    for r in rows:
-        up += r["bytes_up"] + r["bytes_down"]
-        if r["test_accuracy"] == r["test_accuracy"] and r["test_accuracy"] >= target:
-            return {"round": r["round"], "sim_s": r["sim_time_total_s"], "mb": up / 1e6}
-    return {"round": None, "sim_s": None, "mb": None}
+    """Round, simulated time and MB when test accuracy first reaches ``target`` (None if never)."""
+    from raysfl.compare import to_target as hit
+
+    h = hit(rows, target)
+    return {"round": h[0], "sim_s": h[1], "mb": h[2] / 1e6} if h else {"round": None, "sim_s": None, "mb": None}
 
 
 def last_mean(rows: list[dict], n: int = 10) -> float:

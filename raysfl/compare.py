@@ -86,6 +86,7 @@ def compare(configs: list[Config], out_dir: Path, target: float = 0.8, parallel:
     """Run every config on one Ray, as many at once as the cluster holds (``parallel``
     overrides), then write the tables and plots. Results do not depend on how many ran at
     once: each run's seed fixes its data, profiles, selection and initial model."""
+    import dataclasses
     import os
     from concurrent.futures import ThreadPoolExecutor
 
@@ -117,9 +118,8 @@ def compare(configs: list[Config], out_dir: Path, target: float = 0.8, parallel:
 
         if at_once == 1:
             dirs = [one(i, cfg) for i, cfg in enumerate(configs)]
-        else:
-            for cfg in configs:
-                cfg.progress = False  # interleaved progress bars would be unreadable
+        else:  # interleaved progress bars would be unreadable
+            configs = [dataclasses.replace(cfg, progress=False) for cfg in configs]
             with ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="raysfl-compare") as pool:
                 dirs = list(pool.map(one, range(len(configs)), configs))
     finally:
@@ -147,16 +147,24 @@ def _scaled(cfg: Config, at_once: int, need_cpu: float, need_gpu: float) -> Conf
     return dataclasses.replace(cfg, resources=res)
 
 
+def to_target(rows: list[dict], target: float) -> tuple[int, float, float] | None:
+    """(round, simulated seconds, bytes sent up + down) when the test accuracy of metrics
+    ``rows`` first reaches ``target``; None if it never does."""
+    sent = 0.0
+    for r in rows:
+        sent += r["bytes_up"] + r["bytes_down"]
+        if r["test_accuracy"] == r["test_accuracy"] and r["test_accuracy"] >= target:
+            return r["round"], r["sim_time_total_s"], sent
+    return None
+
+
 def run_rows(run_dir: Path, target: float) -> dict:
     """One run's figures from its metrics.parquet and config.json."""
     cfg = json.loads((Path(run_dir) / "config.json").read_text())
     rows = pq.read_table(Path(run_dir) / "metrics.parquet").to_pylist()
     ev = [r for r in rows if r["test_accuracy"] == r["test_accuracy"]]
-    sent, hit = 0.0, None
-    for r in rows:
-        sent += r["bytes_up"] + r["bytes_down"]
-        if hit is None and r["test_accuracy"] == r["test_accuracy"] and r["test_accuracy"] >= target:
-            hit = (r["round"], r["sim_time_total_s"], sent)
+    sent = float(sum(r["bytes_up"] + r["bytes_down"] for r in rows))
+    hit = to_target(rows, target)
     nan = float("nan")
     return {"algo": cfg["algo"], "seed": cfg["seed"], "run_dir": str(run_dir), "rounds": len(rows),
             "final_accuracy": ev[-1]["test_accuracy"] if ev else nan,
