@@ -62,10 +62,10 @@ def run_demand(cfg: Config) -> tuple[float, float]:
     from raysfl.algorithms import get_algorithm
     from raysfl.runtime.placement import actor_demand
 
-    algo = get_algorithm(cfg.algo)(cfg)
-    if not algo.distributed:
+    protocol = get_algorithm(cfg.algo)(cfg).protocol
+    if not protocol.distributed:
         return 0.0, 0.0
-    return actor_demand(cfg, cfg.resources.num_client_actors(cfg.clients), algo.num_servers if algo.uses_cut else 0)
+    return actor_demand(cfg, cfg.resources.num_client_actors(cfg.clients), protocol.servers)
 
 
 def runs_at_once(configs: list[Config], cpus: float, gpus: float, requested: int | None = None) -> int:

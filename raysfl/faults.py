@@ -212,11 +212,12 @@ def plan_faults(faults: list[Fault], rnd: int, seed: int, clients: list[int], nu
     return out
 
 
-def check_roles(faults: list[Fault], num_servers: int, uses_cut: bool, algo: str, num_client_actors: int) -> None:
+def check_roles(faults: list[Fault], num_servers: int, algo: str, num_client_actors: int) -> None:
     """Refuse faults aimed at roles this run does not have."""
     for f in faults:
-        if f.role in ("server", "edge") and not uses_cut:
-            raise ConfigError(f"fault '{f.text()}': algorithm '{algo}' has no server (clients train the whole model)")
+        if f.role in ("server", "edge") and num_servers == 0:
+            raise ConfigError(f"fault '{f.text()}': algorithm '{algo}' has no server actors (its clients train "
+                              f"the whole model, alone or with a partner)")
         if f.role == "edge" and num_servers < 2:
             raise ConfigError(f"fault '{f.text()}': algorithm '{algo}' has no edge servers; use role 'server'")
         if f.role == "server" and num_servers > 1:

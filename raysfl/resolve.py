@@ -150,7 +150,7 @@ def validate(cfg: Config) -> Config:
         _check(cfg.clients * cfg.shards_per_client <= info.num_train,
                f"shards partition needs clients x shards-per-client <= {info.num_train} samples, "
                f"got {cfg.clients} x {cfg.shards_per_client}")
-    if algo_cls.uses_cut:
+    if algo_cls.protocol.uses_cut:
         model = build_model(cfg.model, info.input_shape, info.num_classes, seed=0)
         cuts = model.valid_cuts()
         _check(cfg.cut in cuts,
@@ -159,13 +159,13 @@ def validate(cfg: Config) -> Config:
     from raysfl.faults import check_roles, parse_faults
 
     faults = parse_faults(cfg.faults)
-    num_servers = algo_cls(cfg).num_servers if algo_cls.uses_cut else 0
-    check_roles(faults, num_servers, algo_cls.uses_cut, cfg.algo, cfg.resources.num_client_actors(cfg.clients))
-    if algo_cls.sequential and (cfg.round_deadline_s or cfg.sim_deadline_s):
+    protocol = algo_cls(cfg).protocol  # as the params refine it (FLEX-SFL's edge servers)
+    check_roles(faults, protocol.servers, cfg.algo, cfg.resources.num_client_actors(cfg.clients))
+    if protocol.sequential and (cfg.round_deadline_s or cfg.sim_deadline_s):
         raise ConfigError(f"deadlines (--round-deadline-s, --sim-deadline-s) are not supported for the sequential "
                           f"algorithm '{cfg.algo}' (its clients take turns within one round)")
     if cfg.max_restarts == 0 and any(f.action == "kill" for f in faults):
         raise ConfigError("kill faults need --max-restarts >= 1 (with 0, the first kill ends the run)")
-    if faults and not algo_cls.distributed:
+    if faults and not protocol.distributed:
         raise ConfigError(f"faults need actors; algorithm '{cfg.algo}' runs in one process")
     return cfg

@@ -258,19 +258,21 @@ def test_killed_driver_resumes_to_the_same_result(tmp_path):
 
 @pytest.mark.slow
 def test_late_updates_join_the_next_round_when_the_algorithm_wants_them(quick):
-    """An algorithm with ``apply_late_updates`` aggregates a straggler's update one round
+    """An algorithm with ``protocol.late_updates`` aggregates a straggler's update one round
     late instead of dropping it (whole-model clients: a split client past the deadline has
     lost its server, so there is no late update to apply)."""
     import sys
 
     import cloudpickle
 
+    import dataclasses
+
     from raysfl.algorithms import ALGORITHMS, register
-    from raysfl.algorithms.fedavg import FedAvg
+    from raysfl.algorithms.baselines.fedavg import FedAvg
 
     class LateFriendly(FedAvg):
         name = "test_late_friendly"
-        apply_late_updates = True
+        protocol = dataclasses.replace(FedAvg.protocol, late_updates=True)
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # actors cannot import the tests
     register(LateFriendly)

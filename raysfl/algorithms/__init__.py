@@ -1,15 +1,19 @@
-"""Algorithm registry: ``--algo NAME`` resolves here."""
+"""Algorithm registry: ``--algo NAME`` resolves here.
+
+One package per paper (``flex_sfl/``, ``super_sfl/``, ``gapsl/``, ``fed_pairing/``,
+``besplit/``: the algorithm class and its pure mathematics) and one for the baselines
+(``baselines/``); :mod:`raysfl.algorithms.base` is the interface they implement.
+"""
 
 from __future__ import annotations
 
 from raysfl.algorithms.base import Algorithm, ClientUpdate, FederationContext, NoParams
+from raysfl.algorithms.baselines import (Centralized, FedAvg, FedProx, ParallelSplitLearning, SplitFedV1, SplitFedV2,
+                                         SplitLearning)
 from raysfl.algorithms.besplit import BESplit
-from raysfl.algorithms.centralized import Centralized
-from raysfl.algorithms.fedavg import FedAvg, FedProx
 from raysfl.algorithms.fed_pairing import FedPairing
 from raysfl.algorithms.flex_sfl import FlexSFL
 from raysfl.algorithms.gapsl import GAPSL
-from raysfl.algorithms.splitfed import ParallelSplitLearning, SplitFedV1, SplitFedV2, SplitLearning
 from raysfl.algorithms.super_sfl import SuperSFL
 from raysfl.errors import ConfigError
 

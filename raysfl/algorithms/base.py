@@ -1,30 +1,61 @@
-"""The algorithm plug-in interface: the hooks the runtime calls, with SplitFed defaults.
+"""The algorithm plug-in interface: one typed protocol description and the hooks the runtime calls.
 
-An algorithm is one class. Its *class attributes* tell the runtime the shape of the
-protocol; its *hooks* hold the mathematics:
+An algorithm is one class. Its :class:`Protocol` (the ``protocol`` class attribute, which an
+instance may refine from its params in ``__init__``) tells the runtime the *shape* of the
+exchange -- who holds which part of the model, who aggregates, how servers are shared -- and
+is validated once, when the class is defined or the instance is built. Its *hooks* hold the
+mathematics; the defaults below are SplitFed's.
 
-driver (once per run)                ``setup`` (plain data from the federation context,
-                                     e.g. FLEX-SFL's edge clusters), ``client_info``
-driver (planning, once per round)    ``select``, ``assign_cuts``, ``assign_servers``,
-                                     ``sync_servers``, ``round_info``, ``round_sim_time``
-client actor (per local step)        ``client_loss`` (local loss when a client trains the
-                                     whole model), ``client_regularizer`` (e.g. FedProx),
-                                     ``client_head``, ``client_forward``, ``client_backward``,
-                                     ``client_fallback``, ``client_report`` (SuperSFL's TPGF
-                                     and local-classifier fallback)
-server actor (per group step)        ``server_step``, ``server_updates_per_step``;
-                                     at round end ``server_weights``
-fed server (per round)               ``fed_client_state`` (what a client starts from),
-                                     ``fed_aggregate`` (default: ``aggregate``, FedAvg
-                                     weights), ``fed_evaluate``
+=============================  ===================  ==============================================
+hook                           called by            when / what for
+=============================  ===================  ==============================================
+``validate`` (classmethod)     driver               before Ray starts: refuse bad settings
+``setup``                      driver               once per run: plain data from the federation
+                                                    context (FLEX-SFL's clusters, SuperSFL's depths)
+``wants_calibration``,         driver               once, after the actors start: measured
+``calibrate``                                       (memory, latency) per client (SuperSFL)
+``client_info``                driver               per client, into ``clients.json``
+``select``                     driver               each round: who takes part
+``assign_cuts``                driver               each round: split point per client
+``assign_servers``             driver               each round: server actor per client
+``pair_plan``                  driver               each round: partners and overlaps (PEER)
+``servers_down``,              driver               each round: the algorithm's own availability
+``on_server_down``                                  model, and who trains without the server
+``sync_servers``               driver               each round: do servers send their state?
+``round_info``                 driver               each round: extra metric columns
+``client_sim_time``,           driver               each round: simulated seconds per client and
+``round_sim_time``                                  per round
+``client_loss``,               client actor         each local step of a WHOLE-model client
+``client_regularizer``                              (FedAvg's loss, FedProx's proximal term)
+``client_head``                client actor         round start: a client's own module
+                                                    (``client_heads``)
+``client_forward``             client actor         each step, before the smashed data leaves
+``client_backward``            client actor         each step, with the server's gradient
+``client_fallback``            client actor         a step without the server's answer
+``server_timeout_s``           client actor         how long to wait for that answer
+``client_report``              client actor         round end: facts sent with the update
+``pair_weight``,               client actor         each PEER step: loss weight, doubled step
+``double_overlap``
+``server_step``                server actor         each group step: gradients (and losses)
+``server_updates_per_step``    server actor         each group step: FLOP accounting
+``server_weights``             server actor         round end: aggregation weights per client
+``server_metric_names``        server actor/driver  metric columns the server step records
+``fed_client_state``           fed server           round start: what each client starts from
+``fed_aggregate``,             fed server           round end: merge updates and server states
+``aggregate``
+``fed_evaluate``,              fed server           evaluation rounds: the reported accuracy
+``eval_metric_names``                               and its extra columns
+=============================  ===================  ==============================================
 
-Hooks run inside Ray actors, so an algorithm instance must pickle (keep it to the config
-and plain data). Adding an algorithm = one module subclassing :class:`Algorithm`,
-registered in ``raysfl/algorithms/__init__.py``, plus one example.
+Hooks run inside Ray actors, so an algorithm instance must pickle (keep it to the config and
+plain data). Adding an algorithm = one package ``raysfl/algorithms/<paper>/`` whose
+``algorithm.py`` subclasses :class:`Algorithm`, one line in the registry
+(``raysfl/algorithms/__init__.py``) and one example (docs/architecture.md walks through it).
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
@@ -39,6 +70,101 @@ from raysfl.simclock import client_time, round_time
 if TYPE_CHECKING:  # pragma: no cover
     from raysfl.config import Config
     from raysfl.devices import DeviceProfile
+
+
+class Training(str, enum.Enum):
+    """Where the model is trained."""
+
+    SPLIT = "split"      # clients run blocks [0, cut), server actors the rest (SplitFed, PSL, FLEX-SFL, ...)
+    WHOLE = "whole"      # every client trains the whole model; no server actors (FedAvg, FedProx)
+    PEER = "peer"        # clients split the model with a partner client; no server actors (FedPairing;
+                         # runtime/peer_split.py)
+    CENTRAL = "central"  # one process on the pooled data, no actors (the centralised upper bound)
+
+
+class ServerModel(str, enum.Enum):
+    """How a server actor's server-side model is shared by its clients (SPLIT only)."""
+
+    SHARED = "shared"          # one model, trained on the whole group (SplitFed V2, PSL, GAPSL)
+    PER_CLIENT = "per_client"  # one copy per client during a round, averaged at its end (SplitFed V1)
+
+
+class ClientModel(str, enum.Enum):
+    """What happens to client-side models between rounds."""
+
+    AGGREGATED = "aggregated"  # the fed server merges them (``fed_aggregate``); they upload their model
+    OWN = "own"                # each client keeps its own, nothing is uploaded (PSL, GAPSL)
+
+
+REPLIES = ("loss", "outputs")  # what a server's reply may carry besides the gradient at the cut
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """The shape of an algorithm's exchange, which the runtime branches on.
+
+    Validated when built: combinations that mean nothing (a per-client server model without
+    servers, a reply without a server) are refused.
+    """
+
+    training: Training = Training.SPLIT
+    servers: int = 1                                 # server actors (SPLIT: >= 1, FLEX-SFL: one per edge
+                                                     # cluster; otherwise 0)
+    server_model: ServerModel = ServerModel.SHARED
+    client_model: ClientModel = ClientModel.AGGREGATED
+    sequential: bool = False         # clients take turns, each starting from the last one's model (SL)
+    server_reply: tuple[str, ...] = ()  # besides the gradient: "loss" (SuperSFL's TPGF), "outputs"
+                                        # (BESplit's DTD teacher)
+    client_heads: bool = False       # every client keeps a module of its own (``client_head``)
+    broadcast_servers: bool = False  # ``fed_aggregate``'s merged server state goes back to every server
+    survives_server_loss: bool = False  # clients whose server dies or stays silent go on
+                                        # (``client_fallback``) instead of failing the round
+    late_updates: bool = False       # updates that miss the real-time deadline join the next
+                                     # round's aggregation (False: they are dropped)
+
+    def __post_init__(self):
+        if self.training is Training.SPLIT:
+            if self.servers < 1:
+                raise ValueError(f"training=split needs at least one server actor, got servers={self.servers}")
+        else:
+            needs_servers = {"servers": self.servers != 0, "server_model": self.server_model is not ServerModel.SHARED,
+                             "sequential": self.sequential, "server_reply": bool(self.server_reply),
+                             "client_heads": self.client_heads, "broadcast_servers": self.broadcast_servers,
+                             "survives_server_loss": self.survives_server_loss}
+            bad = [name for name, set_ in needs_servers.items() if set_]
+            if bad:
+                raise ValueError(f"{', '.join(bad)} need server actors (training=split), "
+                                 f"not training={self.training.value}")
+        unknown = [r for r in self.server_reply if r not in REPLIES]
+        if unknown:
+            raise ValueError(f"unknown server_reply {unknown}; allowed: {', '.join(REPLIES)}")
+        if self.sequential and self.servers != 1:
+            raise ValueError(f"sequential clients share one server actor, got servers={self.servers}")
+        if self.late_updates and self.training is Training.CENTRAL:
+            raise ValueError("late_updates needs client actors, not training=central")
+
+    @property
+    def split(self) -> bool:
+        """Clients run a prefix of the model and a server actor the rest."""
+        return self.training is Training.SPLIT
+
+    @property
+    def distributed(self) -> bool:
+        """Runs on Ray actors (every training but CENTRAL)."""
+        return self.training is not Training.CENTRAL
+
+    @property
+    def uses_cut(self) -> bool:
+        """The model is split at a cut (``--cut`` must be valid): SPLIT and PEER."""
+        return self.training in (Training.SPLIT, Training.PEER)
+
+    @property
+    def aggregate_clients(self) -> bool:
+        return self.client_model is ClientModel.AGGREGATED
+
+    @property
+    def per_client_server(self) -> bool:
+        return self.server_model is ServerModel.PER_CLIENT
 
 
 @dataclass
@@ -83,7 +209,7 @@ def record_gradient_angle(server, grads: torch.Tensor) -> None:
     Fig. 3b), in degrees, as the ``grad_angle_deg`` metric."""
     import math
 
-    from raysfl.algorithms.lgi import mean_pairwise_angle
+    from raysfl.algorithms.gapsl.lgi import mean_pairwise_angle
 
     if len(grads) > 1:
         server.record("grad_angle_deg", math.degrees(mean_pairwise_angle(grads)))
@@ -93,23 +219,7 @@ class Algorithm:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     params_cls: ClassVar[type] = NoParams
-    uses_cut: ClassVar[bool] = True            # False: clients train the whole model (FedAvg)
-    aggregate_clients: ClassVar[bool] = True   # False: clients keep their own client-side models (PSL)
-    per_client_server: ClassVar[bool] = False  # True: one server-side model per client (SplitFed V1)
-    sequential: ClassVar[bool] = False         # True: clients take turns, one after another (SL)
-    num_servers: ClassVar[int] = 1             # server actors (FLEX-SFL: one per edge cluster)
-    broadcast_servers: ClassVar[bool] = False  # True: fed_aggregate's merged server state goes back to every server
-    apply_late_updates: ClassVar[bool] = False  # True: updates that missed the real-time deadline join the
-                                                # next round's aggregation (False: they are dropped)
-    distributed: ClassVar[bool] = True         # False: runs in one process (centralized)
-    server_loss_to_client: ClassVar[bool] = False  # True: the server's reply carries its loss too
-    server_outputs_to_client: ClassVar[bool] = False  # True: ... and its outputs (logits) for the batch
-    client_heads: ClassVar[bool] = False       # True: every client keeps a model of its own (client_head:
-                                               # SuperSFL's classifier, BESplit's auxiliary model)
-    peer_split: ClassVar[bool] = False         # True: clients split the model with a partner client, no
-                                               # server side (FedPairing; runtime/peer_split.py)
-    survives_server_loss: ClassVar[bool] = False   # True: clients whose server dies or stays silent go on
-                                                   # (``client_fallback``) instead of failing the round
+    protocol: Protocol = Protocol()  # SplitFed V2's shape; an instance may refine it in __init__
     # Settings this algorithm's paper uses, applied when the user does not set them
     # (CLI, config files and ``config_from_kwargs``; a ``Config(...)`` built in Python is taken as is).
     config_defaults: ClassVar[dict] = {}
@@ -162,7 +272,7 @@ class Algorithm:
 
     def assign_cuts(self, rnd: int, clients: list[int], ctx: FederationContext) -> dict[int, int]:
         """Split point per client: blocks [0, cut) run on the client."""
-        cut = self.cfg.cut if self.uses_cut else ctx.num_blocks
+        cut = self.cfg.cut if self.protocol.uses_cut else ctx.num_blocks
         return {c: cut for c in clients}
 
     def assign_servers(self, rnd: int, clients: list[int], cuts: dict[int, int],
@@ -177,16 +287,16 @@ class Algorithm:
         return []
 
     def pair_plan(self, rnd: int, clients: list[int]) -> dict[int, dict]:
-        """peer_split algorithms: per client {"partner": client or None, "overlap": [layers]}
+        """PEER algorithms: per client {"partner": client or None, "overlap": [layers]}
         (its cut, from ``assign_cuts``, is its propagation length L_i)."""
         return {}
 
     def pair_weight(self, client: int) -> float:
-        """peer_split algorithms: the weight a_i of client i's loss (both halves)."""
+        """PEER algorithms: the weight a_i of client i's loss (both halves)."""
         return 1.0
 
     def double_overlap(self) -> bool:
-        """peer_split algorithms: whether overlapping layers take the doubled step (eq. 7)."""
+        """PEER algorithms: whether overlapping layers take the doubled step (eq. 7)."""
         return False
 
     def servers_down(self, rnd: int) -> set[int]:
@@ -201,7 +311,7 @@ class Algorithm:
 
     def round_sim_time(self, client_times: list[float]) -> float:
         """Simulated length of the round from its clients' times (max; sum if sequential)."""
-        return round_time(client_times, sequential=self.sequential)
+        return round_time(client_times, sequential=self.protocol.sequential)
 
     # ----------------------------------------------------------------- client hooks
     def client_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -216,9 +326,9 @@ class Algorithm:
     def client_head(self, cut: int, model, num_classes: int) -> torch.nn.Module:
         """A client's own module for a client-side part of depth ``cut`` of ``model`` (the
         :class:`~raysfl.models.SplitModel`, for shapes and architecture), for algorithms that
-        set ``client_heads``: SuperSFL's classifier on the smashed data, BESplit's auxiliary
+        set ``protocol.client_heads``: SuperSFL's classifier on the smashed data, BESplit's auxiliary
         model. Built under a (seed, client) random seed; kept on the client between rounds."""
-        raise NotImplementedError(f"{self.name} sets client_heads but does not define client_head")
+        raise NotImplementedError(f"{self.name} sets protocol.client_heads but does not define client_head")
 
     def server_timeout_s(self) -> float | None:
         """How long a client waits for its server's answer before ``client_fallback`` (None:
@@ -230,7 +340,7 @@ class Algorithm:
         phase 1). ``a`` is the client's round state (``part``, ``opt``, ``head``,
         ``head_opt``, ``cut``, ``round``, ``extra``, ``stats``; ``x``/``y`` the batch being
         trained; ``server_logits`` the server's outputs for it once they are back, for
-        algorithms with ``server_outputs_to_client``)."""
+        algorithms whose ``protocol.server_reply`` has "outputs")."""
 
     def client_backward(self, a, acts: torch.Tensor, grad: torch.Tensor, server_loss: float | None) -> None:
         """Update the client-side part from the server's gradient at the cut (default: plain
@@ -260,10 +370,10 @@ class Algorithm:
 
         ``server`` is the :class:`raysfl.runtime.server_actor.ServerState` (model,
         optimizer, per-client models); ``batches`` a list of (client, cut, x, y). An
-        algorithm with ``server_outputs_to_client`` returns a third dict, {client: server-side
+        algorithm whose ``protocol.server_reply`` has "outputs" returns a third dict, {client: server-side
         outputs for its batch}, sent back with the gradient.
         """
-        if self.per_client_server:
+        if self.protocol.per_client_server:
             out = per_client_server_step(server.client_models, server.client_opts, batches)
             if self.cfg.grad_angles:  # each client's own copy holds its gradient right after its step
                 grads = [torch.cat([p.grad.reshape(-1) for p in server.client_models[c].part(cut, server.model.num_blocks)
@@ -297,7 +407,7 @@ class Algorithm:
         """(state client ``client``, running blocks [0, ``cut``) this round, starts from, or None for the global model; whether
         receiving it costs a download). ``fed`` is the :class:`~raysfl.runtime.fed_actor.FedState`.
         Default: without client aggregation a client keeps its own model (no download)."""
-        if not self.aggregate_clients and client in fed.own:
+        if not self.protocol.aggregate_clients and client in fed.own:
             return fed.own[client], False
         return None, True
 
@@ -306,9 +416,9 @@ class Algorithm:
         """Merge round ``rnd``'s client updates and server-side states into ``fed``.
 
         Returns the state to load back into every server actor when the algorithm sets
-        ``broadcast_servers`` (None otherwise).
+        ``protocol.broadcast_servers`` (None otherwise).
         """
-        if self.aggregate_clients:
+        if self.protocol.aggregate_clients:
             fed.global_state = self.aggregate(fed.global_state, updates)
         else:
             for u in updates:
@@ -321,7 +431,7 @@ class Algorithm:
         """(test accuracy, test loss, extra metrics). ``evaluate_state(state)`` evaluates a
         full-model state dict. Without client aggregation: the mean over this round's
         participants of (own client-side model + global server side)."""
-        if self.aggregate_clients or not fed.last_clients:
+        if self.protocol.aggregate_clients or not fed.last_clients:
             acc, loss = evaluate_state(fed.global_state)
             return acc, loss, {}
         results = [evaluate_state({**fed.global_state, **fed.own.get(c, {})}) for c in fed.last_clients]
@@ -330,6 +440,6 @@ class Algorithm:
     def aggregate(self, global_state: dict[str, np.ndarray],
                   updates: list[ClientUpdate]) -> dict[str, np.ndarray]:
         """New global client-side state from this round's client updates (FedAvg weights)."""
-        if not self.aggregate_clients or not updates:
+        if not self.protocol.aggregate_clients or not updates:
             return global_state
         return weighted_average([(u.state, u.weight) for u in updates], base=global_state)

@@ -17,6 +17,7 @@ from raysfl.models import build_model
 from raysfl.optim import build_optimizer
 from raysfl.runtime.client_actor import sample_stream
 from raysfl.runtime.placement import set_threads
+from raysfl.runtime.planning import plan_round
 from raysfl.transport import state_to_wire, wire_to_state
 
 
@@ -24,21 +25,22 @@ from raysfl.transport import state_to_wire, wire_to_state
 POOLED_STREAM = 2**31 - 1
 
 
-def run_centralized(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
-    from raysfl.runtime.driver import plan_round
-
+def run_centralized(exp, state: dict | None) -> None:
+    """Train ``exp``'s model on the pooled data round by round (resuming from ``state``)."""
+    cfg, algo, ds, ctx, logger = exp.cfg, exp.algo, exp.ds, exp.ctx, exp.logger
     set_threads(cfg.resources.num_cpus or torch.get_num_threads())
     model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
     model.train()
     opt = build_optimizer(model.parameters(), cfg, cfg.lr)
-    pooled = np.sort(np.concatenate(parts))
+    pooled = np.sort(np.concatenate(exp.parts))
     flops_per_sample = 3.0 * float(sum(ctx.block_flops))
-    counters = {"pos": 0, "sim_total": 0.0, "wall_total": 0.0, "stream_pos": {}}
+    counters = exp.counters
+    counters.setdefault("pos", 0)  # position in the pooled stream
     start = 0
     if state:
         model.load_state_dict(wire_to_state(state["model"]))
         opt.load_state_dict(state["opt"])
-        counters, start = state["counters"], state["round"]
+        start = state["round"]
     for rnd in range(start + 1, cfg.rounds + 1):
         t0 = time.perf_counter()
         for group in opt.param_groups:
@@ -58,7 +60,7 @@ def run_centralized(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
             opt.step()
             loss_sum += loss.detach().item() * b
             seen += b
-        evaluate_now = rnd % cfg.eval_every == 0 or rnd == cfg.rounds
+        evaluate_now = exp.due(rnd, cfg.eval_every)
         acc, test_loss = (evaluate(model, ds.x_test, ds.y_test, ds.to_tensor) if evaluate_now
                           else (float("nan"), float("nan")))
         wall = time.perf_counter() - t0
@@ -76,7 +78,7 @@ def run_centralized(cfg, algo, ds, parts, ctx, run_dir, logger, state) -> None:
             "retries": 0, "dropped": 0, "late_applied": 0, "skipped": 0, "fallbacks": 0,
         }
         logger.log_round(row, [])
-        if cfg.checkpoint_every and (rnd % cfg.checkpoint_every == 0 or rnd == cfg.rounds):
+        if exp.due(rnd, cfg.checkpoint_every):
             logger.flush()
-            checkpoint.save(run_dir, rnd, cfg_dict=cfg.to_dict(), state={"round": rnd, "counters": counters,
+            checkpoint.save(exp.run_dir, rnd, cfg_dict=cfg.to_dict(), state={"round": rnd, "counters": counters,
                                            "model": state_to_wire(model.state_dict()), "opt": opt.state_dict()})

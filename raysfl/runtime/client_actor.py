@@ -19,7 +19,7 @@ import uuid
 import numpy as np
 import torch
 
-from raysfl.algorithms.base import ClientUpdate
+from raysfl.algorithms.base import ClientUpdate, Training
 from raysfl.optim import build_optimizer
 from raysfl.runtime.placement import device_for_actor, set_threads
 from raysfl.runtime.refs import fetch
@@ -57,7 +57,7 @@ class _Active:
         self.round = 0  # the round being trained (1-based)
         self.x: torch.Tensor | None = None  # the batch being trained (inputs, labels)
         self.y: torch.Tensor | None = None
-        self.server_logits: torch.Tensor | None = None  # the server's outputs for it (server_outputs_to_client)
+        self.server_logits: torch.Tensor | None = None  # the server's outputs for it (server_reply "outputs")
         self.pending: torch.Tensor | None = None  # activations awaiting their gradient
         self.failed = False  # its server died or dropped it: it stops and its update is not used
 
@@ -150,9 +150,9 @@ class ClientActor:
 
     def _head(self, client: int, cut: int, src: dict) -> torch.nn.Module | None:
         """The client's classifier (``Algorithm.client_head``, for algorithms with
-        ``client_heads``): its saved state if it has one, else a fresh one initialised from
+        ``protocol.client_heads``): its saved state if it has one, else a fresh one initialised from
         (seed, client)."""
-        if not self.algo.client_heads:
+        if not self.algo.protocol.client_heads:
             return None
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.cfg.seed * 1_000_003 + client)
@@ -253,7 +253,7 @@ class ClientActor:
         """Past the round's deadline the round is over for this actor: skip the remaining work
         (its results would be dropped anyway), so a late actor catches up at once. Algorithms
         that apply late updates get the whole work done instead."""
-        if self.deadline is not None and not self.algo.apply_late_updates and time.time() > self.deadline:
+        if self.deadline is not None and not self.algo.protocol.late_updates and time.time() > self.deadline:
             for a in self.active.values():
                 if not a.failed:
                     a.pending, a.failed, a.stats.failed, a.stats.late = None, True, True, True
@@ -293,7 +293,7 @@ class ClientActor:
 
         Clients that lost their server mid-round report stats (``failed``) but no update.
         """
-        if self.algo.peer_split:
+        if self.algo.protocol.training is Training.PEER:
             from raysfl.runtime.peer_split import apply_returned
 
             apply_returned(self, grad_refs)
@@ -305,7 +305,7 @@ class ClientActor:
                 stats.append(a.stats)
                 continue
             state = state_to_wire(a.part.state_dict())
-            if self.algo.aggregate_clients:
+            if self.algo.protocol.aggregate_clients:
                 a.stats.traffic.params_up += state_nbytes(state)
                 a.stats.traffic.messages += 1
             if a.head is not None:  # stays on the device in a deployment: parked, not counted as traffic

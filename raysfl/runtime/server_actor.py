@@ -97,7 +97,7 @@ class ServerActor:
             self.lo = min(min(cuts.values()), self.lo if self.lo is not None else self.s.model.num_blocks)
         self.stats = {c: ClientRoundStats(client=c, cut=k, servers=[self.index]) for c, k in cuts.items()}
         self.s.client_models, self.s.client_opts = {}, {}
-        if self.algo.per_client_server:
+        if self.algo.protocol.per_client_server:
             for c in sorted(cuts):
                 m = copy.deepcopy(self.s.model)
                 self.s.client_models[c] = m
@@ -132,10 +132,10 @@ class ServerActor:
         self.s.extra_rows = {}
         res = self.algo.server_step(self.s, batches)
         grads, losses = res[0], res[1]
-        outputs = res[2] if len(res) > 2 and self.algo.server_outputs_to_client else {}
+        outputs = res[2] if len(res) > 2 and "outputs" in self.algo.protocol.server_reply else {}
         passes = self.algo.server_updates_per_step()
         for c, cut, _, y in batches:
-            loss = float(losses[c]) if self.algo.server_loss_to_client else None
+            loss = float(losses[c]) if "loss" in self.algo.protocol.server_reply else None
             logits = pack(outputs[c], self.cfg.transfer_dtype) if c in outputs else None
             out[owner[c]][c] = GradReply(pack(grads[c], self.cfg.transfer_dtype), loss, logits)
             st = self.stats[c]
@@ -159,7 +159,7 @@ class ServerActor:
             for c, w in chosen.items():
                 if c in self.stats:
                     self.stats[c].agg_weight = float(w)
-        if self.algo.per_client_server and self.s.client_models:
+        if self.algo.protocol.per_client_server and self.s.client_models:
             states = [(state_to_wire(self.s.client_models[c].state_dict()), weights.get(c, 1.0))
                       for c in sorted(self.s.client_models) if weights.get(c, 1.0) > 0]
             merged = weighted_average(states, base=state_to_wire(self.s.model.state_dict()))

@@ -1,0 +1,266 @@
+"""BESplit (besplit.txt): split federated learning with Evidential Aggregation, Bias-Compensated
+Collaboration and Dual-Teacher Distillation, against non-IID data.
+
+SplitFed V1's shape -- one server-side model W_S_k per client on the main server, client-side
+models aggregated by the fed server -- with:
+
+1. **Evidential learning** (Sec. 3.2, App. B; :mod:`~raysfl.algorithms.besplit.evidential`): the
+   server-side model's outputs are Dirichlet evidence (alpha = e + 1), trained with eq. (5)
+   and its KL term annealed by lambda_t = min(1, t/T).
+2. **Client State Records** (Sec. 4.1, App. C): per client, on the server, the summed
+   evidence (N x N), counts and both uncertainties per true class of its smashed data,
+   collected in every server step (:mod:`~raysfl.algorithms.besplit.bcc_step`), folded into the
+   stored record at the end of the round by the staleness-aware EMA (eq. 6), and dropped
+   after ``csr_ttl`` rounds without the client. Kept in ``server.extra`` (checkpointed).
+3. **Evidential Aggregation** (eqs. 7-10; :mod:`~raysfl.algorithms.besplit.evidential_aggregation`):
+   w = s / sum s from the records of the round's clients, used for the server-side models
+   (main server, ``server_weights``) and the client-side models (fed server, through
+   ``fed.round_weights``); reported per client as ``agg_weight``.
+4. **BCC** (Sec. 4.2, App. D.2; :mod:`~raysfl.algorithms.besplit.bcc`): at a round's first step the
+   server estimates P_k and P_g from the records' class counts, finds the biased clients
+   (eq. 11) among the round's clients, matches them greedily on eq. (33), and sets each
+   pair's mixing ratios from eqs. (31)-(32) with last round's EA weights. The step itself
+   (:func:`~raysfl.algorithms.besplit.bcc_step.evidential_server_step`) lends the partner's smashed
+   samples and routes their gradients back to the partner only; a missing partner never
+   holds a step up.
+5. **DTD** (Sec. 4.3, eqs. 15-18; :mod:`~raysfl.algorithms.besplit.dtd`): every client trains an
+   auxiliary model next to the split step, distilled from its client-side model (KD-C) and
+   from the server's predictions (KD-G). BESplit-G is the global model's test accuracy
+   (``test_accuracy``), BESplit-A the auxiliary models' (``acc_aux`` mean, ``acc_aux_std``).
+
+Ablations (Table 4): ``--no-ea`` (plain sample-weighted averaging), ``--no-ea-evidence``
+(w/o E: no Q factor), ``--no-ea-ale``, ``--no-ea-epi``, ``--no-bcc``; ``--no-dtd`` skips the
+auxiliary models (BESplit-G alone).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from raysfl.aggregation import weighted_average
+from raysfl.algorithms.base import (Algorithm, ClientUpdate, Protocol, ServerModel, prefix_with_own,
+                                    record_gradient_angle)
+from raysfl.algorithms.besplit.bcc import DISTANCES, bcc_pairs, biased_clients, mix_ratio, overrepresented
+from raysfl.algorithms.besplit.bcc_step import evidential_server_step
+from raysfl.algorithms.besplit.dtd import auxiliary_model, dtd_loss
+from raysfl.algorithms.besplit.evidential import EVIDENCE
+from raysfl.algorithms.besplit.evidential_aggregation import ClientStateRecord, ema_update, evidential_weights
+from raysfl.errors import ConfigError
+
+HEAD = "head."  # the auxiliary model's keys in a client's update and in fed.own
+
+
+@dataclass
+class BESplitParams:
+    """BESplit's knobs; defaults are the paper's where it gives one (Sec. 5.1: tau = 5,
+    lambda_C = 0.2, lambda_G = 0.3), otherwise marked."""
+
+    evidence: str = "softplus"      # evidence activation e = act(logits): softplus | relu | exp (not given)
+    anneal_rounds: int | None = None  # T of lambda_t = min(1, t/T) (eq. 5); None: the run's rounds
+    csr_beta: float = 0.9           # beta of eq. (6)'s staleness-aware EMA (not given)
+    csr_ttl: int = 10               # rounds without the client before its record is dropped (not given)
+    ea: bool = True                 # Evidential Aggregation (False: Table 4's "w/o EA", sample weights)
+    ea_evidence: bool = True        # the evidence-concentration factor Q of eq. (10) (False: "w/o E")
+    ea_ale: bool = True             # the aleatoric ratio R_ale (False: "w/o U_ale")
+    ea_epi: bool = True             # the epistemic ratio R_epi (False: "w/o U_epi")
+    bcc: bool = True                # Bias-Compensated Collaboration (False: "w/o BCC")
+    bcc_max_ratio: float = 1.0      # upper bound on rho (the paper's "up to rho%"); 1: eqs. 31-32 alone
+    dtd: bool = True                # train the auxiliary models (BESplit-A)
+    kd_tau: float = 5.0             # distillation temperature tau (eqs. 15, 17)
+    kd_lambda_c: float = 0.2        # lambda_C of eq. (18)
+    kd_lambda_g: float = 0.3        # lambda_G of eq. (18)
+    kd_c_distance: str = "mean"     # KD-C's relational matrices (eq. 16): mean-normalised | raw (as printed;
+                                    # collapses the auxiliary model here, see dtd.py)
+
+
+class BESplit(Algorithm):
+    name = "besplit"
+    summary = "BESplit: evidential aggregation, bias-compensated collaboration and dual-teacher distillation"
+    params_cls = BESplitParams
+    # SplitFed V1's shape; the server's logits come back as DTD's global teacher (eq. 15) and every
+    # client keeps an auxiliary model -- both only with DTD (--no-dtd switches them off)
+    protocol = Protocol(server_model=ServerModel.PER_CLIENT, server_reply=("outputs",), client_heads=True)
+    # Table 2 / Sec. 5.1: Dirichlet partition, kappa = 1 by default.
+    config_defaults = {"partition": "dirichlet", "alpha": 1.0}
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        if not self.params.dtd:
+            self.protocol = dataclasses.replace(BESplit.protocol, server_reply=(), client_heads=False)
+
+    @classmethod
+    def validate(cls, cfg) -> None:
+        p = cfg.algo_params
+        if p.evidence not in EVIDENCE:
+            raise ConfigError(f"unknown evidence '{p.evidence}'; allowed: {', '.join(EVIDENCE)}")
+        if p.anneal_rounds is not None and (not isinstance(p.anneal_rounds, int) or p.anneal_rounds < 1):
+            raise ConfigError(f"anneal_rounds must be an integer >= 1 (or unset), got {p.anneal_rounds}")
+        if not (math.isfinite(p.csr_beta) and 0 <= p.csr_beta < 1):
+            raise ConfigError(f"csr_beta must be in [0, 1), got {p.csr_beta}")
+        if not isinstance(p.csr_ttl, int) or p.csr_ttl < 1:
+            raise ConfigError(f"csr_ttl must be an integer >= 1, got {p.csr_ttl}")
+        if not (math.isfinite(p.bcc_max_ratio) and 0 <= p.bcc_max_ratio <= 1):
+            raise ConfigError(f"bcc_max_ratio must be in [0, 1], got {p.bcc_max_ratio}")
+        if not (math.isfinite(p.kd_tau) and p.kd_tau > 0):
+            raise ConfigError(f"kd_tau must be a finite number > 0, got {p.kd_tau}")
+        if p.kd_c_distance not in DISTANCES:
+            raise ConfigError(f"unknown kd_c_distance '{p.kd_c_distance}'; allowed: {', '.join(DISTANCES)}")
+        for name in ("kd_lambda_c", "kd_lambda_g"):
+            v = getattr(p, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ConfigError(f"{name} must be a finite number >= 0, got {v}")
+
+    @property
+    def anneal_total(self) -> int:
+        return self.params.anneal_rounds or self.cfg.rounds
+
+    def server_metric_names(self) -> list[str]:
+        return super().server_metric_names() + ["ea_weight_min", "ea_weight_max", "bcc_pairs", "bcc_lent_frac",
+                                                "bcc_skipped"]
+
+    def eval_metric_names(self) -> list[str]:
+        return ["acc_aux", "acc_aux_std"] if self.params.dtd else []
+
+    # ----------------------------------------------------------------- main server
+    def bcc_plan(self, server) -> dict[int, tuple[int, dict[int, float]]]:
+        """Eqs. (11), (33), (13), (31)-(32) over this round's clients on ``server`` that have
+        a record: {client i: (partner j, {class n: share of j's class-n samples lent to i})}."""
+        csr = server.extra.get("csr", {})
+        clients = sorted(c for c in server.client_models if c in csr and np.sum(csr[c]["counts"]) > 0)
+        if len(clients) < 2:
+            server.record("bcc_pairs", 0)
+            return {}
+        total = np.sum([r["counts"] for r in csr.values()], axis=0)
+        p_g = total / total.sum()  # the global view: every record the server keeps
+        dists = np.stack([csr[c]["counts"] / np.sum(csr[c]["counts"]) for c in clients])
+        biased = biased_clients(dists, p_g)
+        pairs = bcc_pairs(dists, p_g, biased)
+        w_prev = server.extra.get("ea_weights", {})  # w_{t-1} (App. D.2)
+        cap = self.params.bcc_max_ratio
+        plan = {}
+        for a, b in pairs:
+            i, j = clients[a], clients[b]
+            w_i, w_j = w_prev.get(i, 0.0), w_prev.get(j, 0.0)
+            to_j, to_i = overrepresented(dists[a], dists[b])  # classes i lends j, classes j lends i
+            plan[i] = (j, {n: min(cap, mix_ratio(dists[b][n], dists[a][n], p_g[n], w_j, w_i)) for n in to_i})
+            plan[j] = (i, {n: min(cap, mix_ratio(dists[a][n], dists[b][n], p_g[n], w_i, w_j)) for n in to_j})
+        server.record("bcc_pairs", len(pairs))
+        return plan
+
+    def server_step(self, server, batches):
+        x = server.extra
+        if not self.params.bcc:
+            mixes = {}
+        elif x.get("bcc_round") != server.round:
+            x["bcc_round"], x["bcc_plan"] = server.round, self.bcc_plan(server)
+            mixes = x["bcc_plan"]
+        else:
+            mixes = x.get("bcc_plan", {})
+        grads, losses, logits, stats, lent, skipped = evidential_server_step(
+            server.client_models, server.client_opts, batches, mixes, server.round, self.anneal_total,
+            self.params.evidence)
+        server.extra_rows.update(lent)  # the borrower's model ran them: its server FLOPs
+        pending = x.setdefault("pending", {})
+        for c, st in stats.items():
+            acc = pending.setdefault(c, {k: np.zeros_like(v) for k, v in st.items()})
+            for k, v in st.items():
+                acc[k] += v
+        if self.params.bcc:
+            n_own = sum(len(b[3]) for b in batches)
+            server.record("bcc_lent_frac", sum(lent.values()) / max(1, n_own))
+            server.record("bcc_skipped", len(skipped))
+        if self.cfg.grad_angles:
+            flat = [torch.cat([p.grad.reshape(-1) for p in server.client_models[c].part(cut, server.model.num_blocks)
+                               .parameters() if p.grad is not None]) for c, cut, _, _ in batches]
+            record_gradient_angle(server, torch.stack(flat))
+        return grads, losses, logits
+
+    def server_weights(self, server, weights: dict[int, float]) -> dict[int, float]:
+        """End of round: fold this round's statistics into the records (eq. 6), drop expired
+        ones (TTL), and weigh the clients that trained this round by eqs. (7)-(10) (or by
+        sample counts without EA). Clients without a step this round get weight 0."""
+        x = server.extra
+        csr = x.setdefault("csr", {})
+        pending = x.pop("pending", {})
+        for c, st in pending.items():
+            old = ClientStateRecord(**csr[c]) if c in csr else None
+            csr[c] = dataclasses.asdict(ema_update(old, ClientStateRecord(**st, round=server.round),
+                                                   self.params.csr_beta))
+        x["csr"] = {c: r for c, r in csr.items() if server.round - r["round"] <= self.params.csr_ttl}
+        trained = sorted(c for c in weights if c in pending)
+        if not trained:
+            return {c: 0.0 for c in weights}
+        p = self.params
+        if p.ea:
+            w = evidential_weights([ClientStateRecord(**x["csr"][c]) for c in trained], p.ea_evidence, p.ea_ale,
+                                   p.ea_epi)
+        else:
+            n = np.array([weights[c] for c in trained], dtype=np.float64)
+            w = n / n.sum()
+        chosen = {c: float(v) for c, v in zip(trained, w)}
+        x["ea_weights"] = {c: v for c, v in {**x.get("ea_weights", {}), **chosen}.items() if c in x["csr"]}
+        server.record("ea_weight_min", min(chosen.values()))
+        server.record("ea_weight_max", max(chosen.values()))
+        return {c: chosen.get(c, 0.0) for c in weights}
+
+    # ----------------------------------------------------------------- clients (DTD)
+    def client_head(self, cut, model, num_classes):
+        return auxiliary_model(model, cut, num_classes)
+
+    def client_backward(self, a, acts, grad, server_loss) -> None:
+        """The split step (back-propagate the server's gradient), then the auxiliary model's
+        DTD step on the same batch (eq. 18)."""
+        super().client_backward(a, acts, grad, server_loss)
+        if a.head is None:
+            return
+        p = self.params
+        loss, _ = dtd_loss(a.head, a.x, a.y, acts.detach(), a.server_logits, a.round, self.anneal_total, p.kd_tau,
+                           p.kd_lambda_c, p.kd_lambda_g, p.evidence, p.kd_c_distance)
+        a.head_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        a.head_opt.step()
+        a.stats.client_flops += 3.0 * len(a.y) * a.fwd_flops  # the auxiliary extractor's forward + backward
+
+    # ----------------------------------------------------------------- fed server
+    def fed_client_state(self, fed, client: int, cut: int):
+        """The global client-side model (a download) plus the client's auxiliary model (kept
+        on the device in a deployment; parked on the fed actor here, not counted)."""
+        if not self.params.dtd:
+            return None, True
+        return prefix_with_own(fed, client, cut), True
+
+    def fed_aggregate(self, fed, rnd: int, server_states: list[dict], updates: list[ClientUpdate]):
+        """Client-side models weighted by the servers' EA weights (eq. 10; sample counts with
+        ``--no-ea``); auxiliary models stay with their clients."""
+        parts = []
+        for u in updates:
+            aux = {k: v for k, v in u.state.items() if k.startswith(HEAD)}
+            if aux:
+                fed.own[u.client] = aux
+            w = fed.round_weights.get(u.client, 0.0) if (self.params.ea and fed.round_weights) else u.weight
+            parts.append(({k: v for k, v in u.state.items() if not k.startswith(HEAD)}, w))
+        if parts:
+            fed.global_state = weighted_average(parts, base=fed.global_state)
+        for state in server_states:
+            fed.global_state.update(state)
+        return None
+
+    def fed_evaluate(self, fed, ev):
+        """BESplit-G: the global model. BESplit-A: every client's auxiliary model on the test
+        set, mean and standard deviation (``acc_aux``, ``acc_aux_std``)."""
+        acc, loss = ev(fed.global_state)
+        if not self.params.dtd:
+            return acc, loss, {}
+        accs = []
+        for c in sorted(fed.own):
+            aux = auxiliary_model(ev.model, self.cfg.cut, ev.num_classes)
+            aux.load_state_dict({k[len(HEAD):]: torch.from_numpy(np.array(v)) for k, v in fed.own[c].items()})
+            accs.append(ev.module(aux)[0])
+        nan = float("nan")
+        return acc, loss, {"acc_aux": float(np.mean(accs)) if accs else nan,
+                           "acc_aux_std": float(np.std(accs)) if accs else nan}

@@ -1,0 +1,164 @@
+"""FedPairing: greedy client pairing, client-to-client split training, overlapping layers.
+
+* Wireless and compute model (Sec. II-A, IV-A; :mod:`raysfl.algorithms.fed_pairing.pairing`): client
+  positions uniform in a 50 m disk around the server, rates r_ij = B log2(1 + P h_ij /
+  sigma^2) with h = h0 d^-delta, CPU frequencies from the device profiles (U[0.1, 2] GHz).
+* Pairing (eqs. 5-6, Alg. 1): greedy maximum-weight matching on e_ij = alpha (f_i - f_j)^2 +
+  beta r_ij among the round's clients, or a Table I baseline (``--pairing``).
+* Split training (eqs. 1-3): L_i = floor(W f_i / (f_i + f_j)), L_j = W - L_i; each client
+  holds the whole model, runs its first L_i layers and its partner runs the rest on its own
+  copy (:mod:`raysfl.runtime.peer_split`); losses are weighted by a_i = |D_i| / sum |D|.
+* Overlapping layers (eq. 7): the doubled step, switchable (``--double-overlap``).
+* Aggregation: the server averages the client models (the weights a_i are already in the
+  gradients, Sec. II-A.3).
+* Simulated time: compute from each client's FLOPs and CPU frequency, transfers over r_ij
+  between partners and over the client-server link r_i0 for the model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from raysfl.aggregation import weighted_average
+from raysfl.algorithms.base import Algorithm, ClientUpdate, FederationContext, Protocol, Training
+from raysfl.algorithms.fed_pairing.pairing import (
+    PAIRINGS,
+    client_positions,
+    overlapping_layers,
+    pair_clients,
+    rate_bps,
+    rate_matrix,
+    split_lengths,
+)
+from raysfl.errors import ConfigError
+
+
+@dataclass
+class FedPairingParams:
+    """FedPairing's knobs; defaults are the paper's (Sec. IV-A) where it gives one."""
+
+    pairing: str = "greedy"       # greedy (Alg. 1) | random | location | computation (Table I)
+    pair_alpha: float = 1.0       # alpha of eq. 5, per GHz^2 (the paper gives no value)
+    pair_beta: float = 1.0        # beta of eq. 5, per Gbit/s (the paper gives no value)
+    double_overlap: bool = True   # eq. 7: overlapping layers take twice the step
+    radius_m: float = 50.0        # clients uniform in a disk of this radius around the server
+    bandwidth_mhz: float = 64.0   # B
+    power_w: float = 1.0          # P
+    noise_w: float = 1e-9         # sigma^2
+    gain_ref: float = 1e-3        # h0: channel gain at 1 m (the paper gives no value)
+    path_loss_exp: float = 3.0    # delta (the paper gives no value)
+
+
+class FedPairing(Algorithm):
+    name = "fed_pairing"
+    summary = "FedPairing: greedy client pairing, client-to-client split training, overlapping-layer steps"
+    params_cls = FedPairingParams
+    protocol = Protocol(training=Training.PEER, servers=0)
+    # Sec. IV-A: 20 clients, 2 local epochs, SGD with lr 0.1 (no momentum named).
+    config_defaults = {"clients": 20, "local_epochs": 2, "lr": 0.1, "momentum": 0.0}
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.positions: np.ndarray | None = None
+        self.rates: np.ndarray | None = None
+        self.freq_ghz: np.ndarray | None = None
+        self.weights: np.ndarray | None = None
+        self.num_blocks = 0
+        self._pairs_round = 0
+        self._partner: dict[int, int | None] = {}  # the last planned round's pairs
+
+    @classmethod
+    def validate(cls, cfg) -> None:
+        p = cfg.algo_params
+        if p.pairing not in PAIRINGS:
+            raise ConfigError(f"unknown pairing '{p.pairing}'; allowed: {', '.join(PAIRINGS)}")
+        for name in ("radius_m", "bandwidth_mhz", "power_w", "noise_w", "gain_ref", "path_loss_exp"):
+            v = getattr(p, name)
+            if not (math.isfinite(v) and v > 0):
+                raise ConfigError(f"{name} must be a finite number > 0, got {v}")
+        if cfg.round_deadline_s is not None or cfg.step_deadline_s is not None:
+            raise ConfigError("fed_pairing does not take real-time deadlines (round_deadline_s, step_deadline_s): "
+                              "partners wait for each other; use sim_deadline_s")
+        for name in ("pair_alpha", "pair_beta"):
+            if not (math.isfinite(getattr(p, name)) and getattr(p, name) >= 0):
+                raise ConfigError(f"{name} must be a finite number >= 0, got {getattr(p, name)}")
+
+    def _link(self) -> dict:
+        p = self.params
+        return {"bandwidth_hz": p.bandwidth_mhz * 1e6, "power_w": p.power_w, "noise_w": p.noise_w,
+                "h0": p.gain_ref, "delta": p.path_loss_exp}
+
+    # ----------------------------------------------------------------- driver side
+    def setup(self, ctx: FederationContext) -> None:
+        rng = np.random.default_rng([self.cfg.seed, 0xFA12])
+        self.num_blocks = ctx.num_blocks
+        self.positions = client_positions(ctx.num_clients, self.params.radius_m, rng)
+        self.rates = rate_matrix(self.positions, **self._link())
+        self.server_rates = rate_bps(np.linalg.norm(self.positions, axis=1), **self._link())
+        self.freq_ghz = np.array([p.cpu_ghz for p in ctx.profiles])
+        sizes = np.asarray(ctx.sizes, dtype=np.float64)
+        self.weights = sizes / sizes.sum()  # a_i, Sec. II-A.1
+
+    def pairs(self, rnd: int, clients: list[int]) -> dict[int, int | None]:
+        """Each of the round's clients -> its partner (None: it trains alone)."""
+        if rnd != self._pairs_round or set(clients) != set(self._partner):
+            idx = sorted(clients)
+            rng = np.random.default_rng([self.cfg.seed, rnd, 0x9A1E])
+            sub = np.ix_(idx, idx)
+            local = pair_clients(self.params.pairing, self.freq_ghz[idx], self.positions[idx], self.rates[sub], rng,
+                                 self.params.pair_alpha, self.params.pair_beta)
+            partner: dict[int, int | None] = {c: None for c in idx}
+            for a, b in local:
+                partner[idx[a]], partner[idx[b]] = idx[b], idx[a]
+            self._pairs_round, self._partner = rnd, partner
+        return self._partner
+
+    def assign_cuts(self, rnd, clients, ctx):
+        """L_i for each client (its whole model when alone)."""
+        cuts = {}
+        for c, j in self.pairs(rnd, clients).items():
+            cuts[c] = self.num_blocks if j is None else split_lengths(self.num_blocks, self.freq_ghz[c],
+                                                                       self.freq_ghz[j])[0]
+        return cuts
+
+    def pair_plan(self, rnd, clients):
+        out = {}
+        for c, j in self.pairs(rnd, clients).items():
+            if j is None:
+                out[c] = {"partner": None, "overlap": []}
+                continue
+            li, lj = split_lengths(self.num_blocks, self.freq_ghz[c], self.freq_ghz[j])
+            out[c] = {"partner": j, "overlap": overlapping_layers(self.num_blocks, li, lj)}
+        return out
+
+    def client_info(self, client: int) -> dict:
+        return {"position_m": [float(v) for v in self.positions[client]], "cpu_ghz": float(self.freq_ghz[client]),
+                "server_rate_bps": float(self.server_rates[client]), "a": float(self.weights[client])}
+
+    def client_sim_time(self, client, stats, profile, server_flops_per_s) -> float:
+        """Compute on the client's CPU, activations and gradients over the partner link r_ij,
+        the model over the client-server link r_i0 (the paper models no latency)."""
+        t = stats.traffic
+        compute = stats.client_flops / profile.flops_per_s
+        model = (t.params_up + t.params_down) * 8.0 / self.server_rates[client]
+        peer = t.smashed_up + t.grad_down + t.other_up + t.other_down
+        partner = self._partner.get(client)
+        link = self.rates[client, partner] if partner is not None else math.inf
+        return compute + model + peer * 8.0 / link
+
+    # ----------------------------------------------------------------- clients
+    def pair_weight(self, client: int) -> float:
+        return float(self.weights[client])
+
+    def double_overlap(self) -> bool:
+        return self.params.double_overlap
+
+    # ----------------------------------------------------------------- fed server
+    def aggregate(self, global_state, updates: list[ClientUpdate]):
+        """The plain average of the client models: a_i is already in their gradients."""
+        if not updates:
+            return global_state
+        return weighted_average([(u.state, 1.0) for u in updates], base=global_state)

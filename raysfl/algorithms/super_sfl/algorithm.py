@@ -1,0 +1,291 @@
+"""SuperSFL (Al Asif et al.): resource-aware subnetworks of one weight-sharing super-network,
+Three-Phase Gradient Fusion, a fault-tolerant client classifier and collaborative aggregation.
+
+* Allocation (Sec. II-A, eq. 1, Alg. 1, :mod:`raysfl.algorithms.super_sfl.allocation`): client i runs
+  the first d_i blocks of the global model, from its memory and latency -- the sampled
+  device profile (``allocation=profile``) or measured once at start-up by its client actor
+  (``allocation=measured``: a dummy forward pass plus a round trip of a representative
+  activation to the main server actor).
+* Super-network (Sec. II, Fig. 1): ONE main server actor holds the whole network and runs
+  blocks d_i+1..L for every client with the same shared weights
+  (:func:`raysfl.server_steps.shared_server_step`, one forward/backward per depth group).
+* TPGF (Sec. II-B, eqs. 2-4, Alg. 2, :mod:`raysfl.algorithms.super_sfl.tpgf`): phase 1 on the client
+  (``client_forward``: local loss, classifier step, encoder gradient clipped to ``clip_norm``),
+  phase 2 on the server (its loss travels back with the gradient), phase 3 on the client
+  (``client_backward``: eq. 3 weights, eq. 4 fusion, encoder step). ``fusion`` selects the
+  ablation of Sec. IV.
+* Fallback (Sec. II-C, Alg. 3): with no answer within ``server_timeout_s`` (or a dead or
+  unavailable server) the client steps on its local gradient alone (``client_fallback``);
+  it starts the next round from the latest global parameters. ``server_availability`` /
+  ``availability_rounds`` switch the server off for whole rounds (Table III).
+* Aggregation (Sec. II-D, eqs. 6-8, :mod:`raysfl.algorithms.super_sfl.collaborative_aggregation`):
+  encoder layers averaged over the clients holding them with depth x inverse-(fused-)loss
+  weights, pulled towards the server's copy by lambda; classifiers stay with their clients;
+  the result is the new global model, loaded back into the main server.
+
+Readings the paper leaves open are listed in docs/super-sfl.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from raysfl.algorithms.super_sfl.allocation import allocate_depths
+from raysfl.algorithms.base import Algorithm, ClientUpdate, FederationContext, Protocol, prefix_with_own
+from raysfl.algorithms.super_sfl.collaborative_aggregation import client_weights, consensus_average
+from raysfl.algorithms.super_sfl.tpgf import FUSION_MODES, clip_l2, client_weight, fuse, fused_loss
+from raysfl.errors import ConfigError
+from raysfl.models.heads import client_classifier
+
+ALLOCATIONS = ("profile", "measured")
+
+
+@dataclass
+class SuperSFLParams:
+    """SuperSFL's knobs; defaults are the paper's (Sec. II, III-A)."""
+
+    depth_alpha: float = 0.5         # alpha in eq. (1): layers per GB of memory
+    depth_beta: float = 4.0          # beta in eq. (1): extra layers for the lowest latency
+    allocation: str = "profile"      # profile: device profiles | measured: timed once at start-up (Sec. II-A)
+    fusion: str = "full"             # TPGF client weight (eq. 3): full | no_loss | no_depth | equal (Sec. IV)
+    clip_norm: float = 0.5           # tau: L2 clip of the local encoder gradient (Alg. 2, line 8)
+    consensus_lambda: float = 0.01   # lambda in eqs. (7)-(8): pull towards the server's copy of a layer
+    server_timeout_s: float = 5.0    # wait for the server's answer before a fallback step (Sec. II-C)
+    server_availability: float = 1.0  # fraction of rounds in which the server answers (Table III)
+    availability_rounds: str | None = None  # explicit schedule instead: rounds the server answers, e.g. "1-5,9"
+
+
+def parse_round_set(text: str) -> set[int]:
+    """``"1-5,9"`` -> {1, 2, 3, 4, 5, 9}; raises ValueError on anything else."""
+    out: set[int] = set()
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        a, _, b = item.partition("-")
+        lo, hi = int(a), int(b or a)
+        if lo < 1 or hi < lo:
+            raise ValueError(item)
+        out.update(range(lo, hi + 1))
+    return out
+
+
+AVAILABILITY_BLOCK = 10  # rounds per block of the availability schedule
+
+
+def server_answers(availability: float, rnd: int, seed: int, block: int = AVAILABILITY_BLOCK) -> bool:
+    """Whether the server answers in round ``rnd``: in every block of ``block`` consecutive
+    rounds it answers in exactly round(availability x block) of them, drawn from the seed.
+    The fraction holds over any run of whole blocks and does not depend on the total number
+    of rounds, so a resumed run keeps the schedule."""
+    k = int(round(availability * block))
+    b, pos = divmod(rnd - 1, block)
+    perm = np.random.default_rng([seed, b, 0xA7A1]).permutation(block)
+    return bool(perm[pos] < k)
+
+
+def available_rounds(availability: float, rounds: int, seed: int) -> set[int]:
+    """The rounds among 1..``rounds`` in which the server answers (:func:`server_answers`)."""
+    return {r for r in range(1, rounds + 1) if server_answers(availability, r, seed)}
+
+
+class SuperSFL(Algorithm):
+    name = "super_sfl"
+    summary = "SuperSFL: weight-sharing super-network, TPGF, client-classifier fallback, collaborative aggregation"
+    params_cls = SuperSFLParams
+    # one main server holding the super-network, adopting each round's aggregate; its loss comes
+    # back with the gradient (TPGF); clients keep a classifier and train on when the server is away
+    protocol = Protocol(broadcast_servers=True, server_reply=("loss",), client_heads=True, survives_server_loss=True)
+    # The paper's setting (Sec. III-A): a ViT, Dirichlet alpha = 0.5.
+    config_defaults = {"model": "vit", "partition": "dirichlet", "alpha": 0.5}
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.depths: np.ndarray | None = None
+        self.num_blocks = 0
+        self.profile: dict[int, tuple[float, float]] = {}  # client -> (memory GB, latency s) used by eq. (1)
+        self.valid_cuts: list[int] = []
+        self._up: set[int] | None = None  # explicit schedule (availability_rounds)
+
+    @classmethod
+    def validate(cls, cfg) -> None:
+        p = cfg.algo_params
+        if p.allocation not in ALLOCATIONS:
+            raise ConfigError(f"unknown allocation '{p.allocation}'; allowed: {', '.join(ALLOCATIONS)}")
+        if p.fusion not in FUSION_MODES:
+            raise ConfigError(f"unknown fusion '{p.fusion}'; allowed: {', '.join(FUSION_MODES)}")
+        for name in ("depth_alpha", "depth_beta", "consensus_lambda"):
+            if not math.isfinite(getattr(p, name)) or getattr(p, name) < 0:
+                raise ConfigError(f"{name} must be a finite number >= 0, got {getattr(p, name)}")
+        if not p.clip_norm > 0:
+            raise ConfigError(f"clip_norm must be > 0, got {p.clip_norm}")
+        if not p.server_timeout_s > 0:
+            raise ConfigError(f"server_timeout_s must be > 0 seconds, got {p.server_timeout_s}")
+        if not 0 <= p.server_availability <= 1:
+            raise ConfigError(f"server_availability must be in [0, 1], got {p.server_availability}")
+        if p.availability_rounds is not None:
+            try:
+                parse_round_set(str(p.availability_rounds))
+            except ValueError:
+                raise ConfigError(f"availability_rounds must list rounds like '1-5,9', got "
+                                  f"'{p.availability_rounds}'") from None
+            if p.server_availability != 1.0:
+                raise ConfigError("give either server_availability or availability_rounds, not both")
+        if cfg.round_deadline_s is not None and cfg.round_deadline_s < p.server_timeout_s:
+            raise ConfigError(f"round_deadline_s ({cfg.round_deadline_s}) must be at least server_timeout_s "
+                              f"({p.server_timeout_s}), or no fallback step could finish in time")
+
+    # ----------------------------------------------------------------- driver side
+    def setup(self, ctx: FederationContext) -> None:
+        """Eq. (1) once per run (Sec. II-A: profiles are sent once, at initialisation)."""
+        self.num_blocks, self.valid_cuts = ctx.num_blocks, list(ctx.valid_cuts)
+        if self.params.allocation == "profile":
+            self.calibrate({k: (p.memory_gb, p.latency_s) for k, p in enumerate(ctx.profiles)})
+        if self.params.availability_rounds is not None:
+            self._up = parse_round_set(str(self.params.availability_rounds))
+
+    def wants_calibration(self) -> bool:
+        return self.params.allocation == "measured"
+
+    def calibrate(self, profile: dict[int, tuple[float, float]]) -> None:
+        """Depths from (memory GB, latency s) per client: eq. (1), then the largest valid cut
+        of the model not above d_i (every cut is valid for the zoo's models)."""
+        clients = sorted(profile)
+        self.profile = {c: (float(profile[c][0]), float(profile[c][1])) for c in clients}
+        d = allocate_depths([profile[c][0] for c in clients], [profile[c][1] for c in clients], self.num_blocks,
+                            self.params.depth_alpha, self.params.depth_beta)
+        lowest = min(self.valid_cuts)
+        self.depths = np.asarray([max([v for v in self.valid_cuts if v <= di] or [lowest]) for di in d])
+
+    def client_info(self, client: int) -> dict:
+        mem, lat = self.profile.get(client, (float("nan"), float("nan")))
+        return {"depth": int(self.depths[client]), "alloc_memory_gb": mem, "alloc_latency_s": lat}
+
+    def assign_cuts(self, rnd, clients, ctx):
+        return {c: int(self.depths[c]) for c in clients}
+
+    def server_up(self, rnd: int) -> bool:
+        if self._up is not None:
+            return rnd in self._up
+        return server_answers(self.params.server_availability, rnd, self.cfg.seed)
+
+    def servers_down(self, rnd: int) -> set[int]:
+        return set() if self.server_up(rnd) else {0}
+
+    def on_server_down(self, rnd: int, clients: list[int]) -> list[int]:
+        return list(clients)  # every client trains on its local classifier (Alg. 3)
+
+    def round_info(self, rnd: int) -> dict[str, float]:
+        return {"server_available": float(self.server_up(rnd))}
+
+    def eval_metric_names(self) -> list[str]:
+        return ["acc_local", "acc_local_std"]
+
+    # ----------------------------------------------------------------- client side (TPGF)
+    def client_head(self, cut, model, num_classes):
+        return client_classifier(model.activation_shape(cut), num_classes)
+
+    def server_timeout_s(self) -> float | None:
+        return self.params.server_timeout_s
+
+    def client_forward(self, a, acts, y) -> None:
+        """Phase 1 (Alg. 2, lines 4-8): local loss, classifier step, clipped encoder gradient."""
+        enc, head = list(a.part.parameters()), list(a.head.parameters())
+        loss = F.cross_entropy(a.head(acts), y)
+        grads = torch.autograd.grad(loss, enc + head, retain_graph=not a.local, allow_unused=True)
+        grads = [torch.zeros_like(p) if g is None else g for p, g in zip(enc + head, grads)]
+        for p, g in zip(head, grads[len(enc):]):
+            p.grad = g
+        a.head_opt.step()
+        a.head_opt.zero_grad(set_to_none=True)
+        x = a.extra
+        x["g_client"] = clip_l2(grads[:len(enc)], self.params.clip_norm)
+        x["loss_client"] = float(loss.detach())
+        x["lc_sum"] = x.get("lc_sum", 0.0) + x["loss_client"] * len(y)
+        x["n"] = x.get("n", 0) + len(y)
+        x["batch"] = len(y)
+
+    def client_backward(self, a, acts, grad, server_loss) -> None:
+        """Phases 2-3 (Alg. 2, lines 15-19): back-propagate the server's gradient through the
+        encoder, fuse it with the local one by eq. (3)-(4), step."""
+        enc = list(a.part.parameters())
+        g_server = torch.autograd.grad(acts, enc, grad_outputs=grad, allow_unused=True)
+        g_server = [torch.zeros_like(p) if g is None else g for p, g in zip(enc, g_server)]
+        x = a.extra
+        w = client_weight(a.cut, self.num_blocks - a.cut, x["loss_client"], server_loss, self.params.fusion)
+        for p, g in zip(enc, fuse(x["g_client"], g_server, w)):
+            p.grad = g
+        a.opt.step()
+        a.opt.zero_grad(set_to_none=True)
+        a.stats.client_flops += 2.0 * x["batch"] * a.fwd_flops  # TPGF's second backward through the encoder
+        x["ls_sum"] = x.get("ls_sum", 0.0) + server_loss * x["batch"]
+        x["ns"] = x.get("ns", 0) + x["batch"]
+        x["w_sum"] = x.get("w_sum", 0.0) + w
+        x["fused_steps"] = x.get("fused_steps", 0) + 1
+
+    def client_fallback(self, a, acts) -> bool:
+        """Alg. 3, lines 7-8: the encoder steps on the local (phase 1) gradient alone. The
+        local loss of such a step is the client's training loss in the metrics."""
+        for p, g in zip(a.part.parameters(), a.extra["g_client"]):
+            p.grad = g
+        a.opt.step()
+        a.opt.zero_grad(set_to_none=True)
+        a.stats.loss_sum += a.extra["loss_client"] * a.extra["batch"]
+        a.stats.loss_count += a.extra["batch"]
+        return True
+
+    def client_report(self, a) -> dict:
+        """What the fed server aggregates with (Sec. II-D, "Aggregation inputs")."""
+        x = a.extra
+        lc = x.get("lc_sum", 0.0) / max(1, x.get("n", 0))
+        ls = x["ls_sum"] / x["ns"] if x.get("ns") else None
+        fused = lc if ls is None else fused_loss(a.cut, self.num_blocks - a.cut, lc, ls, self.params.fusion)
+        return {"depth": a.cut, "loss_client": lc, "loss_server": ls, "loss": fused,
+                "w_client": x["w_sum"] / x["fused_steps"] if x.get("fused_steps") else None}
+
+    # ----------------------------------------------------------------- fed server
+    def fed_client_state(self, fed, client: int, cut: int):
+        """The global encoder prefix (a download) plus the client's own classifier (kept on
+        the device in a deployment; parked on the fed actor here, not counted as traffic)."""
+        return prefix_with_own(fed, client, cut), True
+
+    def fed_aggregate(self, fed, rnd: int, server_states: list[dict], updates: list[ClientUpdate]):
+        """Eq. (6) weights, eq. (8) per layer; classifiers stay local. Returns the new global
+        model, which the main server adopts (its copy of every layer)."""
+        server_copy = dict(fed.global_state)
+        for s in server_states:
+            server_copy.update(s)
+        encoders = []
+        for u in updates:
+            fed.own[u.client] = {k: v for k, v in u.state.items() if k.startswith("head.")}
+            fed.extra.setdefault("depth", {})[u.client] = int(u.report["depth"])
+            encoders.append({k: v for k, v in u.state.items() if not k.startswith("head.")})
+        if updates:
+            w = client_weights([u.report["depth"] for u in updates], [u.report["loss"] for u in updates])
+            fed.global_state = consensus_average(encoders, w, server_copy, self.params.consensus_lambda)
+        else:
+            fed.global_state = server_copy
+        return fed.global_state
+
+    def fed_evaluate(self, fed, ev):
+        """The super-network (global model, all L blocks) on the test set; plus ``acc_local``:
+        the mean (and std) over this round's clients of their own path -- the global encoder
+        prefix of depth d_i and the client's classifier -- which is what a client runs when
+        the server is away."""
+        acc, loss = ev(fed.global_state)
+        local = []
+        for c in fed.last_clients:
+            head_state = fed.own.get(c)
+            if not head_state:
+                continue
+            d = fed.extra["depth"][c]
+            head = client_classifier(ev.model.activation_shape(d), ev.num_classes)
+            head.load_state_dict({k[5:]: torch.from_numpy(np.array(v)) for k, v in head_state.items()})
+            local.append(ev.module(torch.nn.Sequential(ev.model.part(0, d), head.to(ev.device)))[0])
+        extras = {"acc_local": float(np.mean(local)) if local else float("nan"),
+                  "acc_local_std": float(np.std(local)) if local else float("nan")}
+        return acc, loss, extras

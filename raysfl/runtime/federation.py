@@ -1,0 +1,426 @@
+"""The federation: a run's actors and the actor calls of one round.
+
+:mod:`raysfl.runtime.rounds` decides what a round does (plan, faults, retries, metrics);
+this module carries it out over the actors: dispatch models -> local steps -> aggregate ->
+evaluate.
+
+A local step is a group exchange: every client actor forwards its active clients' batches
+in ONE call, every server receives the smashed batches routed to it in ONE call, and the
+gradients go straight back to the client actors. The driver only wires ObjectRefs
+together: it submits a whole round of calls without waiting and then fetches the small
+per-client statistics and the evaluation -- no tensor passes through it.
+
+Faults: results cross actor boundaries as *lists* of ObjectRefs, which each receiver
+fetches itself (:mod:`raysfl.runtime.refs`), so a dead or late actor costs only its own
+clients and the round goes on with the survivors. Actors restart (``--max-restarts``);
+the driver notices a restart by the actor's incarnation id at the next round and puts a
+server or fed server back to the last checkpointed state (:meth:`Federation.recover`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from raysfl.algorithms.base import Algorithm, Training
+from raysfl.runtime.client_actor import ClientActor
+from raysfl.runtime.fed_actor import FedActor
+from raysfl.runtime.placement import actor_options, reserve, role_resources
+from raysfl.runtime.planning import ClientPlan
+from raysfl.runtime.refs import DEAD, LATE, fetch, is_death, ping_all, ping_until_alive
+from raysfl.runtime.server_actor import ServerActor
+from raysfl.transport import ClientRoundStats
+
+
+@dataclass
+class RoundResult:
+    """What the driver learnt from one round (no tensors)."""
+
+    stats: dict[int, ClientRoundStats]
+    failed: set[int] = field(default_factory=set)       # clients whose actor or server died
+    late: set[int] = field(default_factory=set)         # clients dropped at the real-time deadline
+    dead_clients: set[int] = field(default_factory=set)  # client actor indices that died
+    dead_servers: set[int] = field(default_factory=set)
+    fed_restarted: bool = False
+    restarted: int = 0  # servers Ray restarted during the round (put back to the snapshot)
+    server_metrics: dict[str, float] = field(default_factory=dict)  # round means of ServerState.record
+
+
+def _as_list(refs, n: int) -> list:
+    return [refs] if n == 1 else list(refs)
+
+
+class FedServerLost(Exception):
+    """The fed server died during a round: the round's aggregation is lost (retry it)."""
+
+
+class Federation:
+    """The actors of one run and the round protocol over them."""
+
+    def __init__(self, cfg, algo: Algorithm, dataset, parts: list[np.ndarray], num_actors: int,
+                 block_flops: list[int], run_name: str = "run"):
+        """Start the actors. They are named ``raysfl:<run>:client-<i>``, ``...:server-<j>``
+        and ``...:fed`` so operators (and tests) can find them with ``ray.get_actor``."""
+        import ray
+
+        self.cfg, self.algo, self.num_actors = cfg, algo, num_actors
+        self.num_blocks = len(block_flops)
+        self.ds_ref = ray.put(dataset)  # loaded once, shared; kept alive for actor restarts
+
+        num_servers = algo.protocol.servers
+        self.groups = reserve(cfg, num_actors, num_servers, run_name)  # fails here if the cluster is too small
+
+        def spawn(cls, role: str, kind: str, pg, bundle: int, *args):
+            res = role_resources(cfg, kind)
+            return ray.remote(cls).options(name=f"raysfl:{run_name}:{role}", max_restarts=cfg.max_restarts,
+                                           max_task_retries=0, **actor_options(res, pg, bundle)
+                                           ).remote(*args, res.get("GPU", 0.0))
+
+        self.clients = [
+            spawn(ClientActor, f"client-{i}", "client", self.groups[0], i, i, cfg, algo, self.ds_ref,
+                  {k: parts[k] for k in range(len(parts)) if k % num_actors == i}, block_flops)
+            for i in range(num_actors)
+        ]
+        self.servers = [
+            spawn(ServerActor, f"server-{j}", "server", self.groups[1], j, j, cfg, algo,
+                  dataset.input_shape, dataset.num_classes, block_flops)
+            for j in range(num_servers)
+        ]
+        self.fed = spawn(FedActor, "fed", "fed", self.groups[1], num_servers, cfg, algo, self.ds_ref)
+        self.incarnations = ray.get([a.ping.remote() for a in self._all()])
+        self.snapshot: dict | None = None  # the state to go back to after a failure
+        self.died: set[int] = set()  # client actors that died last round (restarting now)
+        self._carry: list = []  # late update refs waiting for the next aggregation (protocol.late_updates)
+        self._late_now: list = []
+        self.late_applied = 0
+
+    def placement(self) -> list[dict]:
+        """Where each actor runs: role, actor name, node, GPU ids, device (``placement.json``)."""
+        import ray
+
+        roles = ([f"client-{i}" for i in range(len(self.clients))] + [f"server-{j}" for j in range(len(self.servers))]
+                 + ["fed"])
+        return [{"role": role, **loc} for role, loc in zip(roles, ray.get([a.where.remote() for a in self._all()]))]
+
+    def _all(self) -> list:
+        return self.clients + self.servers + [self.fed]
+
+    def actor_of(self, client: int) -> int:
+        return client % self.num_actors
+
+    def shutdown(self) -> None:
+        import ray
+
+        from ray.util.placement_group import remove_placement_group
+
+        for a in self._all():
+            ray.kill(a)
+        for g in self.groups:
+            if g is not None:
+                remove_placement_group(g)
+
+    # ------------------------------------------------------------------ failures
+    def recover(self) -> dict[str, int]:
+        """Before a round: find actors Ray restarted and put servers / the fed server back to
+        the last snapshot. Returns counts {"restarts": n}. A permanently dead actor raises."""
+        import ray
+
+        n_clients, n_servers = len(self.clients), len(self.servers)
+        pings = [a.ping.remote() for a in self._all()]
+        # A client actor still busy with a late straggler is not waited for (checked next
+        # round); one that died last round is restarting, and is waited for.
+        busy_ok = [p for i, p in enumerate(pings[:n_clients]) if i not in self.died]
+        ready, _ = ray.wait(busy_ok, num_returns=len(busy_ok), timeout=0.25, fetch_local=True)
+        ready = set(ready)
+        actors = self._all()
+        now = [self._incarnation(actors[i], p) if (i >= n_clients or i in self.died or p in ready)
+               else self.incarnations[i] for i, p in enumerate(pings)]  # raises if an actor is gone for good
+        self.died = set()
+        restarted = [i for i, (a, b) in enumerate(zip(self.incarnations, now)) if a != b]
+        self.incarnations = now
+        loads = []
+        for i in restarted:
+            if n_clients <= i < n_clients + n_servers and self.snapshot is not None:
+                j = i - n_clients
+                loads.append(self.servers[j].load_state.remote(self.snapshot["servers"][j]))
+            elif i == n_clients + n_servers and self.snapshot is not None:
+                loads.append(self.fed.load_state.remote(self.snapshot["fed"]))
+        ray.get(loads)
+        return {"restarts": len(restarted)}
+
+    @staticmethod
+    def _incarnation(actor, ref) -> str:
+        import ray
+        import ray.exceptions as rex
+
+        try:
+            return ray.get(ref)
+        except rex.RayActorError:  # restarting (or dead for good: ping_until_alive raises)
+            return ping_until_alive(actor)
+
+    def restore_restarted_servers(self, incarnations: list[str]) -> int:
+        """Right after a round: servers Ray restarted during it (``incarnations`` = their ids
+        now) go back to their last snapshot, not their fresh initial weights, before anything
+        reads their state."""
+        n = len(self.clients)
+        back = []
+        for j, (srv, inc) in enumerate(zip(self.servers, incarnations)):
+            if inc != self.incarnations[n + j]:
+                self.incarnations[n + j] = inc
+                back.append(j)
+                if self.snapshot is not None:
+                    import ray
+
+                    ray.get(srv.load_state.remote(self.snapshot["servers"][j]))
+        return len(back)
+
+    def rollback(self) -> int:
+        """Put every server and the fed server back to the snapshot (a round is retried).
+        Returns how many actors were found restarted."""
+        now = ping_all(self._all())  # waits for restarts
+        restarted = sum(a != b for a, b in zip(self.incarnations, now))
+        self.incarnations = now
+        if self.snapshot is not None:
+            self.load_state(self.snapshot)
+        return restarted
+
+    def kill(self, role: str, index: int) -> None:
+        """Fault injection: ``ray.kill`` one actor, letting Ray restart it."""
+        import ray
+
+        actor = {"client": lambda: self.clients[index], "fed": lambda: self.fed,
+                 "server": lambda: self.servers[0], "edge": lambda: self.servers[index]}[role]()
+        ray.kill(actor, no_restart=False)
+
+    # ------------------------------------------------------------------ one round
+    def run_round(self, rnd: int, plans: dict[int, ClientPlan], server_of: dict[int, int],
+                  kills: list[tuple[str, int, int]] = (), deadline: float | None = None, on_step=None) -> RoundResult:
+        """Submit round ``rnd`` and collect its statistics (aggregation is :meth:`finish_round`).
+
+        ``kills`` = (role, actor index, after step) faults to inject; ``deadline`` (epoch s)
+        drops clients whose results are not in by then.
+        """
+        import ray
+
+        self._pending_updates: list = []
+        self._aux: list = []  # calls whose result is not needed but whose errors must surface
+        for p in plans.values():
+            p.deadline = deadline
+        self._weights = {c: float(p.steps * p.batch) for c, p in plans.items()}
+        for j, srv in enumerate(self.servers):
+            self._aux.append(srv.begin_round.remote(
+                {c: p.cut for c, p in plans.items() if server_of[c] == j and not p.local},
+                self.cfg.server_lr_at(rnd), deadline, rnd))
+        turns = [[c] for c in plans] if self.algo.protocol.sequential else ([list(plans)] if plans else [])
+        stats_refs, stats_actor, markers = [], [], []
+        for turn in turns:
+            u, s, actors, m = self._run_group({c: plans[c] for c in turn}, server_of)
+            stats_refs += s
+            stats_actor += actors
+            markers += m
+            if self.algo.protocol.sequential:  # the next client starts from this one's model
+                self._aux.append(self.fed.aggregate.options(num_returns=2).remote(rnd, None, [], u)[1])
+            else:
+                self._pending_updates += list(zip(actors, u))
+        self._sync = self.algo.sync_servers(rnd)
+        server_stats, self._server_states, server_metrics = [], [], []
+        for srv in self.servers:
+            state_ref, st_ref, m_ref = srv.end_round.options(num_returns=3).remote(self._weights, self._sync)
+            self._server_states.append(state_ref)
+            server_stats.append(st_ref)
+            server_metrics.append(m_ref)
+        for role, index, step in sorted(kills, key=lambda k: k[2]):
+            if step > 0 and markers:
+                ray.wait(markers[min(step, len(markers)) - 1], num_returns=len(markers[min(step, len(markers)) - 1]),
+                         timeout=None if deadline is None else max(0.0, deadline - time.time()), fetch_local=False)
+            self.kill(role, index)
+        for k, refs in enumerate(markers):  # progress: wait for each step without fetching it
+            timeout = None if deadline is None else max(0.0, deadline - time.time())
+            ray.wait(refs, num_returns=len(refs), timeout=timeout, fetch_local=False)
+            if on_step:
+                on_step(k + 1, len(markers))
+        result = RoundResult(stats={})
+        fetch(self._aux, deadline)  # re-raises a bug in begin_round & co (deaths/lateness are seen below)
+        client_out = fetch(stats_refs, deadline)
+        server_out = fetch(server_stats)  # servers stop waiting at the deadline themselves
+        per_server = [m for m in fetch(server_metrics) if m]
+        result.server_metrics = {k: float(np.mean([m[k] for m in per_server if k in m]))
+                                 for k in sorted({k for m in per_server for k in m})}
+        for actor, out in zip(stats_actor, client_out):
+            if out is DEAD:
+                result.dead_clients.add(actor)
+        self.died |= result.dead_clients
+        result.dead_servers = {j for j, out in enumerate(server_out) if out is DEAD}
+        for out in client_out + server_out:
+            if not out:
+                continue
+            for st in out:
+                if st.client in result.stats:
+                    result.stats[st.client].merge(st)
+                else:
+                    result.stats[st.client] = st
+        # a server or fed server that Ray restarted during the round lost its state: it counts as dead
+        tail = ping_all(self.servers + [self.fed])
+        for j, inc in enumerate(tail[:-1]):
+            if inc != self.incarnations[len(self.clients) + j]:
+                result.dead_servers.add(j)
+        result.fed_restarted = tail[-1] != self.incarnations[-1]
+        result.restarted = self.restore_restarted_servers(tail[:-1])
+        late_actors = {a for a, out in zip(stats_actor, client_out) if out is LATE}
+        for c in plans:
+            if self.actor_of(c) in late_actors:
+                result.late.add(c)
+            elif self.actor_of(c) in result.dead_clients or (
+                    server_of.get(c) in result.dead_servers and not self.algo.protocol.survives_server_loss
+                    and not plans[c].local):
+                result.failed.add(c)
+            elif c in result.stats and result.stats[c].late:
+                result.late.add(c)
+            elif c not in result.stats or result.stats[c].failed:
+                result.failed.add(c)
+        self._agg_weights = {c: st.agg_weight for c, st in result.stats.items() if st.agg_weight == st.agg_weight}
+        self._late_actors = late_actors
+        self._late_now = [u for a, u in self._pending_updates if a in late_actors]
+        return result
+
+    def finish_round(self, rnd: int, include: list[int] | None, evaluate: bool):
+        """Aggregate the round's completed updates of ``include`` clients; evaluate.
+
+        Returns (acc, loss, extras) or None. Raises :class:`FedServerLost` if the fed server
+        died (the caller rolls back and retries the round).
+        """
+        import ray
+
+        updates = [u for a, u in self._pending_updates if a not in self._late_actors]
+        states = self._server_states if self._sync else []
+        late = []
+        if self.algo.protocol.late_updates and self._carry:  # last round's stragglers that have finished by now
+            late, _ = ray.wait(self._carry, num_returns=len(self._carry), timeout=0, fetch_local=False)
+        merged, ok = self.fed.aggregate.options(num_returns=2).remote(rnd, include, states, updates, late,
+                                                                 self._agg_weights)
+        loads = []
+        if self._sync and self.algo.protocol.broadcast_servers:  # e.g. FLEX-SFL's w_e to every edge server (eq. 26)
+            loads = [srv.load_shared.remote(merged) for srv in self.servers]
+        eval_ref = self.fed.evaluate.remote() if evaluate else None
+        try:
+            self.late_applied = ray.get(ok)
+            result = ray.get(eval_ref) if eval_ref is not None else None
+        except Exception as e:  # noqa: BLE001 - classified
+            if is_death(e):
+                raise FedServerLost(str(e).splitlines()[0] if str(e) else type(e).__name__) from e
+            raise
+        if ping_until_alive(self.fed) != self.incarnations[-1]:
+            raise FedServerLost("the fed server was restarted during the round")
+        fetch(loads)  # a dead edge server is fine here (restored next round); a bug is not
+        self._carry = self._late_now if self.algo.protocol.late_updates else []  # only once aggregation succeeded
+        return result
+
+    def _run_group(self, plans: dict[int, ClientPlan], server_of: dict[int, int]):
+        by_actor: dict[int, dict[int, ClientPlan]] = {}
+        for c, p in plans.items():
+            by_actor.setdefault(self.actor_of(c), {})[c] = p
+        actors = sorted(by_actor)
+        dispatch = [{c: self.num_blocks if p.whole else p.cut for c, p in by_actor[i].items()} for i in actors]
+        models = _as_list(self.fed.dispatch.options(num_returns=len(actors)).remote(dispatch), len(actors))
+        for i, m in zip(actors, models):
+            self._aux.append(self.clients[i].begin_round.remote({c: p.as_dict() for c, p in by_actor[i].items()}, m))
+        prev: dict[int, list] = {i: [] for i in actors}
+        markers: list[list] = []  # per step, the refs whose completion ends that step
+        if self.algo.protocol.training is Training.PEER:
+            markers = self._run_pair_steps(plans, by_actor, actors, prev)
+        elif self.algo.protocol.split:
+            for s in range(max(p.steps for p in plans.values())):
+                sends: dict[tuple[int, int], object] = {}
+                local_refs = []
+                for i in actors:
+                    routes = {c: server_of[c] for c, p in by_actor[i].items() if p.steps > s and not p.local}
+                    dests = sorted(set(routes.values()))
+                    if not dests:
+                        if any(p.local and p.steps > s for p in by_actor[i].values()):  # only local work
+                            local_refs.append(self.clients[i].exchange.remote(s, [], routes, prev[i]))
+                            prev[i] = []
+                        continue  # this actor's clients are done; its last grads wait for finish()
+                    refs = self.clients[i].exchange.options(num_returns=len(dests)).remote(s, dests, routes, prev[i])
+                    prev[i] = []
+                    for d, ref in zip(dests, _as_list(refs, len(dests))):
+                        sends[(i, d)] = ref
+                for d in sorted({d for _, d in sends}):
+                    srcs = sorted(i for (i, dd) in sends if dd == d)
+                    grads = self.servers[d].step.options(num_returns=len(srcs)).remote(s, [sends[(i, d)] for i in srcs])
+                    for i, g in zip(srcs, _as_list(grads, len(srcs))):
+                        prev[i].append(g)
+                markers.append([g for i in actors for g in prev[i]] + local_refs)
+                self._aux += local_refs
+        else:
+            for i in actors:
+                self.clients[i].train_local.remote()
+        update_refs, stats_refs = [], []
+        for i in actors:
+            u, st = self.clients[i].finish.options(num_returns=2).remote(prev[i])
+            update_refs.append(u)
+            stats_refs.append(st)
+        if not markers:
+            markers.append(stats_refs)
+        return update_refs, stats_refs, actors, markers
+
+    def _run_pair_steps(self, plans, by_actor, actors, prev) -> list[list]:
+        """FedPairing's steps: every client actor forwards its clients' prefixes to their
+        partners' actors, then every actor serves the activations it received; the
+        gradients go straight back (runtime/peer_split.py). Returns the step markers."""
+        markers = []
+        for s in range(max(p.steps for p in plans.values())):
+            sends: dict[tuple[int, int], object] = {}
+            solo = []  # forward calls with nothing to route (solo or finished clients)
+            for i in actors:
+                routes = {c: self.actor_of(p.partner) for c, p in by_actor[i].items()
+                          if p.partner is not None and p.steps > s}
+                dests = sorted(set(routes.values()))
+                refs = self.clients[i].pair_forward.options(num_returns=max(1, len(dests))).remote(
+                    s, dests, routes, prev[i])
+                prev[i] = []
+                if dests:
+                    for d, ref in zip(dests, _as_list(refs, len(dests))):
+                        sends[(i, d)] = ref
+                else:
+                    solo.append(refs)
+            for d in sorted({d for _, d in sends}):
+                srcs = sorted(i for (i, dd) in sends if dd == d)
+                grads = self.clients[d].pair_serve.options(num_returns=len(srcs)).remote(
+                    s, [sends[(i, d)] for i in srcs])
+                for i, g in zip(srcs, _as_list(grads, len(srcs))):
+                    prev[i].append(g)
+            markers.append([g for i in actors for g in prev[i]] + solo)
+            self._aux += solo
+        return markers
+
+    def measure(self, batch: int) -> dict[int, tuple[float, float]]:
+        """(memory GB, latency s) per virtual client, measured once by its client actor
+        (clients sharing an actor share its measurement)."""
+        import ray
+
+        out = ray.get([a.probe.remote(self.servers[0], batch) for a in self.clients])
+        return {k: (out[self.actor_of(k)]["memory_gb"], out[self.actor_of(k)]["latency_s"])
+                for k in range(self.cfg.clients)}
+
+    # ------------------------------------------------------------------ checkpoints
+    def get_state(self) -> dict:
+        """The fed server's and servers' state (for snapshots and checkpoints). An actor that
+        Ray restarted in the meantime is first put back to the previous snapshot."""
+        import ray
+
+        for attempt in range(3):
+            try:
+                fed, *servers = ray.get([self.fed.get_state.remote()] + [s.get_state.remote() for s in self.servers])
+                return {"fed": fed, "servers": servers}
+            except Exception as e:  # noqa: BLE001 - classified
+                if not is_death(e) or attempt == 2:
+                    raise
+                self.recover()  # waits for the restart and restores it from the snapshot
+
+    def load_state(self, state: dict) -> None:
+        import ray
+
+        ray.get([self.fed.load_state.remote(state["fed"])]
+                + [s.load_state.remote(st) for s, st in zip(self.servers, state["servers"])])

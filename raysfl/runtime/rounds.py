@@ -1,0 +1,201 @@
+"""One round of a federated run, as the driver runs it: plan, inject faults, run it on the
+federation (retrying it after a lost server), decide who is included, log its metrics row,
+keep the state to roll back to, checkpoint.
+
+:class:`Experiment` holds what every round of a run needs; :func:`run_round` runs one;
+:func:`round_metrics` turns a round's per-client statistics into the rows of
+``metrics.parquet`` and ``clients.parquet``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from raysfl import checkpoint
+from raysfl.algorithms.base import Algorithm, FederationContext
+from raysfl.errors import RunFailed
+from raysfl.faults import plan_faults
+from raysfl.runtime.federation import Federation, FedServerLost, RoundResult
+from raysfl.runtime.planning import plan_round
+
+EVENT_COLUMNS = ("failures", "restarts", "retries", "dropped", "late_applied", "skipped", "fallbacks")
+
+
+def new_counters() -> dict:
+    """The driver's running totals, checkpointed with the federation: each client's position
+    in its sample stream, simulated and wall-clock seconds so far."""
+    return {"stream_pos": {}, "sim_total": 0.0, "wall_total": 0.0}
+
+
+@dataclass
+class Experiment:
+    """One run being driven: its settings, algorithm, data, where it writes, and its counters."""
+
+    cfg: "object"                 # the validated raysfl.config.Config
+    algo: Algorithm
+    ds: "object"                  # raysfl.data.DatasetArrays
+    parts: list                   # each client's sample indices
+    ctx: FederationContext
+    run_dir: Path
+    logger: "object"              # raysfl.metrics.RunLogger
+    faults: list = field(default_factory=list)   # parsed --faults
+    counters: dict = field(default_factory=new_counters)
+
+    def due(self, rnd: int, every: int) -> bool:
+        """Whether something done every ``every`` rounds (and at the last) happens in ``rnd``."""
+        return bool(every) and (rnd % every == 0 or rnd == self.cfg.rounds)
+
+
+def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
+    """Plan, run (surviving faults), log and checkpoint round ``rnd``.
+
+    A dead client actor or edge server costs only its clients; a dead main server or fed
+    server rolls the round back to the last snapshot and retries it (``--max-round-retries``),
+    unless the algorithm's clients survive their server (``protocol.survives_server_loss``:
+    SuperSFL's fallback), in which case the round goes on and the restarted server is restored.
+    """
+    cfg, algo, ctx, logger = exp.cfg, exp.algo, exp.ctx, exp.logger
+    t0 = time.perf_counter()
+    events = {k: 0 for k in EVENT_COLUMNS}
+    events["restarts"] += fed.recover()["restarts"]
+    plans, server_of = plan_round(cfg, algo, rnd, ctx, exp.counters["stream_pos"])
+    rf = plan_faults(exp.faults, rnd, cfg.seed, sorted(plans), fed.num_actors, len(fed.servers))
+    down_servers = set(rf.down_servers) | set(algo.servers_down(rnd))
+    down = [c for c in plans if server_of.get(c) in down_servers]
+    if down:  # their server is unavailable this round: the algorithm decides (default: sit out)
+        keep = set(algo.on_server_down(rnd, down))
+        events["skipped"] += len(down) - len(keep)
+        plans = {c: p for c, p in plans.items() if c not in down or c in keep}
+        for c in keep:
+            plans[c].local = True  # trains without its server (Algorithm.client_fallback)
+    for c, (secs, clock) in rf.delays.items():
+        if clock == "real" and c in plans:
+            plans[c].delay_s = secs
+    sim_delay = {c: secs for c, (secs, clock) in rf.delays.items() if clock == "sim"}
+    evaluate = exp.due(rnd, cfg.eval_every)
+    kills = rf.kills
+    for attempt in range(cfg.max_round_retries + 1):
+        deadline = time.time() + cfg.round_deadline_s if cfg.round_deadline_s else None
+        res = fed.run_round(rnd, plans, server_of, kills=kills, deadline=deadline,
+                            on_step=lambda d, t: logger.step_progress(rnd, d, t))
+        kills = []  # injected faults fire once, not on the retry
+        events["failures"] += len(res.dead_clients) + len(res.dead_servers) + int(res.fed_restarted)
+        events["restarts"] += res.restarted
+        single_server_lost = (bool(res.dead_servers) and len(fed.servers) == 1
+                              and not algo.protocol.survives_server_loss)
+        include = included(exp, res, sim_delay)
+        try:
+            if single_server_lost or res.fed_restarted:
+                raise FedServerLost("server" if single_server_lost else "fed server")
+            result = fed.finish_round(rnd, include, evaluate)
+            events["late_applied"] = fed.late_applied
+            break
+        except FedServerLost as e:
+            if attempt == cfg.max_round_retries:
+                raise RunFailed(f"round {rnd}: the {e} died {attempt + 1} times; giving up (raise "
+                                f"--max-round-retries or --max-restarts); finished rounds are in {exp.run_dir}"
+                                ) from None
+            events["retries"] += 1
+            if not (single_server_lost or res.fed_restarted):
+                events["failures"] += 1  # the fed server died while aggregating (not counted above)
+            events["restarts"] += fed.rollback()
+    events["dropped"] = len(res.late | {c for c in res.stats if c not in include and c not in res.failed})
+    events["fallbacks"] = sum(1 for st in res.stats.values() if st.fallback_steps)
+    bad = sorted(c for c, st in res.stats.items() if st.loss_count and not math.isfinite(st.loss_sum))
+    if not bad:  # the state to go back to if a later round fails (a diverged one is not kept)
+        if cfg.max_round_retries or exp.due(rnd, cfg.checkpoint_every):
+            fed.snapshot = fed.get_state()
+    wall = time.perf_counter() - t0  # the whole round, snapshot included (logging runs on its own thread)
+    for c, p in plans.items():
+        exp.counters["stream_pos"][c] = p.stream_pos + p.steps * p.batch
+    row, client_rows = round_metrics(exp, rnd, res, result, wall, sim_delay=sim_delay, included=set(include),
+                                     events=events)
+    logger.log_round(row, client_rows)
+    if bad:  # stop before this round's state reaches a checkpoint; the previous one resumes
+        raise RunFailed(f"training diverged: the loss of client(s) {bad[:5]} became NaN/inf in round {rnd} "
+                        f"(lr {cfg.lr_at(rnd):g}); lower --lr or --lr-decay; rounds 1..{rnd - 1} are in {exp.run_dir}")
+    if exp.due(rnd, cfg.checkpoint_every):
+        logger.flush()  # the rounds this checkpoint covers are on disk before it is
+        checkpoint.save(exp.run_dir, rnd, {"round": rnd, "counters": exp.counters, "federation": fed.snapshot},
+                        cfg.to_dict())
+
+
+def included(exp: Experiment, res: RoundResult, sim_delay: dict[int, float]) -> list[int]:
+    """Clients whose update is aggregated: completed, in time on the real and simulated clocks."""
+    cfg = exp.cfg
+    server_speed = cfg.devices.server_tflops * 1e12
+    out = []
+    for c, st in sorted(res.stats.items()):
+        if c in res.failed or c in res.late:
+            continue
+        if cfg.sim_deadline_s is not None:
+            t = exp.algo.client_sim_time(c, st, exp.ctx.profiles[c], server_speed) + sim_delay.get(c, 0.0)
+            if t > cfg.sim_deadline_s:
+                continue
+        out.append(c)
+    return out
+
+
+def round_metrics(exp: Experiment, rnd: int, res: RoundResult, result, wall: float, sim_delay=None,
+                  included=None, events=None) -> tuple[dict, list[dict]]:
+    """The metrics.parquet row and clients.parquet rows of one round.
+
+    ``result``: the evaluation (accuracy, loss, extras) or None; ``sim_delay``: simulated
+    straggler delay per client; ``included``: clients whose update was aggregated (default:
+    all); ``events``: fault counts (EVENT_COLUMNS). The servers' recorded figures
+    (``Algorithm.server_metric_names``) come from ``res.server_metrics``.
+    """
+    cfg, algo, ctx, counters, stats = exp.cfg, exp.algo, exp.ctx, exp.counters, res.stats
+    server_speed = cfg.devices.server_tflops * 1e12
+    sim_delay = sim_delay or {}
+    included = set(stats) if included is None else included
+    client_rows, times = [], []
+    for c in sorted(stats):
+        st = stats[c]
+        t = algo.client_sim_time(c, st, ctx.profiles[c], server_speed) + sim_delay.get(c, 0.0)
+        times.append(t)
+        tr = st.traffic
+        client_rows.append({
+            "round": rnd, "client": c, "cut": st.cut, "servers": list(st.servers), "samples": st.samples,
+            "steps": st.steps,
+            "bytes_up": tr.up, "bytes_down": tr.down, "bytes_smashed_up": tr.smashed_up,
+            "bytes_grad_down": tr.grad_down, "bytes_params_up": tr.params_up, "bytes_params_down": tr.params_down,
+            "client_flops": st.client_flops, "server_flops": st.server_flops, "sim_time_s": t,
+            "train_loss": st.loss_sum / st.loss_count if st.loss_count else float("nan"),
+            "delay_s": sim_delay.get(c, 0.0), "failed": bool(st.failed), "included": c in included,
+            "fallback_steps": st.fallback_steps,
+            "agg_weight": float(st.agg_weight) if st.agg_weight == st.agg_weight else None,  # null: none set
+        })
+    sim = algo.round_sim_time(times)
+    if cfg.sim_deadline_s is not None:  # the round ends at the deadline at the latest
+        sim = min(sim, cfg.sim_deadline_s)
+    counters["sim_total"] += sim
+    counters["wall_total"] += wall
+    loss_n = sum(s.loss_count for s in stats.values())
+    nan = float("nan")
+    acc, test_loss, extras = result if result is not None else (nan, nan, {})
+    row = {
+        "round": rnd, "algo": cfg.algo, "test_accuracy": float(acc), "test_loss": float(test_loss),
+        "train_loss": sum(s.loss_sum for s in stats.values()) / loss_n if loss_n else float("nan"),
+        "participants": len(stats),
+        "bytes_up": sum(r["bytes_up"] for r in client_rows),
+        "bytes_down": sum(r["bytes_down"] for r in client_rows),
+        "bytes_smashed_up": sum(r["bytes_smashed_up"] for r in client_rows),
+        "bytes_grad_down": sum(r["bytes_grad_down"] for r in client_rows),
+        "bytes_params_up": sum(r["bytes_params_up"] for r in client_rows),
+        "bytes_params_down": sum(r["bytes_params_down"] for r in client_rows),
+        "client_flops": sum(r["client_flops"] for r in client_rows),
+        "server_flops": sum(r["server_flops"] for r in client_rows),
+        "sim_time_s": sim, "sim_time_total_s": counters["sim_total"],
+        "wall_time_s": wall, "wall_time_total_s": counters["wall_total"],
+        "completed": len(included & set(stats)),
+        "fallback_steps": sum(s.fallback_steps for s in stats.values()),
+        **{k: int((events or {}).get(k, 0)) for k in EVENT_COLUMNS},
+    }
+    row.update(algo.round_info(rnd))
+    row.update({k: float(res.server_metrics.get(k, nan)) for k in algo.server_metric_names()})
+    row.update({k: float(extras.get(k, nan)) for k in algo.eval_metric_names()})
+    return row, client_rows

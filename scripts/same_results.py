@@ -1,0 +1,176 @@
+"""Do two revisions compute the same thing? Runs every algorithm for a fixed seed on both and
+compares metrics.parquet and clients.parquet row by row (timing columns excepted).
+
+    python scripts/same_results.py --base HEAD~1          # this checkout against a revision
+    python scripts/same_results.py --fingerprint out.json  # only record this checkout's rows
+    python scripts/same_results.py --against out.json      # this checkout against recorded rows
+
+``--base REV`` checks REV out into a temporary git worktree and runs this same script there
+(``PYTHONPATH`` pointing at the worktree, so the driver and its Ray actors import the old
+code), then runs it here, and prints, per case, ``identical`` or the first differences. The
+exit status is 1 when any case differs. A refactoring that says "behaviour unchanged" is
+proved by this script; a change that means to alter results shows here what it altered.
+
+Only the public API is used (``raysfl.config_from_kwargs``, ``raysfl.run``), so the script
+runs against any revision that has it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+# Small settings that still exercise each algorithm's own path (selection, cuts, several
+# servers, fallbacks, per-client state, faults). Keys a case leaves out take the defaults.
+COMMON = dict(clients=6, clients_per_round=4, rounds=3, local_steps=2, batch_size=16, seed=0,
+              partition="dirichlet", alpha=0.5, progress=False, resources={"client_actors": 2})
+CASES: dict[str, dict] = {
+    "fedavg": dict(algo="fedavg"),
+    "fedprox": dict(algo="fedprox", fedprox={"mu": 0.1}),
+    "sl": dict(algo="sl"),
+    "splitfed_v1": dict(algo="splitfed_v1"),
+    "splitfed_v2": dict(algo="splitfed_v2"),
+    "psl": dict(algo="psl"),
+    "centralized": dict(algo="centralized"),
+    "flex_sfl": dict(algo="flex_sfl", clients=12, clients_per_round=None, partition="pathological",
+                     flex_sfl={"edge_servers": 2, "rho": 0.5, "tau_c": 2, "tau_e": 1, "tau_r": 2}),
+    "super_sfl": dict(algo="super_sfl", model="cnn", super_sfl={"server_availability": 0.5}),
+    "gapsl": dict(algo="gapsl", rounds=4),
+    "fed_pairing": dict(algo="fed_pairing"),
+    "besplit": dict(algo="besplit"),
+    "splitfed_v2+kill": dict(algo="splitfed_v2", faults="kill:client:round=2", rounds=3),
+    "psl+sim_deadline": dict(algo="psl", sim_deadline_s=0.8),
+}
+
+
+def _is_timing(column: str) -> bool:
+    return "wall_time" in column
+
+
+def _clean(v):
+    if isinstance(v, float) and math.isnan(v):
+        return "nan"
+    return v
+
+
+def _rows(path: Path) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    if not path.exists():
+        return []
+    return [{k: _clean(v) for k, v in r.items() if not _is_timing(k)} for r in pq.read_table(path).to_pylist()]
+
+
+def fingerprint(out_file: Path, cases: list[str]) -> None:
+    """Run the cases here and write their rows to ``out_file`` (JSON)."""
+    import ray
+
+    import raysfl
+
+    ray.init(address="local", num_cpus=4, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    result = {}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in cases:
+                kw = {**COMMON, **CASES[name], "out": tmp, "name": name.replace("+", "-")}
+                kw = {k: v for k, v in kw.items() if v is not None}
+                run = raysfl.run(raysfl.config_from_kwargs(**kw))
+                result[name] = {"metrics": _rows(run.run_dir / "metrics.parquet"),
+                                "clients": _rows(run.run_dir / "clients.parquet")}
+                print(f"  {name}: {len(result[name]['metrics'])} rounds", file=sys.stderr, flush=True)
+    finally:
+        ray.shutdown()
+    out_file.write_text(json.dumps(result, default=str))
+
+
+def _differences(a: list[dict], b: list[dict], limit: int = 3) -> list[str]:
+    out = []
+    if len(a) != len(b):
+        out.append(f"{len(a)} rows against {len(b)}")
+    for i, (ra, rb) in enumerate(zip(a, b)):
+        for k in sorted(set(ra) & set(rb)):
+            if ra[k] != rb[k]:
+                out.append(f"row {i} (round {ra.get('round')}) {k}: {ra[k]!r} -> {rb[k]!r}")
+                if len(out) >= limit:
+                    return out
+    return out
+
+
+def compare(base: dict, here: dict) -> bool:
+    same = True
+    for name in base:
+        if name not in here:
+            continue
+        notes, differs = [], False
+        for table in ("metrics", "clients"):
+            a, b = base[name][table], here[name][table]
+            cols_a = set(a[0]) if a else set()
+            cols_b = set(b[0]) if b else set()
+            if cols_b - cols_a:
+                notes.append(f"{table}: new columns {sorted(cols_b - cols_a)}")
+            if cols_a - cols_b:
+                notes.append(f"{table}: removed columns {sorted(cols_a - cols_b)}")
+            diff = _differences(a, b)
+            if diff:
+                differs = True
+                notes += [f"{table}: {d}" for d in diff]
+        same = same and not differs
+        print(f"{name:<20}{'DIFFERENT' if differs else 'identical'}" + "".join(f"\n    {n}" for n in notes))
+    return same
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", metavar="REV", help="revision to compare this checkout with")
+    ap.add_argument("--fingerprint", metavar="FILE", help="only record this checkout's rows in FILE")
+    ap.add_argument("--against", metavar="FILE", help="compare this checkout with rows recorded by --fingerprint")
+    ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of: {', '.join(CASES)}")
+    ns = ap.parse_args()
+    cases = [c.strip() for c in ns.cases.split(",") if c.strip()]
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        ap.error(f"unknown case(s) {unknown}; allowed: {', '.join(CASES)}")
+    if ns.fingerprint:
+        fingerprint(Path(ns.fingerprint), cases)
+        return 0
+    if ns.against:
+        with tempfile.TemporaryDirectory() as tmp:
+            fingerprint(Path(tmp) / "here.json", cases)
+            here = json.loads((Path(tmp) / "here.json").read_text())
+        same = compare(json.loads(Path(ns.against).read_text()), here)
+        print("same results" if same else "results differ")
+        return 0 if same else 1
+    if not ns.base:
+        ap.error("give --base REV, --against FILE or --fingerprint FILE")
+    root = Path(__file__).resolve().parents[1]
+    me = Path(__file__).resolve()
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "base"
+        subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(tree), ns.base], check=True,
+                       capture_output=True)
+        try:
+            files = {}
+            for label, src in (("base", tree), ("here", root)):
+                print(f"{label}: {src}", file=sys.stderr, flush=True)
+                env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+                env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
+                files[label] = Path(tmp) / f"{label}.json"
+                subprocess.run([sys.executable, str(me), "--fingerprint", str(files[label]), "--cases",
+                                ",".join(cases)], check=True, env=env, cwd=str(src))
+            base = json.loads(files["base"].read_text())
+            here = json.loads(files["here"].read_text())
+        finally:
+            subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)], capture_output=True)
+    same = compare(base, here)
+    print("same results" if same else "results differ")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

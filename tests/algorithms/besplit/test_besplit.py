@@ -1,0 +1,257 @@
+"""BESplit wired on the runtime: the BCC server step's gradient routing and no-wait rule, the
+end-of-round records and weights, the auxiliary models, and whole runs (the equations
+themselves are hand-checked in test_besplit_math.py)."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from raysfl.algorithms.besplit.bcc_step import batch_statistics, evidential_server_step, lent_rows
+from raysfl.algorithms.besplit.evidential import evidence, evidential_loss
+from raysfl.errors import ConfigError
+
+
+class _Tiny(nn.Module):
+    """A 2-block 'server side' (block 0 is the client's): what the server step needs."""
+
+    def __init__(self, seed):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.blocks = nn.ModuleList([nn.Identity(), nn.Linear(4, 3)])
+
+
+def _loss(model, x, y, t=1, total=4):
+    return evidential_loss(evidence(model.blocks[1](x)) + 1, y, t, total)
+
+
+def _batches():
+    g = torch.Generator().manual_seed(0)
+    x0, x1 = torch.randn(5, 4, generator=g), torch.randn(6, 4, generator=g)
+    y0 = torch.tensor([0, 0, 1, 0, 1])
+    y1 = torch.tensor([2, 1, 2, 2, 0, 2])
+    return [(0, 1, x0, y0), (1, 1, x1, y1)]
+
+
+def test_lent_rows_take_rho_of_each_class():
+    y = torch.tensor([2, 1, 2, 2, 0, 2])
+    assert lent_rows(y, {2: 0.5}).tolist() == [0, 2]           # round(0.5 * 4) = 2 of class 2
+    assert lent_rows(y, {2: 0.3, 1: 1.0}).tolist() == [1, 0]   # class 1: 1 row; class 2: round(1.2) = 1
+    assert lent_rows(y, {0: 0.2}).tolist() == []               # round(0.2 * 1) = 0
+
+
+def test_bcc_routes_every_gradient_back_only_to_its_own_client():
+    """Client 0 borrows half of client 1's class-2 samples. Client 0 gets the gradient of its
+    loss w.r.t. its own rows only; the gradient of client 0's loss w.r.t. the lent rows goes
+    to client 1 (added to its own step's gradient), never to client 0."""
+    batches = _batches()
+    models = {0: _Tiny(1), 1: _Tiny(2)}
+    ref = copy.deepcopy(models)
+    opts = {c: torch.optim.SGD(m.parameters(), lr=0.1) for c, m in models.items()}
+    grads, losses, logits, stats, lent, skipped = evidential_server_step(
+        models, opts, batches, {0: (1, {2: 0.5})}, t=1, total=4)
+    (_, _, x0, y0), (_, _, x1, y1) = batches
+    rows = lent_rows(y1, {2: 0.5})
+    assert lent == {0: 2} and skipped == []
+    # by hand: client 0's loss on [x0; x1[rows]], client 1's on x1, each with its own model
+    a0, a1 = x0.clone().requires_grad_(True), x1.clone().requires_grad_(True)
+    _loss(ref[0], torch.cat([a0, a1[rows]]), torch.cat([y0, y1[rows]])).backward()
+    from_0 = a1.grad.clone()
+    a1.grad = None
+    _loss(ref[1], a1, y1).backward()
+    own_1 = a1.grad.clone()
+    assert grads[0].shape == x0.shape and grads[1].shape == x1.shape
+    assert torch.allclose(grads[0], a0.grad, atol=1e-6)
+    assert torch.allclose(grads[1], own_1 + from_0, atol=1e-6)
+    others = [r for r in range(len(y1)) if r not in rows.tolist()]
+    assert torch.allclose(grads[1][others], own_1[others], atol=1e-6)   # rows not lent: client 1's own gradient
+    assert from_0[rows].abs().sum() > 0 and from_0[others].abs().sum() == 0
+    # outputs, losses and statistics cover each client's own rows only
+    assert logits[0].shape == (5, 3) and logits[1].shape == (6, 3)
+    assert stats[0]["counts"].tolist() == [3, 2, 0] and stats[1]["counts"].tolist() == [1, 1, 4]
+    assert losses[1] == pytest.approx(_loss(ref[1], x1, y1).item(), rel=1e-5)
+
+
+def test_a_step_without_its_partner_runs_without_bcc_and_does_not_wait():
+    (b0, _) = _batches()
+    models, opts = {0: _Tiny(1)}, {}
+    opts[0] = torch.optim.SGD(models[0].parameters(), lr=0.1)
+    ref = copy.deepcopy(models[0])
+    grads, losses, logits, stats, lent, skipped = evidential_server_step(
+        models, opts, [b0], {0: (1, {2: 0.5})}, t=1, total=4)
+    assert skipped == [0] and lent == {} and set(grads) == {0}
+    a0 = b0[2].clone().requires_grad_(True)
+    _loss(ref, a0, b0[3]).backward()
+    assert torch.allclose(grads[0], a0.grad, atol=1e-6)  # the plain evidential step
+
+
+def test_batch_statistics_are_per_true_class():
+    alpha = torch.tensor([[3.0, 1.0], [1.0, 2.0], [2.0, 1.0]])
+    st = batch_statistics(alpha, torch.tensor([0, 1, 0]), 2)
+    assert st["evidence"].tolist() == [[3.0, 0.0], [0.0, 1.0]]
+    assert st["counts"].tolist() == [2.0, 1.0]
+    assert st["u_ale"][1] > 0 and st["u_epi"].shape == (2,)
+
+
+def _algo(**params):
+    import raysfl
+    from raysfl.algorithms.besplit.algorithm import BESplit
+    from raysfl.resolve import validate
+
+    return BESplit(validate(raysfl.config_from_kwargs(algo="besplit", rounds=4, besplit=params)))
+
+
+class _Server:
+    def __init__(self, clients):
+        self.extra, self.metrics, self.round = {}, defaultdict(list), 1
+        self.client_models = {c: None for c in clients}
+
+    def record(self, name, value):
+        self.metrics[name].append(value)
+
+
+def _stats(counts, conf):
+    """Records where each class's evidence is ``conf`` on the true class."""
+    n = len(counts)
+    ev = np.full((n, n), 1.0)
+    np.fill_diagonal(ev, conf)
+    counts = np.asarray(counts, dtype=float)
+    return {"evidence": ev * counts[:, None], "counts": counts, "u_ale": 0.5 * counts, "u_epi": 0.2 * counts}
+
+
+def test_round_end_updates_records_weights_clients_and_expires_silent_ones():
+    algo = _algo(csr_beta=0.5, csr_ttl=2)
+    s = _Server([0, 1, 2])
+    s.extra["pending"] = {0: _stats([4, 4, 0], 9.0), 1: _stats([0, 2, 6], 3.0)}
+    w = algo.server_weights(s, {0: 8.0, 1: 8.0, 2: 8.0})
+    assert w[2] == 0.0 and sum(w.values()) == pytest.approx(1.0)
+    assert w[0] > w[1]  # more concentrated evidence, same uncertainty per sample
+    assert set(s.extra["csr"]) == {0, 1} and s.extra["csr"][0]["round"] == 1
+    # round 2: client 0 again -> EMA with beta^max(1, 1) = 0.5
+    s.round = 2
+    s.extra["pending"] = {0: _stats([0, 0, 8], 9.0)}
+    algo.server_weights(s, {0: 8.0})
+    assert s.extra["csr"][0]["counts"].tolist() == [2.0, 2.0, 4.0]
+    # round 4: client 1 (last seen in round 1) is past its TTL of 2 rounds and is dropped
+    s.round = 4
+    s.extra["pending"] = {0: _stats([1, 1, 1], 2.0)}
+    algo.server_weights(s, {0: 3.0})
+    assert set(s.extra["csr"]) == {0}
+    # without EA: sample weights
+    plain = _algo(ea=False)
+    s2 = _Server([0, 1])
+    s2.extra["pending"] = {0: _stats([4, 4, 0], 9.0), 1: _stats([0, 2, 6], 3.0)}
+    assert plain.server_weights(s2, {0: 6.0, 1: 2.0}) == {0: 0.75, 1: 0.25}
+
+
+def test_bcc_plan_pairs_complementary_clients_with_eq31_32_ratios():
+    algo = _algo()
+    s = _Server([0, 1, 2, 3])
+    recs = {0: [10, 0, 0, 0], 1: [0, 10, 0, 0], 2: [3, 3, 2, 2], 3: [2, 2, 3, 3]}
+    s.extra["csr"] = {c: {**_stats(v, 5.0), "round": 1} for c, v in recs.items()}
+    s.extra["ea_weights"] = {0: 0.1, 1: 0.4, 2: 0.25, 3: 0.25}
+    plan = algo.bcc_plan(s)
+    assert set(plan) == {0, 1} and plan[0][0] == 1 and plan[1][0] == 0  # the two one-class clients
+    # P_g = [15, 15, 5, 5] / 40; client 0 lends class 0 to client 1, and w_1 > w_0: eq. (32)
+    p_g0 = 15 / 40
+    assert plan[1][1] == {0: pytest.approx((p_g0 - 0.0) / 1.0)}
+    assert plan[0][1] == {1: pytest.approx((1.0 - p_g0) / 1.0)}  # client 1 lends class 1, w_1 > w_0: eq. (31)
+    assert s.metrics["bcc_pairs"] == [1]
+
+
+def test_auxiliary_model_is_the_client_part_plus_a_head_and_dtd_learns():
+    from raysfl.algorithms.besplit.dtd import auxiliary_model, dtd_loss
+    from raysfl.models import build_model
+
+    model = build_model("cnn", (1, 8, 8), 10, seed=0)
+    torch.manual_seed(5)
+    aux = auxiliary_model(model, 1, 10)
+    n_part = sum(p.numel() for p in model.part(0, 1).parameters())
+    n_aux = sum(p.numel() for p in aux.parameters())
+    assert n_part < n_aux < n_part + 2000  # Table 8: slightly larger than the client-side model
+    assert not torch.equal(next(aux.extractor.parameters()), next(model.part(0, 1).parameters()))
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(16, 1, 8, 8, generator=g), torch.randint(0, 10, (16,), generator=g)
+    z_c, teacher = model.part(0, 1)(x).detach(), torch.randn(16, 10, generator=g)
+    opt = torch.optim.SGD(aux.parameters(), lr=0.1)
+    first, _ = dtd_loss(aux, x, y, z_c, teacher, 1, 4)
+    for _ in range(30):
+        loss, parts = dtd_loss(aux, x, y, z_c, teacher, 1, 4)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert set(parts) == {"evid", "kd_c", "kd_g"} and loss.item() < first.item()
+    _, no_teacher = dtd_loss(aux, x, y, z_c, None, 1, 4)
+    assert set(no_teacher) == {"evid", "kd_c"}
+
+
+def test_mean_normalised_relational_matrix_ignores_the_feature_scale():
+    from raysfl.algorithms.besplit.bcc import kd_client, relational_matrix
+
+    z = torch.randn(6, 3, 2, 2, generator=torch.Generator().manual_seed(2))
+    m = relational_matrix(z, "mean")
+    assert torch.allclose(relational_matrix(30 * z, "mean"), m, atol=1e-5)
+    assert torch.allclose(m * relational_matrix(z).sum() / 30, relational_matrix(z), rtol=1e-5)  # 6 * 5 pairs
+    assert kd_client(z, 30 * z, distance="mean").abs() < 1e-5 < kd_client(z, 30 * z, distance="raw")
+
+
+def test_besplit_run_weights_sum_to_one_and_reports_both_models(quick):
+    import pyarrow.parquet as pq
+
+    import raysfl
+
+    res = raysfl.run(quick(algo="besplit", clients=6, rounds=3, partition="dirichlet", alpha=0.3))
+    rows = pq.read_table(res.run_dir / "clients.parquet").to_pylist()
+    per_round = defaultdict(float)
+    for r in rows:
+        per_round[r["round"]] += r["agg_weight"]
+    assert sorted(per_round) == [1, 2, 3]
+    assert all(v == pytest.approx(1.0) for v in per_round.values())
+    assert any(len({round(r["agg_weight"], 6) for r in rows if r["round"] == k}) > 1 for k in per_round)
+    m = res.metrics
+    assert all(0 <= r["acc_aux"] <= 1 and r["acc_aux_std"] >= 0 for r in m)
+    assert m[0]["bcc_pairs"] == 0 and any(r["bcc_pairs"] >= 1 for r in m[1:])  # records exist from round 2
+    assert all(0 < r["ea_weight_min"] <= r["ea_weight_max"] < 1 for r in m)
+    assert all(math.isfinite(r["test_accuracy"]) for r in m)
+    # the server's logits come back with every gradient: more bytes down than SplitFed V1
+    v1 = raysfl.run(quick(algo="splitfed_v1", clients=6, rounds=3, partition="dirichlet", alpha=0.3))
+    assert m[0]["bytes_grad_down"] > v1.metrics[0]["bytes_grad_down"]
+    # rows lent under BCC cost the borrower's server-side model compute: counted in its FLOPs
+    no_bcc = raysfl.run(quick(algo="besplit", clients=6, rounds=3, partition="dirichlet", alpha=0.3,
+                              besplit={"bcc": False})).metrics
+    assert m[0]["server_flops"] == no_bcc[0]["server_flops"]  # no records yet: no BCC in round 1
+    for with_bcc, without in zip(m[1:], no_bcc[1:]):
+        assert (with_bcc["server_flops"] > without["server_flops"]) == (with_bcc["bcc_lent_frac"] > 0)
+
+
+@pytest.mark.slow
+def test_besplit_without_ea_uses_sample_weights(quick):
+    import pyarrow.parquet as pq
+
+    import raysfl
+
+    res = raysfl.run(quick(algo="besplit", clients=4, rounds=1, besplit={"ea": False, "dtd": False, "bcc": False}))
+    rows = pq.read_table(res.run_dir / "clients.parquet").to_pylist()
+    total = sum(r["samples"] for r in rows)
+    assert all(r["agg_weight"] == pytest.approx(r["samples"] / total) for r in rows)
+    assert "acc_aux" not in res.metrics[0]
+
+
+@pytest.mark.parametrize("params,match", [
+    ({"evidence": "sigmoid"}, "unknown evidence 'sigmoid'; allowed: softplus, relu, exp"),
+    ({"csr_beta": 1.0}, r"csr_beta must be in \[0, 1\), got 1.0"),
+    ({"csr_ttl": 0}, "csr_ttl must be an integer >= 1, got 0"),
+    ({"bcc_max_ratio": 2}, r"bcc_max_ratio must be in \[0, 1\], got 2"),
+    ({"kd_tau": 0}, "kd_tau must be a finite number > 0, got 0"),
+    ({"kd_lambda_g": -1}, "kd_lambda_g must be a finite number >= 0, got -1"),
+    ({"kd_c_distance": "cosine"}, "unknown kd_c_distance 'cosine'; allowed: mean, raw"),
+])
+def test_bad_besplit_settings_are_refused(params, match):
+    with pytest.raises(ConfigError, match=match):
+        _algo(**params)

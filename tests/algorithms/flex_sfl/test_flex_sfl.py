@@ -1,0 +1,328 @@
+"""FLEX-SFL: DAS, EDCS, the HiLo schedule and weights (hand-computed), and a Ray run."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from raysfl.algorithms.flex_sfl.das import das, discretize, nearest_cut, split_points
+from raysfl.algorithms.flex_sfl.edcs import cluster_quota, edcs_select, greedy_entropy, label_entropy, random_count
+from raysfl.algorithms.flex_sfl.hilo import data_weights, global_period, schedule
+from raysfl.errors import ConfigError
+
+# ------------------------------------------------------------------ DAS (eqs. 5-10)
+
+
+def test_split_points_eq5():
+    # R = [1, 1, 2, 3, 5, 8] (sum 20), V = 10  ->  s_k = R_k / 20 * 10
+    np.testing.assert_allclose(split_points([1, 1, 2, 3, 5, 8], 10), [0.5, 0.5, 1.0, 1.5, 2.5, 4.0])
+
+
+def test_discretize_intervals_and_nearest_bounds():
+    # p_min 0.5, p_max 4, N = 3 -> Delta = 3.5 / 3; bounds 0.5, 1.667, 2.833, 4
+    p_min, p_max, width, interval, final = discretize(np.array([0.5, 0.5, 1.0, 1.5, 2.5, 4.0]), 3)
+    assert (p_min, p_max) == (0.5, 4.0)
+    assert width == pytest.approx(3.5 / 3)
+    assert interval.tolist() == [0, 0, 0, 0, 1, 2]
+    b = [0.5 + i * 3.5 / 3 for i in range(4)]
+    # 1.0: d- = 0.5 < d+ = 0.667 -> lower; 1.5: d- = 1.0 > d+ = 0.167 -> upper; 2.5 -> 2.833; 4 -> 4
+    np.testing.assert_allclose(final, [b[0], b[0], b[0], b[1], b[2], b[3]])
+
+
+def test_discretize_tie_goes_to_lower_bound_and_equal_points():
+    # points 0, 1, 2 with N = 2: Delta = 1; 1.0 lies in I_2 = [1, 2] at its lower bound
+    _, _, _, interval, final = discretize(np.array([0.0, 0.5, 2.0]), 2)
+    assert interval.tolist() == [0, 0, 1]
+    assert final.tolist() == [0.0, 0.0, 2.0]  # 0.5 is equidistant from 0 and 1: the lower bound
+    _, _, width, interval, final = discretize(np.array([1.5, 1.5]), 3)
+    assert width == 0 and interval.tolist() == [0, 0] and final.tolist() == [1.5, 1.5]
+
+
+def test_das_clusters_points_and_cuts():
+    r = das([1, 1, 2, 3, 5, 8], num_layers=10, num_edges=3, valid_cuts=list(range(1, 10)), min_cut=1,
+            max_cut=9, mode="paper")
+    assert r.clusters == [[0, 1, 2, 3], [4], [5]]
+    # cluster 0: three members at the lower bound 0.5, one at 1.667 -> 0.5; others at their upper bound
+    np.testing.assert_allclose(r.cluster_point, [0.5, 0.5 + 2 * 3.5 / 3, 4.0])
+    assert r.cluster_cut == [1, 3, 4]  # nearest valid cuts to 0.5 (clamped up), 2.83, 4.0
+    spread = das([1, 1, 2, 3, 5, 8], 10, 3, list(range(1, 10)), 1, 3, mode="spread")
+    assert spread.clusters == r.clusters and spread.cluster_cut == [1, 2, 3]
+    assert [spread.cluster_of(k) for k in range(6)] == [0, 0, 0, 0, 1, 2]
+
+
+def test_das_paper_mode_clamps_tiny_points_to_the_smallest_cut():
+    # 100 equal-ish clients on 4 blocks: every s_k ~ 0.04 -> all clusters at the smallest cut
+    cap = np.linspace(1.0, 2.0, 100)
+    r = das(cap, 4, 3, [1, 2, 3], 1, 3, mode="paper")
+    assert r.cluster_cut == [1, 1, 1] and sum(len(c) for c in r.clusters) == 100
+    assert nearest_cut(2.5, [1, 2, 3], 1, 3) == 2 and nearest_cut(7.0, [1, 2, 3], 1, 2) == 2
+
+
+def test_das_rejects_bad_capacity():
+    with pytest.raises(ConfigError, match="positive compute capacities"):
+        das([1.0, 0.0], 4, 2, [1, 2, 3], 1, 3)
+
+
+# ------------------------------------------------------------------ EDCS (eqs. 14-19)
+
+
+def test_entropy_eq14():
+    assert label_entropy([5, 5]) == pytest.approx(math.log(2), abs=1e-6)
+    assert label_entropy([10, 0, 0]) == pytest.approx(0.0, abs=1e-6)
+    assert label_entropy([1, 1, 1, 1]) == pytest.approx(math.log(4), abs=1e-6)
+
+
+def test_selection_counts_round_half_up():
+    assert cluster_quota(33, 0.2) == 7   # 6.6 -> 7 (the paper's Fig. 5: seven per cluster)
+    assert cluster_quota(31, 0.2) == 6   # 6.2 -> 6
+    assert cluster_quota(3, 0.1) == 1    # at least one client per non-empty cluster
+    assert cluster_quota(0, 0.2) == 0
+    assert random_count(7, 0.4) == 3     # 2.8 -> 3 at random, 4 by entropy
+    assert random_count(5, 0.5) == 3     # 2.5 -> 3
+    assert random_count(7, 1.0) == 7     # lambda = 1: pure random selection
+    assert random_count(7, 0.05) == 0
+
+
+HIST = np.array([[10, 0, 0, 0], [0, 10, 0, 0], [5, 5, 0, 0], [0, 0, 1, 0], [0, 0, 0, 10]], dtype=float)
+
+
+def test_greedy_entropy_order_by_hand():
+    # start from client 0's counts [10,0,0,0]. Step 1: +c1 -> ln 2, +c2 -> 0.562, +c3 -> 0.305,
+    # +c4 -> ln 2 (tie with c1: the lower id wins). Step 2 from [10,10,0,0]: +c2 -> ln 2,
+    # +c3 -> 0.851, +c4 -> ln 3: c4.
+    assert greedy_entropy([1, 2, 3, 4], HIST, HIST[0], 2) == [1, 4]
+    # from nothing: the single most diverse client first (c2: ln 2), then the best complement
+    assert greedy_entropy([0, 1, 2, 3, 4], HIST, np.zeros(4), 2) == [2, 4]
+
+
+def test_edcs_two_stages():
+    rng = np.random.default_rng(0)
+    rand, greedy = edcs_select([0, 1, 2, 3, 4], HIST, rho=0.6, lam=0.4, rng=rng)
+    assert len(rand) == 1 and len(greedy) == 2          # K = 3, lambda K = 1.2 -> 1
+    assert not set(rand) & set(greedy)
+    rest = [c for c in range(5) if c not in rand]
+    assert greedy == greedy_entropy(rest, HIST, HIST[rand].sum(axis=0), 2)
+    rand, greedy = edcs_select([0, 1, 2, 3, 4], HIST, rho=0.6, lam=1.0, rng=np.random.default_rng(0))
+    assert len(rand) == 3 and greedy == []
+    rand, greedy = edcs_select([0, 1, 2, 3, 4], HIST, rho=0.2, lam=0.4, rng=rng, quota=4)
+    assert len(rand) + len(greedy) == 4
+
+
+# ------------------------------------------------------------------ HiLo schedule and weights
+
+
+def test_hilo_schedule_paper_defaults():
+    s = [schedule(t, 4, 2) for t in range(1, 9)]
+    assert [t for t in range(1, 9) if s[t - 1]["client"]] == [4, 8]
+    assert [t for t in range(1, 9) if s[t - 1]["edge"]] == [2, 4, 6, 8]
+    assert [t for t in range(1, 9) if s[t - 1]["global"]] == [4, 8]
+    assert global_period(3, 2) == 6 and global_period(4, 2) == 4 and global_period(1, 1) == 1
+    assert [t for t in range(1, 13) if schedule(t, 3, 2)["global"]] == [6, 12]
+
+
+def test_data_weights_eq22_eq25():
+    np.testing.assert_allclose(data_weights([10, 30, 60]), [0.1, 0.3, 0.6])
+
+
+def _algo(**params):
+    from raysfl import config_from_kwargs
+    from raysfl.algorithms.flex_sfl.algorithm import FlexSFL
+
+    cfg = config_from_kwargs(algo="flex_sfl", clients=4, flex_sfl=params)
+    algo = FlexSFL(cfg)
+    # clients 0, 1 weak -> cluster 0 (cut 1); clients 2, 3 strong -> cluster 1 (cut 2)
+    algo.das = das([1, 1, 4, 4], 4, 2, [1, 2, 3], 1, 2)
+    algo.sizes = np.array([10.0, 30.0, 20.0, 20.0])
+    algo.cluster_data = [40.0, 40.0]  # D_n of the two clusters (setup() computes it from the context)
+    return algo
+
+
+def _st(block: int, value: float) -> dict:
+    return {f"blocks.{block}.w": np.array([value], dtype=np.float32)}
+
+
+def test_fed_aggregate_hilo_by_hand():
+    from raysfl.algorithms.base import ClientUpdate
+    from raysfl.runtime.fed_actor import FedState
+
+    algo = _algo(tau_c=2, tau_e=2)
+    assert algo.das.clusters == [[0, 1], [2, 3]] and algo.das.cluster_cut == [1, 2]
+    fed = FedState({**_st(0, 0.0), **_st(1, 0.0), **_st(2, 0.0), **_st(3, 0.0)})
+    # round 1: client 0 trains; no aggregation yet (tau_c = tau_e = 2), it keeps its model
+    assert algo.fed_aggregate(fed, 1, [], [ClientUpdate(0, _st(0, 1.0), 8)]) is None
+    assert set(fed.own) == {0}
+    state, charged = algo.fed_client_state(fed, 0, 1)
+    assert state["blocks.0.w"][0] == 1.0 and not charged          # its own copy: no download
+    state, charged = algo.fed_client_state(fed, 1, 1)
+    assert state["blocks.0.w"][0] == 0.0 and charged               # the initial model: a download
+    # round 2: client 2 trains (cut 2); both aggregations happen
+    servers = [{**_st(1, 2.0), **_st(2, 2.0)}, _st(2, 4.0)]         # edge 0 holds blocks 1.., edge 1 blocks 2..
+    merged = algo.fed_aggregate(fed, 2, servers, [ClientUpdate(2, {**_st(0, 3.0), **_st(1, 3.0)}, 8)])
+    cm = fed.extra["cluster_models"]
+    # cluster 0: client 0 (D=10) trained to 1.0; client 1 (D=30) still holds 0.0 -> 0.25 (eq. 23 over C_n)
+    assert cm[0]["blocks.0.w"][0] == pytest.approx(0.25)
+    # cluster 1: client 2 (D=20) -> 3.0, client 3 (D=20) initial 0.0 -> 1.5 on both client blocks
+    assert cm[1]["blocks.0.w"][0] == pytest.approx(1.5) and cm[1]["blocks.1.w"][0] == pytest.approx(1.5)
+    assert fed.own == {}
+    # edges: D_0 = 40, D_1 = 40; block 1 held only by edge 0 -> 2.0; block 2 -> (2*40 + 4*40)/80 = 3
+    assert merged["blocks.1.w"][0] == pytest.approx(2.0) and merged["blocks.2.w"][0] == pytest.approx(3.0)
+    # after the aggregation every cluster member downloads the new cluster model once
+    _, charged = algo.fed_client_state(fed, 0, 1)
+    assert charged
+    _, charged_again = algo.fed_client_state(fed, 0, 1)
+    assert not charged_again
+
+
+def test_fed_aggregate_trained_scope():
+    from raysfl.algorithms.base import ClientUpdate
+    from raysfl.runtime.fed_actor import FedState
+
+    algo = _algo(tau_c=1, tau_e=1, client_agg_scope="trained")
+    fed = FedState({**_st(0, 0.0), **_st(1, 0.0), **_st(2, 0.0), **_st(3, 0.0)})
+    algo.fed_aggregate(fed, 1, [{}, {}], [ClientUpdate(0, _st(0, 1.0), 8)])
+    assert fed.extra["cluster_models"][0]["blocks.0.w"][0] == pytest.approx(1.0)
+    assert 1 not in fed.extra["cluster_models"]  # nobody in cluster 1 trained
+
+
+def test_fed_evaluate_combines_cluster_and_edge_models():
+    from raysfl.runtime.fed_actor import FedState
+
+    algo = _algo()
+    fed = FedState({**_st(0, 0.0), **_st(1, 0.0), **_st(2, 0.0), **_st(3, 0.0)})
+    fed.extra["cluster_models"] = {0: _st(0, 1.0), 1: {**_st(0, 2.0), **_st(1, 2.0)}}
+    fed.extra["edge_model"] = {**_st(1, 5.0), **_st(2, 5.0), **_st(3, 5.0)}
+    seen = []
+
+    def evaluate_state(state):
+        seen.append({k: float(v[0]) for k, v in state.items()})
+        return (0.5, 1.0) if len(seen) == 1 else (1.0, 2.0)
+
+    acc, loss, extras = algo.fed_evaluate(fed, evaluate_state)
+    # W_0 = client blocks [0,1) of cluster 0 + w_e on [1,4); W_1 = client [0,2) + w_e on [2,4)
+    assert seen[0] == {"blocks.0.w": 1.0, "blocks.1.w": 5.0, "blocks.2.w": 5.0, "blocks.3.w": 5.0}
+    assert seen[1] == {"blocks.0.w": 2.0, "blocks.1.w": 2.0, "blocks.2.w": 5.0, "blocks.3.w": 5.0}
+    assert acc == pytest.approx(0.75) and loss == pytest.approx(1.5)  # beta = (40, 40)/80
+    assert extras == {"acc_cluster_0": 0.5, "acc_cluster_1": 1.0}
+
+
+# ------------------------------------------------------------------ config
+
+
+def test_paper_defaults_and_knobs_are_flags():
+    from raysfl.cli import build_parser, config_from_args
+
+    cfg = config_from_args(build_parser().parse_args(["run", "--algo", "flex_sfl"]))
+    p = cfg.algo_params
+    assert (cfg.clients, cfg.partition, cfg.classes_per_client) == (100, "pathological", 2)
+    assert cfg.quantity_skew > 0
+    assert (p.rho, p.edge_servers, p.tau_c, p.tau_e, p.tau_r, p.random_ratio) == (0.2, 3, 4, 2, 10, 0.4)
+    cfg = config_from_args(build_parser().parse_args(
+        ["run", "--algo", "flex_sfl", "--clients", "12", "--rho", "0.5", "--edge-servers", "2", "--tau-c", "1",
+         "--tau-e", "3", "--tau-r", "2", "--random-ratio", "1", "--das-mode", "paper", "--min-cut", "2",
+         "--max-cut", "2", "--clients-per-cluster", "3", "--client-agg-scope", "trained"]))
+    p = cfg.algo_params
+    assert cfg.clients == 12 and (p.rho, p.edge_servers, p.tau_c, p.tau_e, p.tau_r) == (0.5, 2, 1, 3, 2)
+    assert (p.random_ratio, p.das_mode, p.min_cut, p.max_cut, p.clients_per_cluster) == (1.0, "paper", 2, 2, 3)
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--edge-servers", "0"], "edge_servers must be between 1 and clients"),
+    (["--rho", "0"], "rho must be in"),
+    (["--random-ratio", "1.5"], "random_ratio"),
+    (["--tau-c", "0"], "tau_c must be >= 1"),
+    (["--das-mode", "magic"], "unknown das_mode 'magic'"),
+    (["--min-cut", "5", "--max-cut", "6"], "holds no valid cut"),
+    (["--clients-per-round", "5"], "use --rho"),
+    (["--client-agg-scope", "all"], "unknown client_agg_scope"),
+])
+def test_bad_knobs_are_one_line_errors(args, match, capsys):
+    from raysfl.cli import main
+
+    assert main(["run", "--algo", "flex_sfl", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and match in err
+
+
+# ------------------------------------------------------------------ on Ray
+
+
+@pytest.mark.slow  # a whole run; CI runs the slow tests
+def test_flex_sfl_run_two_edge_servers(quick):
+    import pyarrow.parquet as pq
+
+    import raysfl
+
+    cfg = quick(algo="flex_sfl", clients=12, rounds=4, local_steps=None, local_epochs=1,
+                flex_sfl={"edge_servers": 2, "rho": 0.5, "tau_c": 2, "tau_e": 1, "tau_r": 2, "min_cut": 1,
+                          "max_cut": 2})
+    res = raysfl.run(cfg)
+    info = {c["client"]: c for c in json.loads((res.run_dir / "clients.json").read_text())}
+    cluster_cut = {}
+    for c in info.values():
+        assert cluster_cut.setdefault(c["edge_cluster"], c["cut"]) == c["cut"]  # one split point per cluster
+    assert cluster_cut == {0: 1, 1: 2}
+    rows = pq.read_table(res.run_dir / "clients.parquet").to_pylist()
+    assert rows
+    for r in rows:
+        cluster = info[r["client"]]["edge_cluster"]
+        assert r["cut"] == cluster_cut[cluster]
+        assert r["servers"] == [cluster]  # served by its own edge server only
+    sizes = [sum(1 for c in info.values() if c["edge_cluster"] == n) for n in (0, 1)]
+    expected = sum(cluster_quota(n, 0.5) for n in sizes)
+    metrics = res.metrics
+    assert [m["client_aggregation"] for m in metrics] == [0.0, 1.0, 0.0, 1.0]
+    assert [m["edge_aggregation"] for m in metrics] == [1.0] * 4
+    for m in metrics:
+        assert 0.0 <= m["test_accuracy"] <= 1.0
+        assert m["participants"] == expected  # rho * |C_n| per cluster
+        assert m["acc_cluster_0"] == m["acc_cluster_0"] and m["acc_cluster_1"] == m["acc_cluster_1"]
+    # tau_r server updates per batch are counted in the server FLOPs
+    assert all(r["server_flops"] > 0 for r in rows)
+
+
+def test_example_presets_fill_only_what_the_user_left_out():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "examples" / "flex_sfl.py"
+    spec = importlib.util.spec_from_file_location("flex_sfl_example", path)
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    argv, target = ex.build_argv(["--dataset", "cifar10", "--lr", "0.01", "--target", "0.6"])
+    assert target == 0.6 and "--target" not in argv
+    assert argv[:3] == ["run", "--algo", "flex_sfl"]
+    assert argv[argv.index("--model") + 1] == "vgg16" and argv.count("--lr") == 1 and "0.01" in argv
+    assert argv[argv.index("--lr-decay") + 1] == "0.997"
+    argv, target = ex.build_argv([])
+    assert target == 0.8 and argv[argv.index("--dataset") + 1] == "digits"
+    rows = [{"round": r, "test_accuracy": a, "acc_cluster_0": a, "sim_time_total_s": float(r), "bytes_up": 10,
+             "bytes_down": 5, "bytes_smashed_up": 4, "bytes_params_up": 6, "bytes_params_down": 5,
+             "wall_time_total_s": 1.0} for r, a in ((1, 0.1), (2, 0.9), (3, 0.5), (4, 0.85))]
+    text = ex.summary(rows, 2, 1, 0.8)
+    assert "reached in round 2 after 2.0 s simulated time" in text and "simulated time: 4.0 s" in text
+    assert [ln.split()[0] for ln in text.splitlines()[2:4]] == ["2", "4"]  # rows every tau_G = 2
+
+
+@pytest.mark.slow
+def test_flex_sfl_resume_matches_uninterrupted(quick):
+    """Stopping between aggregations must keep client submodels, cluster-model versions,
+    edge-server models and the decayed learning rate: resume == one straight run."""
+    import pyarrow.parquet as pq
+
+    import raysfl
+    from raysfl.metrics import TIMING_COLUMNS
+
+    def tables(run_dir):
+        strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in rows]  # noqa: E731
+        return (strip(pq.read_table(run_dir / "metrics.parquet").to_pylist()),
+                strip(pq.read_table(run_dir / "clients.parquet").to_pylist()))
+
+    kw = dict(algo="flex_sfl", clients=10, lr_decay=0.9,
+              flex_sfl={"edge_servers": 2, "rho": 0.4, "tau_c": 2, "tau_e": 2, "tau_r": 2})
+    straight = raysfl.run(quick(rounds=5, **kw))
+    first = raysfl.run(quick(rounds=3, **kw))
+    resumed = raysfl.run(raysfl.resume_config(first.run_dir, {"rounds": 5}))
+    assert tables(resumed.run_dir) == tables(straight.run_dir)

@@ -1,0 +1,242 @@
+"""SuperSFL wired into the runtime: shared super-network on the server, TPGF and fallback on
+the client, the server-loss fallback in a real run, availability schedules, measured allocation.
+(The equations themselves are checked by hand in test_supersfl_math.py.)"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from raysfl.algorithms.super_sfl.algorithm import SuperSFL, available_rounds, parse_round_set
+from raysfl.algorithms.super_sfl.tpgf import clip_l2, client_weight
+from raysfl.errors import ConfigError
+from raysfl.models import build_model
+from raysfl.models.heads import client_classifier
+from raysfl.transport import ClientRoundStats
+
+
+def _algo(**params) -> SuperSFL:
+    import raysfl
+
+    cfg = raysfl.config_from_kwargs(algo="super_sfl", super_sfl=params)
+    from raysfl.resolve import validate
+
+    cfg = validate(cfg)
+    algo = SuperSFL(cfg)
+    algo.num_blocks = 8
+    return algo
+
+
+def test_server_layers_are_shared_between_depths():
+    """A depth-2 client's step and a depth-4 client's step update the SAME tensors of the one
+    server-side model (no per-depth copies): blocks 4..L-1 move in both steps."""
+    from raysfl.runtime.server_actor import ServerState
+
+    algo = _algo()
+    torch.manual_seed(0)
+    model = build_model("vit", (1, 8, 8), 10, seed=0)
+    state = ServerState(model, torch.optim.SGD(model.parameters(), lr=0.1), "cpu")
+    x = torch.randn(6, 1, 8, 8)
+    y = torch.randint(0, 10, (6,))
+
+    def smashed(depth):
+        with torch.no_grad():
+            return model.part(0, depth)(x)
+
+    def step(client, depth):
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        ptrs = {n: p.data_ptr() for n, p in model.named_parameters()}
+        algo.server_step(state, [(client, depth, smashed(depth), y)])
+        assert {n: p.data_ptr() for n, p in model.named_parameters()} == ptrs  # updated in place
+        return {n for n, p in model.named_parameters() if not torch.equal(before[n], p.detach())}
+
+    moved_2, moved_4 = step(0, 2), step(1, 4)
+    block = lambda n: int(n.split(".")[1])  # noqa: E731
+    assert {block(n) for n in moved_2} == set(range(2, 8))
+    assert {block(n) for n in moved_4} == set(range(4, 8))
+    shared = moved_2 & moved_4
+    assert shared == {n for n in moved_4} and {block(n) for n in shared} == set(range(4, 8))
+    assert not state.client_models  # one model for every depth
+
+
+def _client(depth=2, lr=0.1, seed=0):
+    torch.manual_seed(seed)
+    model = build_model("vit", (1, 8, 8), 10, seed=seed)
+    part = copy.deepcopy(model.part(0, depth))
+    with torch.no_grad():
+        shape = tuple(part(torch.zeros(1, 1, 8, 8)).shape[1:])
+    head = client_classifier(shape, 10)
+    return SimpleNamespace(part=part, head=head, opt=torch.optim.SGD(part.parameters(), lr=lr),
+                           head_opt=torch.optim.SGD(head.parameters(), lr=lr), cut=depth, local=False,
+                           extra={}, stats=ClientRoundStats(client=0, cut=depth), anchor={}, fwd_flops=0.0)
+
+
+def test_tpgf_client_step_is_eqs_3_and_4():
+    """Phase 1 steps the classifier on the local loss; phase 3 steps the encoder on
+    w * clip(g_client) + (1 - w) * g_server with w from eq. (3)."""
+    algo = _algo()
+    a = _client(depth=2)
+    ref = copy.deepcopy(a)
+    x, y = torch.randn(8, 1, 8, 8), torch.randint(0, 10, (8,))
+    grad_at_cut = torch.randn(8, *ref.part(x).shape[1:]) * 0.1
+    server_loss = 1.7
+
+    # by hand, on the copy
+    enc, head = list(ref.part.parameters()), list(ref.head.parameters())
+    acts = ref.part(x)
+    loss_c = F.cross_entropy(ref.head(acts), y)
+    g_all = torch.autograd.grad(loss_c, enc + head, retain_graph=True)
+    g_c = clip_l2(list(g_all[:len(enc)]), 0.5)
+    g_s = torch.autograd.grad(acts, enc, grad_outputs=grad_at_cut)
+    w = client_weight(2, 6, float(loss_c.detach()), server_loss, "full")
+    want_enc = [p.detach() - 0.1 * (w * gc + (1 - w) * gs) for p, gc, gs in zip(enc, g_c, g_s)]
+    want_head = [p.detach() - 0.1 * g for p, g in zip(head, g_all[len(enc):])]
+
+    acts = a.part(x)
+    algo.client_forward(a, acts, y)
+    for p, want in zip(a.head.parameters(), want_head):
+        torch.testing.assert_close(p.detach(), want)
+    algo.client_backward(a, acts, grad_at_cut, server_loss)
+    for p, want in zip(a.part.parameters(), want_enc):
+        torch.testing.assert_close(p.detach(), want)
+    assert 0 < w < 2 / 8  # depth term 2/8 times a loss ratio < 1
+    report = algo.client_report(a)
+    assert report["depth"] == 2 and report["loss_server"] == pytest.approx(server_loss)
+    assert report["w_client"] == pytest.approx(w)
+
+
+@pytest.mark.parametrize("mode,expect", [("equal", 0.5), ("no_loss", 2 / 8)])
+def test_tpgf_ablation_modes_reach_the_client(mode, expect):
+    a = _client()
+    algo = _algo(fusion=mode)
+    x, y = torch.randn(4, 1, 8, 8), torch.randint(0, 10, (4,))
+    acts = a.part(x)
+    algo.client_forward(a, acts, y)
+    algo.client_backward(a, acts, torch.zeros_like(acts), 2.0)
+    assert algo.client_report(a)["w_client"] == pytest.approx(expect)
+
+
+def test_fallback_step_uses_the_clipped_local_gradient_only():
+    algo = _algo()
+    a = _client()
+    ref = copy.deepcopy(a)
+    x, y = torch.randn(8, 1, 8, 8), torch.randint(0, 10, (8,))
+    enc = list(ref.part.parameters())
+    g = clip_l2(list(torch.autograd.grad(F.cross_entropy(ref.head(ref.part(x)), y), enc)), 0.5)
+    acts = a.part(x)
+    algo.client_forward(a, acts, y)
+    assert algo.client_fallback(a, acts)
+    for p, r, gi in zip(a.part.parameters(), enc, g):
+        torch.testing.assert_close(p.detach(), r.detach() - 0.1 * gi)
+    assert a.stats.loss_count == 8  # a fallback step's local loss is the training loss
+    assert algo.client_report(a)["loss_server"] is None
+
+
+def test_client_waits_at_most_the_timeout_then_falls_back(ray_session):
+    """A server that does not answer within server_timeout_s: the client takes a fallback
+    step instead of waiting (Alg. 3), and is not dropped from the round."""
+    import ray
+
+    import raysfl
+    from raysfl.data import load_dataset
+    from raysfl.resolve import validate
+    from raysfl.runtime.client_actor import ClientActor
+    from raysfl.transport import state_to_wire
+
+    cfg = validate(raysfl.config_from_kwargs(algo="super_sfl", clients=2, model="cnn", batch_size=8,
+                                            super_sfl={"server_timeout_s": 0.5}))
+    algo = SuperSFL(cfg)
+    ds = load_dataset("digits")
+    model = build_model("cnn", ds.input_shape, ds.num_classes, seed=0)
+    algo.num_blocks = model.num_blocks
+    actor = ClientActor(0, cfg, algo, ds, {0: np.arange(40), 1: np.arange(40, 80)}, model.block_flops())
+    plan = {0: {"cut": 2, "steps": 2, "batch": 8, "stream_pos": 0, "lr": 0.05}}
+    actor.begin_round(plan, {"global": state_to_wire(model.state_dict()), "own": {}, "charged": []})
+    actor.exchange(0, [0], {0: 0}, [])
+
+    @ray.remote
+    def silent_server():
+        time.sleep(20)
+        return {}
+
+    t0 = time.perf_counter()
+    actor._apply_grads([silent_server.remote()])
+    waited = time.perf_counter() - t0
+    a = actor.active[0]
+    assert 0.4 < waited < 5, waited
+    assert a.stats.fallback_steps == 1 and not a.failed and a.pending is None
+
+
+def test_killed_main_server_clients_finish_in_fallback(quick):
+    """The main server is killed mid-round: the clients finish the round on their local
+    classifiers, nothing escapes, the round is not retried, and the metrics count it."""
+    import raysfl
+    from raysfl.metrics import read_rows
+
+    cfg = quick(algo="super_sfl", model="cnn", rounds=3, local_steps=4, faults="kill:server:round=2:step=1",
+                super_sfl={"server_timeout_s": 2.0})
+    res = raysfl.run(cfg)
+    rows = {r["round"]: r for r in res.metrics}
+    assert rows[2]["failures"] >= 1 and rows[2]["retries"] == 0
+    assert rows[2]["fallback_steps"] > 0 and rows[2]["fallbacks"] > 0
+    assert rows[2]["completed"] == rows[2]["participants"] == 4
+    assert rows[1]["fallback_steps"] == 0 and rows[3]["fallback_steps"] == 0  # the restarted server answers
+    assert all(math.isfinite(r["test_accuracy"]) for r in res.metrics)
+    clients = [r for r in read_rows(Path(res.run_dir) / "clients.parquet") if r["round"] == 2]
+    assert sum(r["fallback_steps"] for r in clients) == rows[2]["fallback_steps"]
+
+
+def test_server_availability_schedule_trains_clients_alone(quick):
+    """availability_rounds switches the server off for whole rounds: every step of those
+    rounds is a fallback step, no smashed data is sent, and the global model still moves."""
+    import raysfl
+
+    res = raysfl.run(quick(algo="super_sfl", model="cnn", rounds=3, super_sfl={"availability_rounds": "1,3"}))
+    rows = {r["round"]: r for r in res.metrics}
+    assert [rows[r]["server_available"] for r in (1, 2, 3)] == [1.0, 0.0, 1.0]
+    assert rows[2]["fallback_steps"] == 4 * 2 and rows[2]["bytes_smashed_up"] == 0
+    assert rows[1]["fallback_steps"] == 0 and rows[1]["bytes_smashed_up"] > 0
+    assert rows[2]["completed"] == 4 and math.isfinite(rows[2]["train_loss"])
+    assert all(math.isfinite(rows[r]["acc_local"]) for r in (1, 2, 3))
+
+
+def test_measured_allocation_probes_once_and_keeps_it(quick):
+    import raysfl
+
+    res = raysfl.run(quick(algo="super_sfl", rounds=1, super_sfl={"allocation": "measured"}))
+    cal = json.loads((Path(res.run_dir) / "calibration.json").read_text())
+    assert len(cal) == 4 and all(m > 0 and lat > 0 for m, lat in cal.values())
+    clients = json.loads((Path(res.run_dir) / "clients.json").read_text())
+    assert all(1 <= c["depth"] <= 7 and c["alloc_latency_s"] == cal[str(c["client"])][1] for c in clients)
+
+
+def test_availability_fraction_and_schedule_parsing():
+    assert parse_round_set("1-3, 7") == {1, 2, 3, 7}
+    up = available_rounds(0.3, 20, seed=1)
+    assert len(up) == 6 and up <= set(range(1, 21)) and up == available_rounds(0.3, 20, seed=1)
+    assert len(up & set(range(1, 11))) == 3  # exact in every block of 10 rounds
+    assert up == available_rounds(0.3, 40, seed=1) & set(range(1, 21))  # does not depend on the run's length
+    assert up != available_rounds(0.3, 20, seed=2)
+    assert available_rounds(0.0, 10, 0) == set() and available_rounds(1.0, 10, 0) == set(range(1, 11))
+
+
+@pytest.mark.parametrize("params,match", [
+    ({"fusion": "mean"}, "unknown fusion 'mean'; allowed: full, no_loss, no_depth, equal"),
+    ({"allocation": "guess"}, "unknown allocation 'guess'"),
+    ({"server_availability": 1.5}, "server_availability must be in \\[0, 1\\], got 1.5"),
+    ({"availability_rounds": "3-1"}, "availability_rounds must list rounds like '1-5,9', got '3-1'"),
+    ({"server_timeout_s": 0}, "server_timeout_s must be > 0"),
+    ({"clip_norm": -1}, "clip_norm must be > 0"),
+])
+def test_bad_super_sfl_settings_are_refused(params, match):
+    with pytest.raises(ConfigError, match=match):
+        _algo(**params)
