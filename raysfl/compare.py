@@ -29,7 +29,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from raysfl.config import Config
+from raysfl.config import RUN_DEFAULTS, Config
 from raysfl.errors import ConfigError
 
 SHARED = ("dataset", "model", "cut", "clients", "clients_per_round", "rounds", "partition", "alpha",
@@ -47,7 +47,7 @@ def comparison_configs(algos: list[str], settings: dict, seeds: int, out_dir: Pa
     if seeds < 1:
         raise ConfigError(f"--seeds must be >= 1, got {seeds}")
     base = Config()
-    shared = {k: getattr(base, k) for k in SHARED}
+    shared = {k: RUN_DEFAULTS.get(k, getattr(base, k)) for k in SHARED}
     configs = []
     for algo in algos:
         for seed in range(seeds):

@@ -84,28 +84,33 @@ class Config:
 
     algo: str = "splitfed_v1"
     dataset: str = "digits"
-    model: str = "cnn"
+    # Settings left None take the algorithm's paper setting (``Algorithm.config_defaults``),
+    # else raysfl's own (RUN_DEFAULTS), when the config is validated -- so Config(...),
+    # config_from_kwargs, files and the CLI all run the same experiment.
+    model: str | None = None          # cnn
     data_root: str | None = None
     download: bool = False
-    clients: int = 10
+    clients: int | None = None        # 10
     clients_per_round: int | None = None  # None: every client, every round
     rounds: int = 20
-    local_epochs: float = 1.0
+    local_epochs: float | None = None  # 1.0
     local_steps: int | None = None  # when set, overrides local_epochs
-    batch_size: int = 32
-    lr: float = 0.05
-    lr_decay: float = 1.0  # learning rate of round t = lr * lr_decay ** (t - 1) (FLEX-SFL's Table 2: 0.98)
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    optimizer: str = "sgd"           # sgd | adamw (every optimizer of the run; raysfl/optim.py)
+    batch_size: int | None = None      # 32
+    lr: float | None = None            # 0.05
+    lr_decay: float | None = None      # 1.0; learning rate of round t = lr * lr_decay ** (t - 1)
+    momentum: float | None = None      # 0.9
+    weight_decay: float | None = None  # 0.0
+    optimizer: str | None = None       # sgd | adamw (every optimizer of the run; raysfl/optim.py)
     server_lr: float | None = None   # the server side's learning rate (None: lr); GAPSL's 0.01 vs 0.005
     grad_angles: bool = False        # record the mean pairwise angle of the clients' server-side gradients
-    partition: str = "iid"
-    alpha: float = 0.5
-    classes_per_client: int = 2
-    shards_per_client: int = 2
-    quantity_skew: float = 0.0
-    cut: int = 2
+    partition: str | None = None       # iid
+    alpha: float | None = None         # 0.5
+    classes_per_client: int | None = None  # 2
+    shards_per_client: int | None = None   # 2
+    quantity_skew: float | None = None     # 0.0
+    cut: int | None = None             # 2
+    local_test_fraction: float = 0.0  # each client's seeded local test split, held out of training
+                                      # (BESplit Sec. 3.1); reported as the *_local metrics
     seed: int = 0
     transfer_dtype: str = "float32"
     eval_every: int = 1
@@ -143,6 +148,16 @@ class Config:
         d["algo_params"] = dataclasses.asdict(self.algo_params) if self.algo_params else {}
         return d
 
+
+# raysfl's own values of the settings an algorithm's paper may set (Config fields left None).
+RUN_DEFAULTS: dict[str, Any] = {
+    "model": "cnn", "clients": 10, "local_epochs": 1.0, "batch_size": 32, "lr": 0.05, "lr_decay": 1.0,
+    "momentum": 0.9, "weight_decay": 0.0, "optimizer": "sgd", "partition": "iid", "alpha": 0.5,
+    "classes_per_client": 2, "shards_per_client": 2, "quantity_skew": 0.0, "cut": 2,
+}
+# Config fields whose None means something of its own (all clients, epochs not steps, the
+# client lr): an algorithm's paper setting fills them when left None, raysfl's does not.
+NONE_MEANS = ("clients_per_round", "local_steps", "server_lr")
 
 TRANSFER_DTYPES = ("float32", "float16", "bfloat16")
 SECTIONS = {"devices": DeviceConfig, "resources": ResourceConfig}

@@ -1,4 +1,5 @@
-"""Test accuracy and loss of a full model on a held-out set (pure PyTorch)."""
+"""Test accuracy and loss of a full model on a held-out set (pure PyTorch): overall, and per
+class so that accuracy can be weighted by a client's own label mix."""
 
 from __future__ import annotations
 
@@ -23,3 +24,31 @@ def evaluate(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, to_tensor,
     model.train(was_training)
     n = max(1, len(y))
     return correct / n, loss_sum / n
+
+
+@torch.no_grad()
+def evaluate_by_class(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, to_tensor, num_classes: int,
+                      batch_size: int = 512, device="cpu") -> tuple[np.ndarray, np.ndarray]:
+    """(correct predictions per class, samples per class) of ``model`` on (x, y)."""
+    was_training = model.training
+    model.eval()
+    correct = np.zeros(num_classes, dtype=np.int64)
+    total = np.bincount(np.asarray(y, dtype=np.int64), minlength=num_classes)[:num_classes]
+    for i in range(0, len(y), batch_size):
+        xb = to_tensor(x[i:i + batch_size]).to(device)
+        yb = torch.from_numpy(np.array(y[i:i + batch_size], dtype=np.int64)).to(device)
+        hit = (model(xb).argmax(1) == yb).cpu().numpy()
+        correct += np.bincount(yb.cpu().numpy()[hit], minlength=num_classes)[:num_classes]
+    model.train(was_training)
+    return correct, total
+
+
+def mix_weighted_accuracy(correct: np.ndarray, total: np.ndarray, mix: np.ndarray) -> float:
+    """Accuracy on a client's label mix: per-class test accuracy weighted by the client's share
+    of each class, sum_k p_k * correct_k / total_k (classes absent from the test set count 0)."""
+    mix = np.asarray(mix, dtype=np.float64)
+    if mix.sum() <= 0:
+        return float("nan")
+    p = mix / mix.sum()
+    per_class = np.divide(correct, total, out=np.zeros(len(total), dtype=np.float64), where=total > 0)
+    return float(np.dot(p, per_class))

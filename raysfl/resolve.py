@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from raysfl.algorithms import get_algorithm
-from raysfl.config import SECTIONS, TRANSFER_DTYPES, Config, coerce
+from raysfl.config import RUN_DEFAULTS, SECTIONS, TRANSFER_DTYPES, Config, coerce
 from raysfl.data import DATASETS, PARTITIONERS, check_dataset_args, dataset_info
 from raysfl.errors import ConfigError
 from raysfl.models import MODELS, build_model
@@ -22,9 +22,9 @@ from raysfl.optim import OPTIMIZERS
 def from_dict(data: dict, base: Config | None = None) -> Config:
     """Build a Config from a (possibly nested) dict, on top of ``base``.
 
-    Without ``base``, settings the dict leaves out take the chosen algorithm's
-    ``config_defaults`` (its paper's setting, e.g. FLEX-SFL's 100 clients with two classes
-    each), then the :class:`Config` defaults.
+    Settings the dict leaves out stay as in ``base`` (default: a fresh :class:`Config`); those
+    still None then take the algorithm's paper setting or raysfl's default
+    (:func:`resolve_defaults`, which :func:`validate` applies to a ``Config(...)`` too).
     """
     cfg = dataclasses.replace(base) if base else Config()
     if not isinstance(data, dict):
@@ -55,11 +55,6 @@ def from_dict(data: dict, base: Config | None = None) -> Config:
         else:
             raise ConfigError(f"unknown setting '{key}'; allowed: {', '.join(sorted(top | set(SECTIONS)))}")
     algo_cls = get_algorithm(cfg.algo)
-    if base is None:
-        given = {key.replace("-", "_") for key in data}
-        for k, v in algo_cls.config_defaults.items():
-            if k not in given:
-                setattr(cfg, k, v)
     params = cfg.algo_params if isinstance(cfg.algo_params, algo_cls.params_cls) else algo_cls.params_cls()
     for section_name, values in algo_sections.items():
         if section_name != algo_cls.name:
@@ -72,7 +67,7 @@ def from_dict(data: dict, base: Config | None = None) -> Config:
                     f"unknown setting '{section_name}.{sk}'; allowed: {', '.join(sorted(names)) or 'none'}")
             setattr(params, sk, coerce(type(params), sk, sv, f"{section_name}."))
     cfg.algo_params = params
-    return cfg
+    return resolve_defaults(cfg)
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -80,9 +75,23 @@ def _check(cond: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
-def validate(cfg: Config) -> Config:
-    """Check every value before Ray starts; returns cfg with algo_params resolved."""
+def resolve_defaults(cfg: Config) -> Config:
+    """Fill the settings left None: the algorithm's paper setting (``config_defaults``) first,
+    then raysfl's own (:data:`raysfl.config.RUN_DEFAULTS`). In place; returns ``cfg``."""
     algo_cls = get_algorithm(cfg.algo)
+    for name, value in algo_cls.config_defaults.items():
+        if getattr(cfg, name) is None:
+            setattr(cfg, name, value)
+    for name, value in RUN_DEFAULTS.items():
+        if getattr(cfg, name) is None:
+            setattr(cfg, name, value)
+    return cfg
+
+
+def validate(cfg: Config) -> Config:
+    """Check every value before Ray starts; returns cfg with its defaults and algo_params resolved."""
+    algo_cls = get_algorithm(cfg.algo)
+    resolve_defaults(cfg)
     if cfg.algo_params is None or not isinstance(cfg.algo_params, algo_cls.params_cls):
         cfg.algo_params = algo_cls.params_cls()
     _check(cfg.dataset in DATASETS, f"unknown dataset '{cfg.dataset}'; allowed: {', '.join(DATASETS)}")
@@ -107,6 +116,8 @@ def validate(cfg: Config) -> Config:
     _check(cfg.classes_per_client >= 1, f"classes-per-client must be >= 1, got {cfg.classes_per_client}")
     _check(cfg.shards_per_client >= 1, f"shards-per-client must be >= 1, got {cfg.shards_per_client}")
     _check(cfg.quantity_skew >= 0, f"quantity-skew must be >= 0 (0 = off), got {cfg.quantity_skew}")
+    _check(0 <= cfg.local_test_fraction < 1,
+           f"local-test-fraction must be in [0, 1) (0 = no local test splits), got {cfg.local_test_fraction}")
     _check(cfg.transfer_dtype in TRANSFER_DTYPES,
            f"unknown transfer-dtype '{cfg.transfer_dtype}'; allowed: {', '.join(TRANSFER_DTYPES)}")
     _check(cfg.eval_every >= 1, f"eval-every must be >= 1, got {cfg.eval_every}")

@@ -143,6 +143,13 @@ class ClientRoundStats:
     fallback_steps: int = 0  # local steps trained without the server's answer (SuperSFL's Alg. 3)
     agg_weight: float = float("nan")  # its server-side aggregation weight, for algorithms that
                                       # set one (BESplit's EA, eq. 10); NaN otherwise
+    metrics: dict[str, list[float]] = field(default_factory=dict)  # client-side figures (``record``)
+
+    def record(self, name: str, value: float) -> None:
+        """Note a client-side figure of this round (an algorithm's client hook does, e.g. TPGF's
+        fusion weight); its mean over the round's clients and records becomes the metric
+        column ``name`` (the algorithm lists it in ``client_metric_names``)."""
+        self.metrics.setdefault(name, []).append(float(value))
 
     def merge(self, other: "ClientRoundStats") -> None:
         self.servers = sorted(set(self.servers) | set(other.servers))
@@ -158,3 +165,5 @@ class ClientRoundStats:
         self.loss_sum += other.loss_sum
         self.loss_count += other.loss_count
         self.traffic.add(other.traffic)
+        for name, values in other.metrics.items():
+            self.metrics.setdefault(name, []).extend(values)

@@ -95,3 +95,34 @@ def test_every_registered_protocol_is_valid_and_instances_refine_it():
     assert p.server_reply == () and not p.client_heads and p.server_model is ServerModel.PER_CLIENT
     assert ALGORITHMS["psl"].protocol.client_model is ClientModel.OWN
     assert dataclasses.replace(Protocol(), servers=2).servers == 2
+
+
+class Recording(Algorithm):
+    """SplitFed V2 that records the norm of the gradient each client receives at its cut."""
+
+    name = "test_recording"
+
+    def client_metric_names(self):
+        return ["grad_norm_cut"]
+
+    def client_backward(self, a, acts, grad, server_loss):
+        a.stats.record("grad_norm_cut", float(grad.norm()))
+        super().client_backward(a, acts, grad, server_loss)
+
+
+def test_client_hooks_record_per_round_metrics(quick):
+    from ray import cloudpickle
+
+    from raysfl.algorithms import ALGORITHMS, register
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    register(Recording)
+    try:
+        res = raysfl.run(quick(algo="test_recording", clients=3, rounds=2))
+        plain = raysfl.run(quick(algo="splitfed_v2", clients=3, rounds=2))
+    finally:
+        ALGORITHMS.pop("test_recording", None)
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert all(r["grad_norm_cut"] > 0 for r in res.metrics)
+    assert "grad_norm_cut" not in plain.metrics[0]
+    assert [r["test_accuracy"] for r in res.metrics] == [r["test_accuracy"] for r in plain.metrics]

@@ -158,3 +158,19 @@ def test_run_logger_writes_parquet_off_thread_and_flush_waits_for_it(tmp_path, m
     with pytest.raises(OSError, match="disk full"):
         log.close()
     assert [x["round"] for x in pq.read_table(tmp_path / "metrics.parquet").to_pylist()] == [1, 2, 3]
+
+
+def test_accuracy_on_a_client_label_mix_weights_per_class_accuracy():
+    from raysfl.evaluation import evaluate_by_class, mix_weighted_accuracy
+
+    class Fixed(torch.nn.Module):  # predicts class 0 for every input
+        def forward(self, x):
+            return torch.tensor([[1.0, 0.0, 0.0]]).repeat(len(x), 1)
+
+    x = np.zeros((6, 1, 1, 1), dtype=np.float32)
+    y = np.array([0, 0, 1, 1, 2, 2])
+    correct, total = evaluate_by_class(Fixed(), x, y, torch.from_numpy, 3)
+    assert correct.tolist() == [2, 0, 0] and total.tolist() == [2, 2, 2]
+    assert mix_weighted_accuracy(correct, total, np.array([30, 10, 0])) == pytest.approx(0.75)
+    assert mix_weighted_accuracy(correct, total, np.array([0, 5, 5])) == 0.0
+    assert mix_weighted_accuracy(correct, total, np.array([1, 1, 1])) == pytest.approx(1 / 3)

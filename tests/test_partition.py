@@ -198,3 +198,25 @@ def test_bad_labels():
         partition(np.array([0.5, 1.0]), 2)
     with pytest.raises(ConfigError, match=">= 0, got -1"):
         partition(np.array([0, -1]), 2)
+
+
+def test_hold_out_gives_each_client_a_disjoint_seeded_local_test_split():
+    from raysfl.data import hold_out
+
+    y = np.repeat(np.arange(10), 30)
+    parts = partition(y, 7, "dirichlet", alpha=0.3, seed=1)
+    train, test = hold_out(parts, 0.2, seed=3)
+    again, _ = hold_out(parts, 0.2, seed=3)
+    other, _ = hold_out(parts, 0.2, seed=4)
+    for p, tr, te in zip(parts, train, test):
+        assert len(tr) >= 1 and not set(tr) & set(te)
+        assert sorted(np.concatenate([tr, te]).tolist()) == sorted(p.tolist())
+        assert list(tr) == sorted(tr) and list(te) == sorted(te)
+        if len(p) >= 5:
+            assert len(te) == round(0.2 * len(p))
+    assert all((a == b).all() for a, b in zip(train, again))
+    assert any(len(a) != len(b) or (a != b).any() for a, b in zip(train, other))
+    same, none = hold_out(parts, 0.0, seed=3)
+    assert all((a == b).all() for a, b in zip(same, parts)) and all(len(t) == 0 for t in none)
+    with pytest.raises(ConfigError, match="local test fraction"):
+        hold_out(parts, 1.0, seed=0)

@@ -34,6 +34,8 @@ hook                           called by            when / what for
 ``client_fallback``            client actor         a step without the server's answer
 ``server_timeout_s``           client actor         how long to wait for that answer
 ``client_report``              client actor         round end: facts sent with the update
+``client_metric_names``        client actor/driver  metric columns client hooks record with
+                                                    ``a.stats.record(name, value)``
 ``pair_weight``,               client actor         each PEER step: loss weight, doubled step
 ``double_overlap``
 ``server_step``                server actor         each group step: gradients (and losses)
@@ -220,8 +222,9 @@ class Algorithm:
     summary: ClassVar[str] = ""
     params_cls: ClassVar[type] = NoParams
     protocol: Protocol = Protocol()  # SplitFed V2's shape; an instance may refine it in __init__
-    # Settings this algorithm's paper uses, applied when the user does not set them
-    # (CLI, config files and ``config_from_kwargs``; a ``Config(...)`` built in Python is taken as is).
+    # The run settings of this algorithm's paper (optimizer, lr and decay, data split, model, ...):
+    # every Config field the user leaves None takes its value from here when the config is
+    # validated, on every entry point (Config(...), config_from_kwargs, files, the CLI).
     config_defaults: ClassVar[dict] = {}
 
     def __init__(self, cfg: "Config"):
@@ -360,6 +363,11 @@ class Algorithm:
         cannot go on without its server (it drops out of the round: the default)."""
         return False
 
+    def client_metric_names(self) -> list[str]:
+        """Metric columns the client hooks fill with ``a.stats.record(name, value)``: the mean
+        over every value the round's clients recorded (NaN in a round without any)."""
+        return []
+
     def client_report(self, a) -> dict:
         """Extra facts sent with the client's update to ``fed_aggregate`` (``ClientUpdate.report``)."""
         return {}
@@ -436,6 +444,14 @@ class Algorithm:
             return acc, loss, {}
         results = [evaluate_state({**fed.global_state, **fed.own.get(c, {})}) for c in fed.last_clients]
         return float(np.mean([a for a, _ in results])), float(np.mean([l for _, l in results])), {}
+
+    def client_model_state(self, fed, client: int) -> dict[str, np.ndarray]:
+        """The full model client ``client`` would run for inference, as a state dict: the global
+        model, with the client's own client-side part where clients keep their own (PSL). Used
+        for ``test_accuracy_local`` (its local test split, ``--local-test-fraction``)."""
+        if self.protocol.aggregate_clients:
+            return fed.global_state
+        return {**fed.global_state, **fed.own.get(client, {})}
 
     def aggregate(self, global_state: dict[str, np.ndarray],
                   updates: list[ClientUpdate]) -> dict[str, np.ndarray]:

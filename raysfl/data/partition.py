@@ -281,3 +281,25 @@ def label_histograms(labels, parts, num_classes: int) -> np.ndarray:
     for i, p in enumerate(parts):
         out[i] = np.bincount(y[np.asarray(p, dtype=np.int64)], minlength=c)
     return out
+
+
+def hold_out(parts: list[np.ndarray], fraction: float, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each client's local test split: a seeded ``fraction`` of its own samples, held out of
+    training (BESplit, Sec. 3.1: every client has a training and a test set of its own).
+
+    Returns (train parts, test parts), both sorted. A client keeps at least one training
+    sample; with ``fraction`` 0 the parts are returned unchanged and the test parts are empty.
+    """
+    f = _check_real("local test fraction", fraction, "in [0, 1)")
+    if not 0 <= f < 1:
+        raise ConfigError(f"local test fraction must be in [0, 1), got {fraction}")
+    if f == 0:
+        return list(parts), [np.zeros(0, dtype=np.int64) for _ in parts]
+    train, test = [], []
+    for k, p in enumerate(parts):
+        p = np.asarray(p, dtype=np.int64)
+        n_test = min(len(p) - 1, max(1, int(round(f * len(p))))) if len(p) > 1 else 0
+        order = np.random.default_rng([seed, k, 0x10CA1]).permutation(len(p))
+        test.append(np.sort(p[order[:n_test]]))
+        train.append(np.sort(p[order[n_test:]]))
+    return train, test

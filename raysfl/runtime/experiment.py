@@ -27,7 +27,7 @@ from raysfl.metrics import RunLogger
 def run_experiment(cfg) -> tuple[Path, list[dict]]:
     """Run (or resume, if ``cfg.resume`` is set) the validated config ``cfg``; return the run
     directory and its metrics rows."""
-    from raysfl.data import label_histograms, load_dataset, partition
+    from raysfl.data import hold_out, label_histograms, load_dataset, partition
     from raysfl.devices import sample_profiles
     from raysfl.faults import parse_faults
     from raysfl.models import build_model
@@ -44,6 +44,7 @@ def run_experiment(cfg) -> tuple[Path, list[dict]]:
     parts = partition(ds.y_train, cfg.clients, cfg.partition, alpha=cfg.alpha,
                       classes_per_client=cfg.classes_per_client, shards_per_client=cfg.shards_per_client,
                       quantity_skew=cfg.quantity_skew or None, seed=cfg.seed)
+    parts, local_tests = hold_out(parts, cfg.local_test_fraction, cfg.seed)  # --local-test-fraction
     profiles = sample_profiles(cfg.clients, cfg.devices, cfg.seed)
     model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
     ctx = FederationContext(num_clients=cfg.clients, num_blocks=model.num_blocks, valid_cuts=model.valid_cuts(),
@@ -59,7 +60,8 @@ def run_experiment(cfg) -> tuple[Path, list[dict]]:
     if start >= cfg.rounds:
         raise ConfigError(f"run '{run_dir}' already finished {start} rounds; pass --rounds > {start} to continue")
     logger = RunLogger(run_dir, start_round=start, progress=cfg.progress, total_rounds=cfg.rounds)
-    exp = Experiment(cfg, algo, ds, parts, ctx, run_dir, logger, faults=parse_faults(cfg.faults),
+    exp = Experiment(cfg, algo, ds, parts, ctx, run_dir, logger, local_tests=local_tests,
+                     faults=parse_faults(cfg.faults),
                      counters=state["counters"] if state else new_counters())
     try:
         if algo.protocol.distributed:
@@ -122,7 +124,8 @@ def _run_federated(exp, state: dict | None) -> None:
         if not os.environ.get("RAY_ADDRESS"):  # a Ray of this process: it will not grow. A job on a
             # cluster (RAY_ADDRESS set) may autoscale: the placement groups wait for it instead
             check_capacity(cfg, num_actors, algo.protocol.servers)
-        fed = Federation(cfg, algo, exp.ds, exp.parts, num_actors, exp.ctx.block_flops, run_name=exp.run_dir.name)
+        fed = Federation(cfg, algo, exp.ds, exp.parts, num_actors, exp.ctx.block_flops, run_name=exp.run_dir.name,
+                         local_tests=exp.local_tests, histograms=exp.ctx.histograms)
         (exp.run_dir / "placement.json").write_text(json.dumps(fed.placement(), indent=1))
         if algo.wants_calibration():
             calibrate(exp, fed)

@@ -14,7 +14,7 @@ import uuid
 
 import numpy as np
 
-from raysfl.evaluation import evaluate
+from raysfl.evaluation import evaluate, evaluate_by_class, mix_weighted_accuracy
 from raysfl.runtime.placement import device_for_actor, set_threads
 from raysfl.runtime.refs import fetch
 from raysfl.transport import state_to_wire, wire_to_state
@@ -42,12 +42,24 @@ class FedState:
         return s
 
 
+class ClientViews:
+    """What the fed server may evaluate a client's model on, besides the global test set: the
+    client's local test split (``--local-test-fraction``; indices into the training arrays,
+    never trained on) and its training label histogram (to weight per-class test accuracy by
+    the client's own label mix)."""
+
+    def __init__(self, local_tests: list[np.ndarray], histograms: np.ndarray | None):
+        self.local_tests = [np.asarray(t, dtype=np.int64) for t in local_tests]
+        self.histograms = None if histograms is None else np.asarray(histograms)
+
+
 class FedActor:
-    def __init__(self, cfg, algo, dataset, gpus: float = 0.0):
+    def __init__(self, cfg, algo, dataset, views: ClientViews | None = None, gpus: float = 0.0):
         from raysfl.models import build_model
 
         set_threads(cfg.resources.fed_cpus)
         self.cfg, self.algo, self.ds = cfg, algo, dataset
+        self.views = views or ClientViews([], None)
         self.device = device_for_actor(gpus)
         self.model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, seed=cfg.seed).to(self.device)
         self.s = FedState(state_to_wire(self.model.state_dict()))
@@ -113,8 +125,27 @@ class FedActor:
         return self.algo.fed_aggregate(self.s, rnd, server_states, updates), len(late)
 
     def evaluate(self) -> tuple[float, float, dict[str, float]]:
-        """(test accuracy, test loss, extra metrics) per the algorithm's ``fed_evaluate``."""
-        return self.algo.fed_evaluate(self.s, Evaluator(self.model, self.ds, self.device))
+        """(test accuracy, test loss, extra metrics) per the algorithm's ``fed_evaluate``; with
+        local test splits also ``test_accuracy_local``: the mean over clients of the model each
+        would run (``Algorithm.client_model_state``) on its own split."""
+        ev = Evaluator(self.model, self.ds, self.device, self.views)
+        acc, loss, extras = self.algo.fed_evaluate(self.s, ev)
+        if ev.has_local_tests and "test_accuracy_local" not in extras:
+            extras = {**extras, "test_accuracy_local": self._local_accuracy(ev)}
+        return acc, loss, extras
+
+    def _local_accuracy(self, ev) -> float:
+        clients = [c for c, t in enumerate(self.views.local_tests) if len(t)]
+        if not self.algo.protocol.aggregate_clients and self.s.own:
+            clients = [c for c in clients if c in self.s.own]  # clients that have a model of their own
+        accs, loaded = [], None
+        for c in clients:
+            state = self.algo.client_model_state(self.s, c)
+            if state is not loaded:  # clients sharing one state load it once
+                ev.load(state)
+                loaded = state
+            accs.append(ev.local(ev.model, c))
+        return float(np.mean(accs)) if accs else float("nan")
 
     def get_state(self) -> dict:
         return self.s.to_dict()
@@ -124,20 +155,53 @@ class FedActor:
 
 
 class Evaluator:
-    """Test-set evaluation for ``fed_evaluate``: ``ev(state)`` evaluates a full-model state
-    dict; ``ev.module(m)`` any module mapping inputs to logits (e.g. a client's encoder prefix
-    plus its own classifier, built on ``ev.model``)."""
+    """Evaluation for ``fed_evaluate``.
 
-    def __init__(self, model, ds, device):
+    * ``ev(state)``: a full-model state dict on the global test set -> (accuracy, loss);
+    * ``ev.module(m)``: any module mapping inputs to logits (e.g. a client's encoder prefix plus
+      its own classifier, built on ``ev.model``), on the global test set;
+    * ``ev.local(m, client)``: accuracy of ``m`` on ``client``'s local test split
+      (``ev.has_local_tests``: whether the run has them, ``--local-test-fraction``);
+    * ``ev.on_label_mix(m, client)``: accuracy of ``m`` on the global test set weighted by
+      ``client``'s training label mix (its test-set counterpart, class-weighted).
+    """
+
+    def __init__(self, model, ds, device, views: ClientViews | None = None):
         self.model, self.ds, self.device = model, ds, device
         self.num_classes = ds.num_classes
+        self.views = views or ClientViews([], None)
+
+    @property
+    def has_local_tests(self) -> bool:
+        return any(len(t) for t in self.views.local_tests)
 
     def __call__(self, state: dict[str, np.ndarray]) -> tuple[float, float]:
-        self.model.load_state_dict(wire_to_state(state, self.device))
+        self.load(state)
         return self.module(self.model)
+
+    def load(self, state: dict[str, np.ndarray]):
+        """Load a full-model state dict into ``ev.model`` and return it."""
+        self.model.load_state_dict(wire_to_state(state, self.device))
+        return self.model
 
     def module(self, m) -> tuple[float, float]:
         return evaluate(m.to(self.device), self.ds.x_test, self.ds.y_test, self.ds.to_tensor, device=self.device)
+
+    def local(self, m, client: int) -> float:
+        """Accuracy of ``m`` on ``client``'s local test split (NaN if it has none)."""
+        idx = self.views.local_tests[client] if client < len(self.views.local_tests) else np.zeros(0, np.int64)
+        if not len(idx):
+            return float("nan")
+        return evaluate(m.to(self.device), self.ds.x_train[idx], self.ds.y_train[idx], self.ds.to_tensor,
+                        device=self.device)[0]
+
+    def on_label_mix(self, m, client: int) -> float:
+        """Accuracy of ``m`` on the global test set, each class weighted by ``client``'s share of it."""
+        if self.views.histograms is None:
+            raise ValueError("no label histograms were given to this evaluator")
+        correct, total = evaluate_by_class(m.to(self.device), self.ds.x_test, self.ds.y_test, self.ds.to_tensor,
+                                           self.num_classes, device=self.device)
+        return mix_weighted_accuracy(correct, total, self.views.histograms[client])
 
 
 def _block(key: str) -> int:

@@ -26,7 +26,7 @@ import numpy as np
 
 from raysfl.algorithms.base import Algorithm, Training
 from raysfl.runtime.client_actor import ClientActor
-from raysfl.runtime.fed_actor import FedActor
+from raysfl.runtime.fed_actor import ClientViews, FedActor
 from raysfl.runtime.placement import actor_options, reserve, role_resources
 from raysfl.runtime.planning import ClientPlan
 from raysfl.runtime.refs import DEAD, LATE, fetch, is_death, ping_all, ping_until_alive
@@ -60,7 +60,8 @@ class Federation:
     """The actors of one run and the round protocol over them."""
 
     def __init__(self, cfg, algo: Algorithm, dataset, parts: list[np.ndarray], num_actors: int,
-                 block_flops: list[int], run_name: str = "run"):
+                 block_flops: list[int], run_name: str = "run", local_tests: list[np.ndarray] | None = None,
+                 histograms: np.ndarray | None = None):
         """Start the actors. They are named ``raysfl:<run>:client-<i>``, ``...:server-<j>``
         and ``...:fed`` so operators (and tests) can find them with ``ray.get_actor``."""
         import ray
@@ -88,7 +89,8 @@ class Federation:
                   dataset.input_shape, dataset.num_classes, block_flops)
             for j in range(num_servers)
         ]
-        self.fed = spawn(FedActor, "fed", "fed", self.groups[1], num_servers, cfg, algo, self.ds_ref)
+        self.fed = spawn(FedActor, "fed", "fed", self.groups[1], num_servers, cfg, algo, self.ds_ref,
+                         ClientViews(local_tests or [], histograms))
         self.incarnations = ray.get([a.ping.remote() for a in self._all()])
         self.snapshot: dict | None = None  # the state to go back to after a failure
         self.died: set[int] = set()  # client actors that died last round (restarting now)

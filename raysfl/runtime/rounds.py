@@ -37,10 +37,11 @@ class Experiment:
     cfg: "object"                 # the validated raysfl.config.Config
     algo: Algorithm
     ds: "object"                  # raysfl.data.DatasetArrays
-    parts: list                   # each client's sample indices
+    parts: list                   # each client's training sample indices
     ctx: FederationContext
     run_dir: Path
     logger: "object"              # raysfl.metrics.RunLogger
+    local_tests: list = field(default_factory=list)  # each client's local test indices (--local-test-fraction)
     faults: list = field(default_factory=list)   # parsed --faults
     counters: dict = field(default_factory=new_counters)
 
@@ -197,5 +198,11 @@ def round_metrics(exp: Experiment, rnd: int, res: RoundResult, result, wall: flo
     }
     row.update(algo.round_info(rnd))
     row.update({k: float(res.server_metrics.get(k, nan)) for k in algo.server_metric_names()})
+    recorded = [st.metrics for st in stats.values()]
+    for k in algo.client_metric_names():
+        values = [v for m in recorded for v in m.get(k, [])]
+        row[k] = float(sum(values) / len(values)) if values else nan
     row.update({k: float(extras.get(k, nan)) for k in algo.eval_metric_names()})
+    if cfg.local_test_fraction:  # every algorithm, on the clients' local test splits
+        row["test_accuracy_local"] = float(extras.get("test_accuracy_local", nan))
     return row, client_rows
