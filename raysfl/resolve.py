@@ -76,12 +76,13 @@ def _check(cond: bool, msg: str) -> None:
 
 
 def resolve_defaults(cfg: Config) -> Config:
-    """Fill the settings left None: the algorithm's paper setting (``config_defaults``) first,
-    then raysfl's own (:data:`raysfl.config.RUN_DEFAULTS`). In place; returns ``cfg``."""
+    """Fill the settings left None: the algorithm's paper setting for the data set
+    (``dataset_defaults``), then its general one (``config_defaults``), then raysfl's own (:data:`raysfl.config.RUN_DEFAULTS`). In place; returns ``cfg``."""
     algo_cls = get_algorithm(cfg.algo)
-    for name, value in algo_cls.config_defaults.items():
-        if getattr(cfg, name) is None:
-            setattr(cfg, name, value)
+    for defaults in (algo_cls.dataset_defaults.get(cfg.dataset, {}), algo_cls.config_defaults):
+        for name, value in defaults.items():
+            if getattr(cfg, name) is None:
+                setattr(cfg, name, value)
     for name, value in RUN_DEFAULTS.items():
         if getattr(cfg, name) is None:
             setattr(cfg, name, value)

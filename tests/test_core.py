@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from raysfl.aggregation import weighted_average
 from raysfl.config import DeviceConfig
+from raysfl.data import load_dataset
 from raysfl.devices import sample_profiles
 from raysfl.models import build_model
 from raysfl.runtime.client_actor import sample_stream
@@ -174,3 +175,21 @@ def test_accuracy_on_a_client_label_mix_weights_per_class_accuracy():
     assert mix_weighted_accuracy(correct, total, np.array([30, 10, 0])) == pytest.approx(0.75)
     assert mix_weighted_accuracy(correct, total, np.array([0, 5, 5])) == 0.0
     assert mix_weighted_accuracy(correct, total, np.array([1, 1, 1])) == pytest.approx(1 / 3)
+
+
+def test_evaluating_a_client_model_leaves_the_global_model_alone():
+    """The fed server evaluates other states in its model; the global model it holds must not
+    follow them (it once aliased the model's tensors: a never-trained PSL client then started
+    from the last evaluated client's model, FLEX-SFL's 'initial' parts drifted)."""
+    import raysfl
+    from raysfl.algorithms import get_algorithm
+    from raysfl.resolve import validate
+    from raysfl.runtime.fed_actor import FedActor
+
+    cfg = validate(raysfl.config_from_kwargs(algo="psl", clients=2))
+    fed = FedActor(cfg, get_algorithm("psl")(cfg), load_dataset("digits"))
+    before = {k: v.copy() for k, v in fed.s.global_state.items()}
+    fed.s.own[0] = {k: v + 1.0 for k, v in before.items() if k.startswith("blocks.0.")}
+    fed.s.last_clients = [0]
+    fed.evaluate()
+    assert all(np.array_equal(before[k], fed.s.global_state[k]) for k in before)

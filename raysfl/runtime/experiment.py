@@ -50,7 +50,7 @@ def run_experiment(cfg) -> tuple[Path, list[dict]]:
     ctx = FederationContext(num_clients=cfg.clients, num_blocks=model.num_blocks, valid_cuts=model.valid_cuts(),
                             sizes=np.array([len(p) for p in parts]),
                             histograms=label_histograms(ds.y_train, parts, ds.num_classes), profiles=profiles,
-                            block_flops=model.block_flops())
+                            block_flops=model.block_flops(), conv_blocks=model.leading_conv_blocks())
     algo = get_algorithm(cfg.algo)(cfg)
     algo.setup(ctx)
     if not algo.wants_calibration():
