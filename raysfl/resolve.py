@@ -135,7 +135,8 @@ def validate(cfg: Config) -> Config:
     r = cfg.resources
     _check(r.client_actors >= 1, f"resources.client_actors must be >= 1, got {r.client_actors}")
     for name in ("client_cpus", "client_gpus", "server_cpus", "server_gpus", "fed_cpus", "fed_gpus"):
-        _check(getattr(r, name) >= 0, f"resources.{name} must be >= 0, got {getattr(r, name)}")
+        v = getattr(r, name)
+        _check(v is None or v >= 0, f"resources.{name} must be >= 0 (or unset: sized to the cluster), got {v}")
     for name in ("client_memory_gb", "server_memory_gb", "fed_memory_gb"):
         v = getattr(r, name)
         _check(v is None or v > 0, f"resources.{name} must be > 0 (or unset), got {v}")

@@ -113,7 +113,7 @@ def _run_federated(exp, state: dict | None) -> None:
     import ray
 
     from raysfl.runtime.federation import Federation
-    from raysfl.runtime.placement import check_capacity, init_ray
+    from raysfl.runtime.placement import check_capacity, fit_resources, init_ray
     from raysfl.runtime.rounds import run_round
 
     cfg, algo = exp.cfg, exp.algo
@@ -121,6 +121,8 @@ def _run_federated(exp, state: dict | None) -> None:
     started = init_ray(cfg, num_actors, algo.protocol.servers)
     fed = None
     try:
+        # CPU shares the user left unset: sized to what the cluster has free
+        cfg = fit_resources(cfg, num_actors, algo.protocol.servers, ray.available_resources().get("CPU", 0.0))
         if not os.environ.get("RAY_ADDRESS"):  # a Ray of this process: it will not grow. A job on a
             # cluster (RAY_ADDRESS set) may autoscale: the placement groups wait for it instead
             check_capacity(cfg, num_actors, algo.protocol.servers)
