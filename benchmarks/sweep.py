@@ -52,7 +52,16 @@ def run(cache: str | Path | None = None, **settings) -> list[dict]:
         path = Path(cache) / f"{digest}.json"
         if path.exists():
             return json.loads(path.read_text())["metrics"]
-    metrics = raysfl.run(raysfl.config_from_kwargs(**settings)).metrics
+    for attempt in range(3):
+        metrics = raysfl.run(raysfl.config_from_kwargs(**settings)).metrics
+        # an actor the machine killed (Ray's out-of-memory monitor on a busy host) changes the
+        # run; without faults asked for, such a run is not the measurement: run it again
+        if settings.get("faults") or not any(r.get("failures") or r.get("restarts") for r in metrics):
+            break
+        print(f"sweep: a run lost actors it did not ask to lose (attempt {attempt + 1}); running it again",
+              file=sys.stderr, flush=True)
+    else:
+        raise RuntimeError(f"three runs in a row lost actors without faults asked for: {settings}")
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"settings": key, "metrics": metrics}, default=str))
