@@ -4,6 +4,8 @@
     .venv/bin/python benchmarks/super_sfl_vs_sfl.py compare --dataset mnist5k
     .venv/bin/python benchmarks/super_sfl_vs_sfl.py availability                # Table III, both modes
     .venv/bin/python benchmarks/super_sfl_vs_sfl.py ablation                    # Fig. 6 with TPGF's figures
+    .venv/bin/python benchmarks/super_sfl_vs_sfl.py heads                       # the client classifier
+    .venv/bin/python benchmarks/super_sfl_vs_sfl.py table-i                     # the paper's MB per round
 
 Every table runs on its own (``--seeds``, ``--rounds`` to try it small first) and writes
 docs/results/super-sfl-<table>.md (+ .csv, .parquet) and its section of docs/super-sfl.md.
@@ -26,9 +28,12 @@ or late in the other rounds, and the clients take Alg. 3's local step) and ``ser
 server is off in the other rounds). 100 % is the same run in both modes.
 
 ``ablation``: the client weight of eq. 3 with both factors, without the loss term, without
-the depth term, and fixed at 0.5 (Sec. IV), at the paper's clip tau = 0.5 (full and equal
-also unclipped), with the round means of w_client and of the encoder gradients' L2 norms
-that TPGF fuses.
+the depth term, and fixed at 0.5 (Sec. IV), at the paper's clip tau = 0.5 (and the modes
+given to ``--unclipped`` without the clip), with the round means of w_client and of the
+encoder gradients' L2 norms that TPGF fuses.
+
+``heads``: the client classifier on feature maps, spatial (pooled to at most 4x4 and
+flattened) against one value per channel, with the server's gradients in every round.
 
 Reported per setting: the super-network's final test accuracy (all L blocks: the model of
 every paper table) and the clients' own paths (global encoder prefix + own classifier) on
@@ -153,8 +158,11 @@ def compare(args) -> None:
 def availability(args) -> None:
     common = shared(args.dataset, args.rounds)
     rows = []
+    server_levels = args.levels if args.server_mode_levels is None else args.server_mode_levels
     for level in args.levels:
         for mode in args.modes:
+            if mode == "server" and level not in server_levels:
+                continue
             if level == 1.0 and mode != args.modes[0]:  # the server answers every round: one run serves both
                 rows += [{**r, "mode": mode} for r in rows if r["availability"] == 1.0 and r["mode"] == args.modes[0]]
                 continue
@@ -186,7 +194,7 @@ def availability(args) -> None:
             line += f" {_ms(m, 'final_accuracy')} | {_ms(m, 'own_path_own_mix')} | {_ms(m, 'own_path_balanced')} |"
         lines.append(line + f" {PAPER_AVAILABILITY.get(level, '—')} |")
     intro = (f"{args.dataset}, {common['rounds']} rounds, seeds {args.seeds}; accuracies in %. "
-             f"{para(3)} {para(5)} {para(7)}")
+             f"{para(3)} {para(5)} {para(8)}")
     write_tables(rows, args.out or "docs/results/super-sfl-availability.md",
                  "SuperSFL: server-gradient availability (Table III), both readings", intro, "\n".join(lines), doc=doc(args))
 
@@ -227,8 +235,31 @@ def ablation(args) -> None:
     intro = (f"{args.dataset}, {common['rounds']} rounds, seeds {args.seeds}; w_client and the norms are means "
              f"over rounds and seeds of the per-round means over clients (metrics tpgf_w_client, grad_norm_local, "
              f"grad_norm_local_raw, grad_norm_server); clip 'none' is tau = {UNCLIPPED:g}. "
-             f"{para(3)} {para(6)} {para(7)}")
+             f"{para(3)} {para(6)} {para(8)}")
     write_tables(rows, args.out or "docs/results/super-sfl-ablation.md", "SuperSFL: TPGF ablation (Fig. 6)",
+                 intro, "\n".join(lines), doc=doc(args))
+
+
+def heads(args) -> None:
+    common = shared(args.dataset, args.rounds)
+    rows = []
+    for head in ("spatial", "pooled"):
+        for seed in args.seeds:
+            metrics = run(algo="super_sfl", seed=seed, **common, super_sfl={"classifier_head": head})
+            rows.append({"classifier_head": head, "seed": seed, "final_accuracy": _last(metrics, "test_accuracy"),
+                         "own_path_own_mix": _last(metrics, "acc_local_own"),
+                         "own_path_balanced": _last(metrics, "acc_local")})
+            r = rows[-1]
+            print(f"head {head} seed {seed}: super-network {r['final_accuracy']:.4f}, own paths "
+                  f"{r['own_path_own_mix']:.4f} (own mix) {r['own_path_balanced']:.4f} (balanced)", flush=True)
+    lines = ["| client classifier | super-network (%) | own paths, own mix (%) | own paths, balanced (%) |",
+             "|---|---:|---:|---:|"]
+    for head in ("spatial", "pooled"):
+        rs = [r for r in rows if r["classifier_head"] == head]
+        lines.append(f"| {head} | {_ms(rs, 'final_accuracy')} | {_ms(rs, 'own_path_own_mix')} | "
+                     f"{_ms(rs, 'own_path_balanced')} |")
+    intro = f"{args.dataset}, {common['rounds']} rounds, seeds {args.seeds}. {para(3)} {para(7)} {para(8)}"
+    write_tables(rows, args.out or "docs/results/super-sfl-heads.md", "SuperSFL: the client classifier",
                  intro, "\n".join(lines), doc=doc(args))
 
 
@@ -243,13 +274,15 @@ def table_i_arithmetic() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("table", choices=["compare", "availability", "ablation", "table-i"])
+    ap.add_argument("table", choices=["compare", "availability", "ablation", "heads", "table-i"])
     ap.add_argument("--dataset", default="digits", choices=["digits", "mnist5k"])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--rounds", type=int, default=None, help="default: 20 (the digits preset)")
     ap.add_argument("--target", type=float, default=None, help="compare: default 0.85 (digits), 0.90 (mnist5k)")
     ap.add_argument("--levels", type=float, nargs="+", default=[1.0, 0.7, 0.5, 0.2, 0.1, 0.0])
     ap.add_argument("--modes", nargs="+", default=["gradients", "server"], choices=["gradients", "server"])
+    ap.add_argument("--server-mode-levels", type=float, nargs="+", default=None,
+                    help="availability: the levels run in server mode too (default: all of --levels)")
     ap.add_argument("--fusions", nargs="+", default=["full", "no_loss", "no_depth", "equal"])
     ap.add_argument("--clip-norm", type=float, default=0.5, help="ablation: tau (the paper's 0.5)")
     ap.add_argument("--unclipped", nargs="*", default=["full", "equal"],
@@ -261,7 +294,7 @@ def main() -> None:
         print(table_i_arithmetic())
         return
     start_ray(args.num_cpus)
-    {"compare": compare, "availability": availability, "ablation": ablation}[args.table](args)
+    {"compare": compare, "availability": availability, "ablation": ablation, "heads": heads}[args.table](args)
 
 
 if __name__ == "__main__":
