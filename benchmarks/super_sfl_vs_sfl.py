@@ -161,10 +161,10 @@ def availability(args) -> None:
     server_levels = args.levels if args.server_mode_levels is None else args.server_mode_levels
     for level in args.levels:
         for mode in args.modes:
-            if mode == "server" and level not in server_levels:
-                continue
             if level == 1.0 and mode != args.modes[0]:  # the server answers every round: one run serves both
                 rows += [{**r, "mode": mode} for r in rows if r["availability"] == 1.0 and r["mode"] == args.modes[0]]
+                continue
+            if mode == "server" and level not in server_levels:
                 continue
             for seed in args.seeds:
                 metrics = run(algo="super_sfl", seed=seed, **common,
