@@ -83,8 +83,9 @@ def para(i: int) -> str:
 
 
 def doc(args) -> str | None:
-    """The docs page whose section a table replaces: only for the full tables (no ``--out``)."""
-    return DOC if args.out is None else None
+    """The docs page whose section a table replaces: only for tables written to docs/results/
+    (the default), not for trial runs elsewhere (``--out /tmp/...``)."""
+    return DOC if args.out is None or Path(args.out).parent == Path("docs/results") else None
 
 
 def _last(metrics: list[dict], key: str) -> float:
@@ -283,7 +284,8 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", default=["gradients", "server"], choices=["gradients", "server"])
     ap.add_argument("--server-mode-levels", type=float, nargs="+", default=None,
                     help="availability: the levels run in server mode too (default: all of --levels)")
-    ap.add_argument("--fusions", nargs="+", default=["full", "no_loss", "no_depth", "equal"])
+    ap.add_argument("--fusions", nargs="*", default=["full", "no_loss", "no_depth", "equal"],
+                    help="ablation: fusion modes at --clip-norm")
     ap.add_argument("--clip-norm", type=float, default=0.5, help="ablation: tau (the paper's 0.5)")
     ap.add_argument("--unclipped", nargs="*", default=["full", "equal"],
                     help="ablation: fusion modes also run without the clip")
