@@ -3,7 +3,8 @@ different depths, with TPGF, a fallback classifier on every client and collabora
 aggregation -- locally or on a cluster.
 
     python examples/super_sfl.py                                   # embedded digits, 2 CPU cores, ~1 minute
-    python examples/super_sfl.py --server-availability 0.2         # the server answers in 20 % of rounds
+    python examples/super_sfl.py --server-availability 0.2         # server gradients in 20 % of rounds
+    python examples/super_sfl.py --server-availability 0 --availability-mode server   # Table III, "Serverless"
     python examples/super_sfl.py --fusion no_depth                 # TPGF ablation (Sec. IV)
     python examples/super_sfl.py --allocation measured             # depths from measured memory/latency
     python examples/super_sfl.py --dataset cifar10 --data-root data --download   # the paper: CIFAR-10 + ViT
@@ -13,7 +14,11 @@ What runs: each client's depth d_i comes from eq. 1 on its device profile (memor
 it trains blocks 1..d_i and a small classifier of its own, the main server actor runs
 blocks d_i+1..L of ONE shared model for every client; each step fuses the local and the
 server gradient (TPGF, eqs. 3-4); a client whose server does not answer within 5 s trains on
-its own classifier; the fed server averages the encoders layer by layer (eqs. 6-8).
+its own classifier; the fed server averages the encoders layer by layer (eqs. 6-8). With
+--server-availability a, server gradients reach the clients in that fraction of rounds; in
+the others the server still trains on the smashed data and the clients step on their own
+classifier's gradient (--availability-mode gradients, the default), or the server is off
+altogether (--availability-mode server).
 
 Every `raysfl run` flag works here too (`--rounds`, `--clients`, `--depth-alpha`, `--fusion`,
 `--server-timeout-s`, `--availability-rounds 1-10`, `--faults kill:server:round=3:step=2`,
@@ -59,17 +64,19 @@ def build_argv(argv: list[str]) -> tuple[list[str], float]:
 
 
 def summary(rows: list[dict], clients: list[dict], target: float) -> str:
-    """Depths, accuracy (super-network and own path), fallbacks, rounds/time/bytes to target."""
+    """Depths, accuracy (super-network; own paths on the balanced test set and on each
+    client's label mix), fallbacks, rounds/time/bytes to target."""
     depths = collections.Counter(c["depth"] for c in clients)
     lines = ["SuperSFL summary",
              "client depths (eq. 1): " + ", ".join(f"d={d}: {n} clients" for d, n in sorted(depths.items())),
-             f"{'round':>6} {'server':>7} {'super-net acc':>14} {'own-path acc':>13} {'fallback steps':>15} "
-             f"{'sim time':>9}"]
+             f"{'round':>6} {'server grads':>12} {'super-net acc':>14} {'own paths':>10} {'own mix':>8} "
+             f"{'fallback steps':>15} {'sim time':>9}"]
     step = max(1, len(rows) // 10)
     for r in rows:
         if r["round"] % step == 0 or r is rows[-1]:
-            lines.append(f"{r['round']:>6} {'up' if r['server_available'] else 'down':>7} {r['test_accuracy']:>14.4f} "
-                         f"{r['acc_local']:>13.4f} {r['fallback_steps']:>15} {r['sim_time_total_s']:>8.1f}s")
+            lines.append(f"{r['round']:>6} {'yes' if r['server_available'] else 'no':>12} {r['test_accuracy']:>14.4f} "
+                         f"{r['acc_local']:>10.4f} {r['acc_local_own']:>8.4f} {r['fallback_steps']:>15} "
+                         f"{r['sim_time_total_s']:>8.1f}s")
     up = 0
     hit = None
     for r in rows:

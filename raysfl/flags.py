@@ -132,8 +132,12 @@ ALGO_KNOBS: dict[str, str] = {
     "clip_norm": "SuperSFL: L2 clip of the local encoder gradient",
     "consensus_lambda": "SuperSFL eq. 8: pull of each layer towards the server's copy",
     "server_timeout_s": "SuperSFL: seconds a client waits for the server before a fallback step",
-    "server_availability": "SuperSFL: fraction of rounds in which the server answers (Table III)",
-    "availability_rounds": "SuperSFL: rounds in which the server answers, e.g. 1-10,15",
+    "server_availability": "SuperSFL: fraction of rounds with server gradients (Table III)",
+    "availability_rounds": "SuperSFL: rounds with server gradients, e.g. 1-10,15",
+    "availability_mode": "SuperSFL rounds without server gradients: gradients (the server trains, the client "
+                         "takes the local step) | server (the server is off)",
+    "classifier_head": "SuperSFL client classifier on feature maps: spatial (pooled to <=4x4, flattened) | "
+                       "pooled (one value per channel)",
     # GAPSL
     "k_min": "GAPSL eq. 2: lowest share of clients in the leader gradient",
     "k_max": "GAPSL eq. 2: highest share of clients in the leader gradient",

@@ -16,8 +16,15 @@ Three-Phase Gradient Fusion, a fault-tolerant client classifier and collaborativ
   ablation of Sec. IV.
 * Fallback (Sec. II-C, Alg. 3): with no answer within ``server_timeout_s`` (or a dead or
   unavailable server) the client steps on its local gradient alone (``client_fallback``);
-  it starts the next round from the latest global parameters. ``server_availability`` /
-  ``availability_rounds`` switch the server off for whole rounds (Table III).
+  it starts the next round from the latest global parameters.
+* Server-gradient availability (Sec. IV, Table III: "the server provides gradients only in a
+  fixed fraction of training rounds, simulating intermittent server failures or delayed
+  responses"): ``server_availability`` / ``availability_rounds`` pick the rounds with server
+  gradients. ``availability_mode=gradients`` (default): in the other rounds the clients
+  still send smashed data and the server still trains on it, but its gradient does not
+  reach the client in time, which takes Alg. 3's local step (``client_backward``).
+  ``availability_mode=server``: the whole server is off in those rounds (no smashed data,
+  no server training).
 * Aggregation (Sec. II-D, eqs. 6-8, :mod:`raysfl.algorithms.super_sfl.collaborative_aggregation`):
   encoder layers averaged over the clients holding them with depth x inverse-(fused-)loss
   weights, pulled towards the server's copy by lambda; classifiers stay with their clients;
@@ -38,11 +45,13 @@ import torch.nn.functional as F
 from raysfl.algorithms.super_sfl.allocation import allocate_depths
 from raysfl.algorithms.base import Algorithm, ClientUpdate, FederationContext, Protocol, prefix_with_own
 from raysfl.algorithms.super_sfl.collaborative_aggregation import client_weights, consensus_average
-from raysfl.algorithms.super_sfl.tpgf import FUSION_MODES, clip_l2, client_weight, fuse, fused_loss
+from raysfl.algorithms.super_sfl.tpgf import FUSION_MODES, clip_l2, client_weight, fuse, fused_loss, l2_norm
 from raysfl.errors import ConfigError
 from raysfl.models.heads import client_classifier
 
 ALLOCATIONS = ("profile", "measured")
+AVAILABILITY_MODES = ("gradients", "server")
+CLASSIFIER_HEADS = ("spatial", "pooled")
 
 
 @dataclass
@@ -56,8 +65,12 @@ class SuperSFLParams:
     clip_norm: float = 0.5           # tau: L2 clip of the local encoder gradient (Alg. 2, line 8)
     consensus_lambda: float = 0.01   # lambda in eqs. (7)-(8): pull towards the server's copy of a layer
     server_timeout_s: float = 5.0    # wait for the server's answer before a fallback step (Sec. II-C)
-    server_availability: float = 1.0  # fraction of rounds in which the server answers (Table III)
-    availability_rounds: str | None = None  # explicit schedule instead: rounds the server answers, e.g. "1-5,9"
+    server_availability: float = 1.0  # fraction of rounds with server gradients (Table III)
+    availability_rounds: str | None = None  # explicit schedule instead: rounds with server gradients, e.g. "1-5,9"
+    availability_mode: str = "gradients"  # rounds without: gradients (the server trains, its gradient
+                                          # is missing or late) | server (the server is off)
+    classifier_head: str = "spatial"  # client classifier on feature maps: spatial (pooled to <= 4x4 and
+                                      # flattened) | pooled (one value per channel); ViT tokens: the same head
 
 
 def parse_round_set(text: str) -> set[int]:
@@ -118,6 +131,11 @@ class SuperSFL(Algorithm):
             raise ConfigError(f"unknown allocation '{p.allocation}'; allowed: {', '.join(ALLOCATIONS)}")
         if p.fusion not in FUSION_MODES:
             raise ConfigError(f"unknown fusion '{p.fusion}'; allowed: {', '.join(FUSION_MODES)}")
+        if p.availability_mode not in AVAILABILITY_MODES:
+            raise ConfigError(f"unknown availability_mode '{p.availability_mode}'; allowed: "
+                              f"{', '.join(AVAILABILITY_MODES)}")
+        if p.classifier_head not in CLASSIFIER_HEADS:
+            raise ConfigError(f"unknown classifier_head '{p.classifier_head}'; allowed: {', '.join(CLASSIFIER_HEADS)}")
         for name in ("depth_alpha", "depth_beta", "consensus_lambda"):
             if not math.isfinite(getattr(p, name)) or getattr(p, name) < 0:
                 raise ConfigError(f"{name} must be a finite number >= 0, got {getattr(p, name)}")
@@ -169,12 +187,19 @@ class SuperSFL(Algorithm):
         return {c: int(self.depths[c]) for c in clients}
 
     def server_up(self, rnd: int) -> bool:
+        """Whether the server's gradients reach the clients in round ``rnd`` (Table III)."""
+        if self._up is None and self.params.availability_rounds is not None:  # an instance setup() has not seen
+            self._up = parse_round_set(str(self.params.availability_rounds))
         if self._up is not None:
             return rnd in self._up
         return server_answers(self.params.server_availability, rnd, self.cfg.seed)
 
     def servers_down(self, rnd: int) -> set[int]:
-        return set() if self.server_up(rnd) else {0}
+        """``availability_mode=server`` only: the server is off in rounds without gradients
+        (in ``gradients`` mode it keeps training; ``client_backward`` drops its gradient)."""
+        if self.params.availability_mode == "gradients" or self.server_up(rnd):
+            return set()
+        return {0}
 
     def on_server_down(self, rnd: int, clients: list[int]) -> list[int]:
         return list(clients)  # every client trains on its local classifier (Alg. 3)
@@ -183,11 +208,15 @@ class SuperSFL(Algorithm):
         return {"server_available": float(self.server_up(rnd))}
 
     def eval_metric_names(self) -> list[str]:
-        return ["acc_local", "acc_local_std"]
+        return ["acc_local", "acc_local_std", "acc_local_own"]
+
+    def client_metric_names(self) -> list[str]:
+        return ["tpgf_w_client", "grad_norm_local", "grad_norm_local_raw", "grad_norm_server"]
 
     # ----------------------------------------------------------------- client side (TPGF)
     def client_head(self, cut, model, num_classes):
-        return client_classifier(model.activation_shape(cut), num_classes)
+        return client_classifier(model.activation_shape(cut), num_classes,
+                                 spatial=self.params.classifier_head == "spatial")
 
     def server_timeout_s(self) -> float | None:
         return self.params.server_timeout_s
@@ -204,6 +233,9 @@ class SuperSFL(Algorithm):
         a.head_opt.zero_grad(set_to_none=True)
         x = a.extra
         x["g_client"] = clip_l2(grads[:len(enc)], self.params.clip_norm)
+        x["gn_raw_sum"] = x.get("gn_raw_sum", 0.0) + l2_norm(grads[:len(enc)])
+        x["gn_local_sum"] = x.get("gn_local_sum", 0.0) + l2_norm(x["g_client"])
+        x["local_steps"] = x.get("local_steps", 0) + 1
         x["loss_client"] = float(loss.detach())
         x["lc_sum"] = x.get("lc_sum", 0.0) + x["loss_client"] * len(y)
         x["n"] = x.get("n", 0) + len(y)
@@ -211,7 +243,16 @@ class SuperSFL(Algorithm):
 
     def client_backward(self, a, acts, grad, server_loss) -> None:
         """Phases 2-3 (Alg. 2, lines 15-19): back-propagate the server's gradient through the
-        encoder, fuse it with the local one by eq. (3)-(4), step."""
+        encoder, fuse it with the local one by eq. (3)-(4), step.
+
+        In a round without server gradients (``availability_mode=gradients``, Table III) the
+        server has trained on the batch, but its gradient counts as missing or late: the
+        client takes Alg. 3's local step instead (a fallback step), and the server's loss
+        does not enter its eq. (6) weight."""
+        if self.params.availability_mode == "gradients" and not self.server_up(a.round):
+            self._local_step(a)
+            a.stats.fallback_steps += 1  # the server's loss on this batch is already the training loss
+            return
         enc = list(a.part.parameters())
         g_server = torch.autograd.grad(acts, enc, grad_outputs=grad, allow_unused=True)
         g_server = [torch.zeros_like(p) if g is None else g for p, g in zip(enc, g_server)]
@@ -225,27 +266,44 @@ class SuperSFL(Algorithm):
         x["ls_sum"] = x.get("ls_sum", 0.0) + server_loss * x["batch"]
         x["ns"] = x.get("ns", 0) + x["batch"]
         x["w_sum"] = x.get("w_sum", 0.0) + w
+        x["gn_server_sum"] = x.get("gn_server_sum", 0.0) + l2_norm(g_server)
         x["fused_steps"] = x.get("fused_steps", 0) + 1
 
     def client_fallback(self, a, acts) -> bool:
         """Alg. 3, lines 7-8: the encoder steps on the local (phase 1) gradient alone. The
         local loss of such a step is the client's training loss in the metrics."""
-        for p, g in zip(a.part.parameters(), a.extra["g_client"]):
-            p.grad = g
-        a.opt.step()
-        a.opt.zero_grad(set_to_none=True)
+        self._local_step(a)
         a.stats.loss_sum += a.extra["loss_client"] * a.extra["batch"]
         a.stats.loss_count += a.extra["batch"]
         return True
 
+    @staticmethod
+    def _local_step(a) -> None:
+        """The encoder steps on phase 1's clipped local gradient (Alg. 3, line 8; the
+        classifier has stepped in phase 1)."""
+        for p, g in zip(a.part.parameters(), a.extra["g_client"]):
+            p.grad = g
+        a.opt.step()
+        a.opt.zero_grad(set_to_none=True)
+
     def client_report(self, a) -> dict:
-        """What the fed server aggregates with (Sec. II-D, "Aggregation inputs")."""
+        """What the fed server aggregates with (Sec. II-D, "Aggregation inputs"). Also records
+        the client's round means of TPGF's figures (``client_metric_names``): w_client of
+        eq. (3) and the L2 norm of the server's encoder gradient over its fused steps, and the
+        L2 norm of the local encoder gradient after and before the clip over all its steps;
+        the metric columns are their means over the round's clients."""
         x = a.extra
         lc = x.get("lc_sum", 0.0) / max(1, x.get("n", 0))
         ls = x["ls_sum"] / x["ns"] if x.get("ns") else None
         fused = lc if ls is None else fused_loss(a.cut, self.num_blocks - a.cut, lc, ls, self.params.fusion)
-        return {"depth": a.cut, "loss_client": lc, "loss_server": ls, "loss": fused,
-                "w_client": x["w_sum"] / x["fused_steps"] if x.get("fused_steps") else None}
+        w = x["w_sum"] / x["fused_steps"] if x.get("fused_steps") else None
+        if x.get("local_steps"):
+            a.stats.record("grad_norm_local", x["gn_local_sum"] / x["local_steps"])
+            a.stats.record("grad_norm_local_raw", x["gn_raw_sum"] / x["local_steps"])
+        if w is not None:
+            a.stats.record("tpgf_w_client", w)
+            a.stats.record("grad_norm_server", x["gn_server_sum"] / x["fused_steps"])
+        return {"depth": a.cut, "loss_client": lc, "loss_server": ls, "loss": fused, "w_client": w}
 
     # ----------------------------------------------------------------- fed server
     def fed_client_state(self, fed, client: int, cut: int):
@@ -271,21 +329,35 @@ class SuperSFL(Algorithm):
             fed.global_state = server_copy
         return fed.global_state
 
+    def own_path(self, fed, ev, client: int) -> torch.nn.Module | None:
+        """Client ``client``'s own path as a module: the global encoder prefix of its depth
+        d_i followed by its classifier (what it runs when the server is away), or None if it
+        has no classifier yet. Call after ``ev.load(fed.global_state)``."""
+        head_state = fed.own.get(client)
+        if not head_state:
+            return None
+        d = fed.extra["depth"][client]
+        head = client_classifier(ev.model.activation_shape(d), ev.num_classes,
+                                 spatial=self.params.classifier_head == "spatial")
+        head.load_state_dict({k[5:]: torch.from_numpy(np.array(v)) for k, v in head_state.items()})
+        return torch.nn.Sequential(ev.model.part(0, d), head.to(ev.device))
+
     def fed_evaluate(self, fed, ev):
-        """The super-network (global model, all L blocks) on the test set; plus ``acc_local``:
-        the mean (and std) over this round's clients of their own path -- the global encoder
-        prefix of depth d_i and the client's classifier -- which is what a client runs when
-        the server is away."""
+        """The super-network (global model, all L blocks) on the test set -- the model of
+        every paper table; plus each of this round's clients' own path (:meth:`own_path`):
+        ``acc_local`` (and ``acc_local_std``) on the balanced global test set, and
+        ``acc_local_own`` on the client's own label mix (the test set with each class
+        weighted by the client's share of it in training), means over the clients."""
         acc, loss = ev(fed.global_state)
-        local = []
+        balanced, own = [], []
         for c in fed.last_clients:
-            head_state = fed.own.get(c)
-            if not head_state:
+            m = self.own_path(fed, ev, c)
+            if m is None:
                 continue
-            d = fed.extra["depth"][c]
-            head = client_classifier(ev.model.activation_shape(d), ev.num_classes)
-            head.load_state_dict({k[5:]: torch.from_numpy(np.array(v)) for k, v in head_state.items()})
-            local.append(ev.module(torch.nn.Sequential(ev.model.part(0, d), head.to(ev.device)))[0])
-        extras = {"acc_local": float(np.mean(local)) if local else float("nan"),
-                  "acc_local_std": float(np.std(local)) if local else float("nan")}
+            balanced.append(ev.module(m)[0])
+            own.append(ev.on_label_mix(m, c))
+        nan = float("nan")
+        extras = {"acc_local": float(np.mean(balanced)) if balanced else nan,
+                  "acc_local_std": float(np.std(balanced)) if balanced else nan,
+                  "acc_local_own": float(np.mean(own)) if own else nan}
         return acc, loss, extras

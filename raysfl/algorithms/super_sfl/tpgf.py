@@ -44,10 +44,14 @@ def fused_loss(depth: int, server_depth: int, loss_client: float, loss_server: f
     return w * loss_client + (1.0 - w) * loss_server
 
 
+def l2_norm(grads: list[torch.Tensor]) -> float:
+    """The L2 norm of a gradient given as a list of tensors (one vector)."""
+    return float(torch.sqrt(sum((g.float() ** 2).sum() for g in grads))) if grads else 0.0
+
+
 def clip_l2(grads: list[torch.Tensor], max_norm: float = 0.5) -> list[torch.Tensor]:
     """Scale a gradient (a list of tensors, one vector) to L2 norm <= ``max_norm``."""
-    norm = torch.sqrt(sum((g.float() ** 2).sum() for g in grads)) if grads else torch.tensor(0.0)
-    scale = min(1.0, max_norm / (float(norm) + 1e-12))
+    scale = min(1.0, max_norm / (l2_norm(grads) + 1e-12))
     return [g * scale for g in grads]
 
 

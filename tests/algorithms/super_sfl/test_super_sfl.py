@@ -1,6 +1,7 @@
 """SuperSFL wired into the runtime: shared super-network on the server, TPGF and fallback on
-the client, the server-loss fallback in a real run, availability schedules, measured allocation.
-(The equations themselves are checked by hand in test_supersfl_math.py.)"""
+the client, the server-loss fallback in a real run, availability schedules in both modes,
+aggregation and evaluation on the fed server, measured allocation, and that it learns.
+(The equations themselves are checked by hand in test_super_sfl_math.py.)"""
 
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ def _client(depth=2, lr=0.1, seed=0):
     head = client_classifier(shape, 10)
     return SimpleNamespace(part=part, head=head, opt=torch.optim.SGD(part.parameters(), lr=lr),
                            head_opt=torch.optim.SGD(head.parameters(), lr=lr), cut=depth, local=False,
-                           extra={}, stats=ClientRoundStats(client=0, cut=depth), anchor={}, fwd_flops=0.0)
+                           extra={}, stats=ClientRoundStats(client=0, cut=depth), anchor={}, fwd_flops=0.0, round=1)
 
 
 def test_tpgf_client_step_is_eqs_3_and_4():
@@ -112,6 +113,48 @@ def test_tpgf_client_step_is_eqs_3_and_4():
     report = algo.client_report(a)
     assert report["depth"] == 2 and report["loss_server"] == pytest.approx(server_loss)
     assert report["w_client"] == pytest.approx(w)
+    # the logged TPGF figures: w_client, the clipped and raw local norms, the server gradient's norm
+    m = a.stats.metrics
+    assert m["tpgf_w_client"] == [pytest.approx(w)]
+    assert m["grad_norm_local"] == [pytest.approx(float(torch.sqrt(sum((g ** 2).sum() for g in g_c))))]
+    raw = float(torch.sqrt(sum((g ** 2).sum() for g in g_all[:len(enc)])))
+    assert m["grad_norm_local_raw"] == [pytest.approx(raw, rel=1e-5)]
+    assert m["grad_norm_server"] == [pytest.approx(float(torch.sqrt(sum((g ** 2).sum() for g in g_s))))]
+    assert m["grad_norm_local"][0] <= 0.5 + 1e-6 and (raw <= 0.5 or m["grad_norm_local"][0] == pytest.approx(0.5))
+
+
+def test_gradients_mode_ignores_the_server_gradient_in_rounds_without_it():
+    """availability_mode=gradients (the default): in a round without server gradients the
+    client's step is Alg. 3's local step whatever gradient the server sent, it counts as a
+    fallback step, and the client enters eq. (6) with its client loss alone."""
+    algo = _algo(availability_rounds="1")
+    a = _client(depth=2)
+    a.round = 2  # not in the schedule: no server gradients this round
+    ref = copy.deepcopy(a)
+    x, y = torch.randn(8, 1, 8, 8), torch.randint(0, 10, (8,))
+    enc = list(ref.part.parameters())
+    loss_c = F.cross_entropy(ref.head(ref.part(x)), y)
+    g = clip_l2(list(torch.autograd.grad(loss_c, enc)), 0.5)
+    acts = a.part(x)
+    algo.client_forward(a, acts, y)
+    algo.client_backward(a, acts, torch.randn_like(acts), 0.3)  # a gradient that arrived, to be ignored
+    for p, r, gi in zip(a.part.parameters(), enc, g):
+        torch.testing.assert_close(p.detach(), r.detach() - 0.1 * gi)
+    assert a.stats.fallback_steps == 1 and a.stats.loss_count == 0  # the server counted this batch's loss
+    report = algo.client_report(a)
+    assert report["loss_server"] is None and report["w_client"] is None
+    assert report["loss"] == pytest.approx(float(loss_c.detach()))
+    assert "tpgf_w_client" not in a.stats.metrics and "grad_norm_local" in a.stats.metrics
+    # in a round with server gradients the same call fuses; server mode never ignores a gradient
+    b = _client(depth=2)
+    b.round = 1
+    acts = b.part(x)
+    algo.client_forward(b, acts, y)
+    algo.client_backward(b, acts, torch.zeros_like(acts), 0.3)
+    assert b.stats.fallback_steps == 0 and algo.client_report(b)["w_client"] is not None
+    server_mode = _algo(availability_rounds="1", availability_mode="server")
+    assert server_mode.servers_down(2) == {0} and algo.servers_down(2) == set()
+    assert server_mode.servers_down(1) == set() == algo.servers_down(1)
 
 
 @pytest.mark.parametrize("mode,expect", [("equal", 0.5), ("no_loss", 2 / 8)])
@@ -123,6 +166,101 @@ def test_tpgf_ablation_modes_reach_the_client(mode, expect):
     algo.client_forward(a, acts, y)
     algo.client_backward(a, acts, torch.zeros_like(acts), 2.0)
     assert algo.client_report(a)["w_client"] == pytest.approx(expect)
+    assert a.stats.metrics["tpgf_w_client"] == [pytest.approx(expect)]
+
+
+def _report(algo, depth, lc, ls=None):
+    """client_report for a client whose round had mean client loss ``lc`` and, if it was
+    supervised, mean server loss ``ls`` (one step each)."""
+    x = {"lc_sum": lc, "n": 1}
+    if ls is not None:
+        x.update(ls_sum=ls, ns=1, w_sum=0.1, fused_steps=1, gn_server_sum=1.0)
+    return algo.client_report(SimpleNamespace(cut=depth, extra=x, stats=ClientRoundStats(client=0, cut=depth)))
+
+
+def test_fed_aggregate_wiring():
+    """Classifiers stay with their clients; a client the server supervised enters eq. (6)
+    with its eq. (3)-fused loss, a fallback-only one with its client loss; eq. (8) pulls each
+    layer towards the server's copy (the servers' state of this round) with weight lambda;
+    a layer no client holds is the server's copy; the main server gets the result."""
+    from raysfl.algorithms.base import ClientUpdate
+    from raysfl.runtime.fed_actor import FedState
+
+    algo = _algo()
+    algo.num_blocks = 4
+    v = lambda x: np.array([x], dtype=np.float32)  # noqa: E731
+    fed = FedState({f"blocks.{i}.w": v(100.0) for i in range(4)})
+    server = {f"blocks.{i}.w": v(10.0 * (i + 1)) for i in range(4)}  # this round's server-side copy
+    # client 0: depth 2, supervised (client loss 1, server loss 3): eq. 3 weight 2/4 * 0.75 = 0.375,
+    # fused loss 0.375 * 1 + 0.625 * 3 = 2.25; client 1: depth 1, fallback only, client loss 0.5
+    r0, r1 = _report(algo, 2, 1.0, 3.0), _report(algo, 1, 0.5)
+    assert r0["loss"] == pytest.approx(2.25) and r1["loss"] == pytest.approx(0.5)
+    u0 = ClientUpdate(0, {"blocks.0.w": v(1.0), "blocks.1.w": v(2.0), "head.1.weight": v(7.0)}, 5.0, report=r0)
+    u1 = ClientUpdate(1, {"blocks.0.w": v(3.0), "head.1.weight": v(8.0)}, 50.0, report=r1)
+    out = algo.fed_aggregate(fed, 1, [server], [u0, u1])
+    # eq. 6: depth 2/3, 1/3 times inverse loss (1/2.25, 1/0.5) / (1/2.25 + 2)   (sample counts play no part)
+    inv = np.array([1 / 2.25, 2.0])
+    w0, w1 = 2 / 3 * inv[0] / inv.sum(), 1 / 3 * inv[1] / inv.sum()
+    lam = 0.01
+    assert out["blocks.0.w"][0] == pytest.approx((w0 * 1.0 + w1 * 3.0 + lam * 10.0) / (w0 + w1 + lam), rel=1e-5)
+    assert out["blocks.1.w"][0] == pytest.approx((w0 * 2.0 + lam * 20.0) / (w0 + lam), rel=1e-5)
+    assert out["blocks.2.w"][0] == 30.0 and out["blocks.3.w"][0] == 40.0  # held by no client: the server's
+    assert not any(k.startswith("head.") for k in out) and out is fed.global_state
+    assert fed.own == {0: {"head.1.weight": v(7.0)}, 1: {"head.1.weight": v(8.0)}}
+    assert fed.extra["depth"] == {0: 2, 1: 1}
+
+
+def test_fed_evaluate_own_paths_on_the_balanced_test_set_and_on_their_label_mix():
+    """acc_local: each client's own path (global prefix + its classifier) on the balanced test
+    set; acc_local_own: the same model with each class weighted by the client's label mix.
+    A classifier that always answers a client's only class is right on its own mix and
+    right on one class in ten of the balanced set."""
+    from raysfl.data import load_dataset
+    from raysfl.runtime.fed_actor import ClientViews, Evaluator, FedState
+
+    ds = load_dataset("digits")
+    model = build_model("cnn", ds.input_shape, ds.num_classes, seed=0)
+    algo = _algo()
+    algo.num_blocks = model.num_blocks
+    fed = FedState({k: v.numpy().copy() for k, v in model.state_dict().items()})
+    hist = np.zeros((2, 10), dtype=np.int64)
+    hist[0, 3] = 50                      # client 0 holds only class 3
+    hist[1] = [10, 0, 0, 0, 0, 0, 0, 0, 0, 10]   # client 1: classes 0 and 9
+    for c, (depth, k) in enumerate([(1, 3), (2, 0)]):
+        head = client_classifier(model.activation_shape(depth), 10, spatial=True)
+        with torch.no_grad():
+            head[-1].weight.zero_()
+            head[-1].bias.zero_()
+            head[-1].bias[k] = 1.0       # always class k
+        fed.own[c] = {f"head.{n}": t.numpy().copy() for n, t in head.state_dict().items()}
+        fed.extra.setdefault("depth", {})[c] = depth
+    fed.last_clients = [0, 1]
+    ev = Evaluator(model, ds, "cpu", ClientViews([], hist))
+    acc, _, extras = algo.fed_evaluate(fed, ev)
+    share = [float(np.mean(ds.y_test == k)) for k in (3, 0)]
+    assert extras["acc_local"] == pytest.approx(np.mean(share))
+    assert extras["acc_local_std"] == pytest.approx(np.std(share))
+    assert extras["acc_local_own"] == pytest.approx((1.0 + 0.5) / 2)  # client 1: right on class 0, wrong on 9
+    assert acc == pytest.approx(ev(fed.global_state)[0])  # the super-network: all blocks of the global model
+
+
+def test_spatial_classifier_keeps_the_layout_and_the_pooled_one_is_unchanged():
+    from raysfl.models.heads import client_classifier as head
+
+    assert head((32, 4, 4), 10, spatial=True)[-1].in_features == 32 * 16    # 4x4 maps: flattened as they are
+    assert head((32, 14, 14), 10, spatial=True)[-1].in_features == 32 * 16  # pooled to 4x4 first
+    assert head((64, 2, 2), 10, spatial=True)[-1].in_features == 64 * 4
+    assert head((32, 14, 14), 10)[-1].in_features == 32                     # the default (BESplit's): GAP
+    assert head((17, 64), 10, spatial=True)[-1].in_features == head((17, 64), 10)[-1].in_features == 64
+    x = torch.zeros(2, 32, 4, 4)
+    x[0, :, 0, 0], x[1, :, 3, 3] = 1.0, 1.0  # same channel means, different places
+    torch.manual_seed(0)
+    spatial, pooled = head((32, 4, 4), 10, spatial=True), head((32, 4, 4), 10)
+    assert not torch.allclose(spatial(x)[0], spatial(x)[1]) and torch.allclose(pooled(x)[0], pooled(x)[1])
+    algo = _algo()
+    assert algo.client_head(1, build_model("cnn", (1, 8, 8), 10, seed=0), 10)[-1].in_features == 32 * 16
+    assert _algo(classifier_head="pooled").client_head(1, build_model("cnn", (1, 8, 8), 10, seed=0),
+                                                       10)[-1].in_features == 32
 
 
 def test_fallback_step_uses_the_clipped_local_gradient_only():
@@ -195,18 +333,37 @@ def test_killed_main_server_clients_finish_in_fallback(quick):
     assert sum(r["fallback_steps"] for r in clients) == rows[2]["fallback_steps"]
 
 
-def test_server_availability_schedule_trains_clients_alone(quick):
-    """availability_rounds switches the server off for whole rounds: every step of those
-    rounds is a fallback step, no smashed data is sent, and the global model still moves."""
+@pytest.mark.parametrize("mode", ["server", "gradients"])
+def test_server_availability_schedule(quick, mode):
+    """availability_rounds: in round 2 there are no server gradients, and every step is a
+    fallback step. ``server`` mode: the server is off (no smashed data, no server work).
+    ``gradients`` mode: the clients still send smashed data and the server still trains."""
     import raysfl
 
-    res = raysfl.run(quick(algo="super_sfl", model="cnn", rounds=3, super_sfl={"availability_rounds": "1,3"}))
+    res = raysfl.run(quick(algo="super_sfl", model="cnn", rounds=3,
+                           super_sfl={"availability_rounds": "1,3", "availability_mode": mode}))
     rows = {r["round"]: r for r in res.metrics}
     assert [rows[r]["server_available"] for r in (1, 2, 3)] == [1.0, 0.0, 1.0]
-    assert rows[2]["fallback_steps"] == 4 * 2 and rows[2]["bytes_smashed_up"] == 0
+    assert rows[2]["fallback_steps"] == 4 * 2 and rows[2]["fallbacks"] == 4
+    assert (rows[2]["bytes_smashed_up"] > 0) == (rows[2]["server_flops"] > 0) == (mode == "gradients")
+    assert math.isnan(rows[2]["tpgf_w_client"]) and math.isfinite(rows[2]["grad_norm_local"])
     assert rows[1]["fallback_steps"] == 0 and rows[1]["bytes_smashed_up"] > 0
+    assert 0 < rows[1]["tpgf_w_client"] < 1 and rows[1]["grad_norm_server"] > 0
     assert rows[2]["completed"] == 4 and math.isfinite(rows[2]["train_loss"])
-    assert all(math.isfinite(rows[r]["acc_local"]) for r in (1, 2, 3))
+    assert all(math.isfinite(rows[r]["acc_local"]) and math.isfinite(rows[r]["acc_local_own"]) for r in (1, 2, 3))
+
+
+def test_super_network_learns_without_server_gradients(quick):
+    """Table III's 0 % column in the default (gradients) mode: the clients never get a server
+    gradient, yet the server trains the deeper blocks on their smashed data, and the
+    super-network learns far above chance (10 %)."""
+    import raysfl
+
+    res = raysfl.run(quick(algo="super_sfl", model="cnn", clients=4, rounds=6, local_steps=12, batch_size=32,
+                           super_sfl={"server_availability": 0.0}))
+    assert all(r["server_available"] == 0.0 for r in res.metrics)
+    assert res.final["fallback_steps"] == 4 * 12
+    assert res.final["test_accuracy"] >= 0.6, res.final["test_accuracy"]
 
 
 def test_measured_allocation_probes_once_and_keeps_it(quick):
@@ -236,6 +393,8 @@ def test_availability_fraction_and_schedule_parsing():
     ({"availability_rounds": "3-1"}, "availability_rounds must list rounds like '1-5,9', got '3-1'"),
     ({"server_timeout_s": 0}, "server_timeout_s must be > 0"),
     ({"clip_norm": -1}, "clip_norm must be > 0"),
+    ({"availability_mode": "off"}, "unknown availability_mode 'off'; allowed: gradients, server"),
+    ({"classifier_head": "mlp"}, "unknown classifier_head 'mlp'; allowed: spatial, pooled"),
 ])
 def test_bad_super_sfl_settings_are_refused(params, match):
     with pytest.raises(ConfigError, match=match):
