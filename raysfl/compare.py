@@ -4,10 +4,12 @@ seeds, one results table, and the plots.
 Every run of a comparison shares the settings that define the data and the federation --
 data set, model, cut, clients, clients per round, rounds, partition and its parameters,
 local work, batch size, device profiles -- taken from the user's settings, else from the
-paper setting (``config_defaults``) of the *first* algorithm listed, else from raysfl's
-defaults: ``--algos gapsl,psl`` runs in GAPSL's setting (10 clients, Dirichlet 0.1, its
-cut), as the paper ran its baselines, and never mixes two papers' settings (GAPSL's
-Dirichlet 0.1 with BESplit's Dirichlet 1). Learning settings the user leaves out (lr,
+paper setting (``dataset_defaults`` for the data set, then ``config_defaults``) of the
+*first* algorithm listed, else from raysfl's defaults: ``--algos gapsl,psl`` runs in GAPSL's
+setting (10 clients, Dirichlet 0.1, its cut), as the paper ran its baselines, and never mixes
+two papers' settings (GAPSL's Dirichlet 0.1 with BESplit's Dirichlet 1). Participation too:
+every algorithm trains ``--clients-per-round`` clients a round (all of them if not given);
+FLEX-SFL maps it to its participation rate rho. Learning settings the user leaves out (lr,
 momentum, ...) follow each algorithm's paper defaults; an algorithm without a value of its
 own (a baseline) takes the first algorithm's. Seeds are 0 .. n-1; the same seed gives every
 algorithm the same partition, profiles and selection stream.
@@ -51,14 +53,21 @@ def comparison_configs(algos: list[str], settings: dict, seeds: int, out_dir: Pa
     from raysfl.algorithms import get_algorithm
 
     base = Config()
-    paper = get_algorithm(algos[0]).config_defaults  # the setting the comparison runs in
+    first = get_algorithm(algos[0])
+    dataset = settings.get("dataset", base.dataset)
+    paper = {**first.config_defaults, **first.dataset_defaults.get(dataset, {})}  # the comparison's setting
     shared = {k: paper.get(k, RUN_DEFAULTS.get(k, getattr(base, k))) for k in SHARED}
+    shared.update({k: v for k, v in settings.items() if k in SHARED})
+    # the same participation for every algorithm: the clients per round given, else all of them
+    # (an algorithm that selects by its own rule maps it to its own knob, e.g. FLEX-SFL's rho)
+    shared["clients_per_round"] = shared["clients_per_round"] or shared["clients"]
     configs = []
     for algo in algos:
-        own = get_algorithm(algo).config_defaults
+        cls = get_algorithm(algo)
+        own = {**cls.config_defaults, **cls.dataset_defaults.get(dataset, {})}
         learning = {k: v for k, v in paper.items() if k not in SHARED and k not in own}
         for seed in range(seeds):
-            data = {**shared, **learning, **settings, "algo": algo, "seed": seed, "name": f"{algo}-s{seed}",
+            data = {**learning, **settings, **shared, "algo": algo, "seed": seed, "name": f"{algo}-s{seed}",
                     "out": str(out_dir / "runs")}
             configs.append(validate(from_dict(data)))
     return configs
@@ -178,6 +187,7 @@ def run_rows(run_dir: Path, target: float) -> dict:
             "rounds_to_target": hit[0] if hit else None, "sim_s_to_target": hit[1] if hit else None,
             "bytes_to_target": hit[2] if hit else None, "total_bytes": sent,
             "sim_time_total_s": rows[-1]["sim_time_total_s"] if rows else nan,
+            "participants": statistics.mean(r["participants"] for r in rows) if rows else nan,
             "fallbacks": sum(r.get("fallbacks", 0) for r in rows), "failures": sum(r.get("failures", 0) for r in rows)}
 
 
@@ -201,6 +211,7 @@ def summarise(run_dirs: list[Path], out_dir: Path, target: float) -> list[dict]:
                     "sim_s_to_target": _mean(r["sim_s_to_target"] for r in rs),
                     "bytes_to_target": _mean(r["bytes_to_target"] for r in rs),
                     "total_bytes": statistics.mean(r["total_bytes"] for r in rs),
+                    "participants": statistics.mean(r["participants"] for r in rs),
                     "fallbacks": sum(r["fallbacks"] for r in rs), "failures": sum(r["failures"] for r in rs)})
     pq.write_table(pa.Table.from_pylist(out), out_dir / "results.parquet")
     (out_dir / "results.md").write_text(results_markdown(out, target))
@@ -211,12 +222,13 @@ def results_markdown(rows: list[dict], target: float) -> str:
     def f(v, spec):
         return "—" if v is None else format(v, spec)
 
-    lines = [f"| algorithm | seeds | final accuracy | reached {target:.0%} | rounds to {target:.0%} | simulated s to "
-             f"{target:.0%} | MB to {target:.0%} | total MB | fallbacks | failures |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [f"| algorithm | seeds | clients / round | final accuracy | reached {target:.0%} | rounds to {target:.0%} | "
+             f"simulated s to {target:.0%} | MB to {target:.0%} | total MB | fallbacks | failures |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         mb_t = None if r["bytes_to_target"] is None else r["bytes_to_target"] / 1e6
-        lines.append(f"| {r['algo']} | {r['seeds']} | {r['final_accuracy_mean']:.4f} ± {r['final_accuracy_std']:.4f} | "
+        lines.append(f"| {r['algo']} | {r['seeds']} | {r['participants']:.1f} | "
+                     f"{r['final_accuracy_mean']:.4f} ± {r['final_accuracy_std']:.4f} | "
                      f"{r['reached_target']}/{r['seeds']} | {f(r['rounds_to_target'], '.1f')} | "
                      f"{f(r['sim_s_to_target'], '.1f')} | {f(mb_t, '.2f')} | {r['total_bytes'] / 1e6:.2f} | "
                      f"{r['fallbacks']} | {r['failures']} |")
