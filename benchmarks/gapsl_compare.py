@@ -20,8 +20,8 @@ Tables (``--tables``): ``main`` (the default setting at cut 1 and cut 2, with th
 columns), ``readings`` (each choice this implementation made against its alternative),
 ``eta`` (eq. 6's eta), ``local`` (with 20 % local test splits), ``table1`` (IID and non-IID),
 ``table2`` (10-40 devices), ``table3`` (Dirichlet alpha), ``ablations`` (Sec. V-C). Finished
-runs are cached in ``--cache`` (keyed by their settings and a hash of ``raysfl/``'s source), so
-tables that share runs share them and an interrupted sweep resumes.
+runs are cached in ``--cache`` (``sweep.run``'s cache, one directory per hash of ``raysfl/``'s
+code), so tables that share runs share them and an interrupted sweep resumes.
 """
 
 from __future__ import annotations
@@ -78,16 +78,12 @@ def code_hash() -> str:
 
 
 class Runner:
-    """Runs (or reads from the cache) one configuration and summarises it as a row."""
+    """Runs one configuration (through :func:`sweep.run`'s cache, in a directory named after the
+    code's hash) and summarises it as a row."""
 
     def __init__(self, cache: Path, rounds: int, dataset: str):
-        self.cache, self.rounds, self.dataset = cache, rounds, dataset
-        self.code = code_hash()
-        self.done: dict[str, dict] = {}
-        if cache.exists():
-            for line in cache.read_text().splitlines():
-                rec = json.loads(line)
-                self.done[rec["key"]] = rec["row"]
+        self.rounds, self.dataset = rounds, dataset
+        self.cache = cache / code_hash()
 
     @functools.lru_cache(maxsize=None)
     def equal_steps(self, clients: int, partition: str, alpha: float, seed: int, local_test_fraction: float) -> int:
@@ -105,15 +101,10 @@ class Runner:
             settings["local_steps"] = self.equal_steps(settings["clients"], settings["partition"], settings["alpha"],
                                                         seed, settings.get("local_test_fraction", 0.0))
         params = {k: v for k, v in settings.items() if isinstance(v, dict)}
-        key = json.dumps({"algo": algo, "seed": seed, **settings, "code": self.code}, sort_keys=True)
-        if key not in self.done:
-            metrics = run(algo=algo, seed=seed, **settings)
-            self.done[key] = summarise(metrics)
-            with open(self.cache, "a") as f:
-                f.write(json.dumps({"key": key, "row": self.done[key]}) + "\n")
+        summary = summarise(run(cache=self.cache, algo=algo, seed=seed, **settings))
         row = {"variant": label, "algo": algo, "seed": seed, "dataset": self.dataset, "rounds": self.rounds,
                "clients": settings["clients"], "alpha": settings["alpha"], "partition": settings["partition"],
-               "cut": settings["cut"], "params": json.dumps(params, sort_keys=True), **self.done[key]}
+               "cut": settings["cut"], "params": json.dumps(params, sort_keys=True), **summary}
         print(f"{label:<44} seed {seed} {settings['partition']:<9} a={settings['alpha']:<4} n={settings['clients']:<3} "
               f"cut {settings['cut']}  final {row['final_accuracy']:.4f}  last5 {row['last5_accuracy']:.4f}", flush=True)
         return row
@@ -267,11 +258,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--num-cpus", type=int, default=4, help="logical CPUs of the local Ray")
-    ap.add_argument("--cache", default=str(ROOT / "runs" / "gapsl-bench-cache.jsonl"))
+    ap.add_argument("--cache", default=str(ROOT / "runs" / "gapsl-cache"),
+                    help="directory of finished runs (one subdirectory per version of the code)")
     ap.add_argument("--doc", default="docs/gapsl.md", help="document whose marked sections get the tables")
     args = ap.parse_args()
 
-    Path(args.cache).parent.mkdir(parents=True, exist_ok=True)
     start_ray(args.num_cpus)
     run_one = Runner(Path(args.cache), args.rounds, args.dataset)
     for name in args.tables:
