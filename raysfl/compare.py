@@ -3,14 +3,16 @@ seeds, one results table, and the plots.
 
 Every run of a comparison shares the settings that define the data and the federation --
 data set, model, cut, clients, clients per round, rounds, partition and its parameters,
-local work, batch size, device profiles -- taken from the user's settings or else from
-raysfl's defaults, *not* from any algorithm's ``config_defaults`` (which would give GAPSL
-Dirichlet 0.1 and BESplit Dirichlet 1 in the same comparison). Participation too: every
-algorithm trains ``--clients-per-round`` clients a round (all of them if not given); FLEX-SFL
-maps it to its participation rate rho. Learning settings the user leaves out (lr, momentum,
-...) still follow each algorithm's paper defaults. Seeds are
-0 .. n-1; the same seed gives every algorithm the same partition, profiles and selection
-stream.
+local work, batch size, device profiles -- taken from the user's settings, else from the
+paper setting (``dataset_defaults`` for the data set, then ``config_defaults``) of the
+*first* algorithm listed, else from raysfl's defaults: ``--algos gapsl,psl`` runs in GAPSL's
+setting (10 clients, Dirichlet 0.1, its cut), as the paper ran its baselines, and never mixes
+two papers' settings (GAPSL's Dirichlet 0.1 with BESplit's Dirichlet 1). Participation too:
+every algorithm trains ``--clients-per-round`` clients a round (all of them if not given);
+FLEX-SFL maps it to its participation rate rho. Learning settings the user leaves out (lr,
+momentum, ...) follow each algorithm's paper defaults; an algorithm without a value of its
+own (a baseline) takes the first algorithm's. Seeds are 0 .. n-1; the same seed gives every
+algorithm the same partition, profiles and selection stream.
 
 Runs go as many at once as the Ray cluster's CPUs and GPUs hold (``--parallel`` overrides),
 each in a thread of this driver with its own actors and placement groups; a run's results
@@ -48,16 +50,24 @@ def comparison_configs(algos: list[str], settings: dict, seeds: int, out_dir: Pa
         raise ConfigError(f"--algos lists an algorithm twice: {','.join(algos)}")
     if seeds < 1:
         raise ConfigError(f"--seeds must be >= 1, got {seeds}")
+    from raysfl.algorithms import get_algorithm
+
     base = Config()
-    shared = {k: RUN_DEFAULTS.get(k, getattr(base, k)) for k in SHARED}
+    first = get_algorithm(algos[0])
+    dataset = settings.get("dataset", base.dataset)
+    paper = {**first.config_defaults, **first.dataset_defaults.get(dataset, {})}  # the comparison's setting
+    shared = {k: paper.get(k, RUN_DEFAULTS.get(k, getattr(base, k))) for k in SHARED}
     shared.update({k: v for k, v in settings.items() if k in SHARED})
     # the same participation for every algorithm: the clients per round given, else all of them
     # (an algorithm that selects by its own rule maps it to its own knob, e.g. FLEX-SFL's rho)
     shared["clients_per_round"] = shared["clients_per_round"] or shared["clients"]
     configs = []
     for algo in algos:
+        cls = get_algorithm(algo)
+        own = {**cls.config_defaults, **cls.dataset_defaults.get(dataset, {})}
+        learning = {k: v for k, v in paper.items() if k not in SHARED and k not in own}
         for seed in range(seeds):
-            data = {**settings, **shared, "algo": algo, "seed": seed, "name": f"{algo}-s{seed}",
+            data = {**learning, **settings, **shared, "algo": algo, "seed": seed, "name": f"{algo}-s{seed}",
                     "out": str(out_dir / "runs")}
             configs.append(validate(from_dict(data)))
     return configs

@@ -8,22 +8,30 @@ import torch
 import torch.nn.functional as F
 
 
-@torch.no_grad()
 def evaluate(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, to_tensor,
              batch_size: int = 512, device="cpu") -> tuple[float, float]:
     """Return (accuracy as a fraction 0..1, mean cross-entropy loss)."""
+    return evaluate_predictions(model, x, y, to_tensor, batch_size, device)[:2]
+
+
+@torch.no_grad()
+def evaluate_predictions(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, to_tensor,
+                         batch_size: int = 512, device="cpu") -> tuple[float, float, np.ndarray]:
+    """(accuracy, mean cross-entropy loss, the class predicted for each row) in one pass."""
     was_training = model.training
     model.eval()
-    correct, loss_sum = 0, 0.0
+    correct, loss_sum, preds = 0, 0.0, []
     for i in range(0, len(y), batch_size):
         xb = to_tensor(x[i:i + batch_size]).to(device)
         yb = torch.from_numpy(np.array(y[i:i + batch_size], dtype=np.int64)).to(device)
         out = model(xb)
         loss_sum += float(F.cross_entropy(out, yb, reduction="sum"))
-        correct += int((out.argmax(1) == yb).sum())
+        pred = out.argmax(1)
+        correct += int((pred == yb).sum())
+        preds.append(pred.cpu().numpy())
     model.train(was_training)
     n = max(1, len(y))
-    return correct / n, loss_sum / n
+    return correct / n, loss_sum / n, np.concatenate(preds) if preds else np.zeros(0, dtype=np.int64)
 
 
 @torch.no_grad()

@@ -138,13 +138,21 @@ ALGO_KNOBS: dict[str, str] = {
                          "takes the local step) | server (the server is off)",
     "classifier_head": "SuperSFL client classifier on feature maps: spatial (pooled to <=4x4, flattened) | "
                        "pooled (one value per channel)",
+    # PSL, EPSL
+    "server_reduction": "PSL's server loss over the group: mean (over every sample) | sum (of the clients' mean "
+                        "losses, as GAPSL's eq. 8)",
+    "phi": "EPSL: share of each batch whose last-layer gradients are averaged over the clients (0 = PSL)",
     # GAPSL
     "k_min": "GAPSL eq. 2: lowest share of clients in the leader gradient",
     "k_max": "GAPSL eq. 2: highest share of clients in the leader gradient",
     "time_scaling": "GAPSL eq. 2's t/T factor (--no-time-scaling: Algorithm 1 as printed)",
     "gda_eta": "GAPSL eq. 6: threshold = mean - eta x std of the angles to the leader",
-    "gda_lambda": "GAPSL eq. 7: alignment strength",
+    "gda_lambda": "GAPSL eq. 7: regularisation weight (no effect with --gda-regularizer detached, footnote 6)",
+    "gda_regularizer": "GAPSL eq. 7: detached (footnote 6: g_i and g_lead constants, lambda has no effect) | "
+                       "second_order (double back-propagation)",
     "gda_reduction": "GAPSL eq. 8 over the selected clients: sum | mean",
+    "cut_gradients": "GAPSL eq. 8: eq8 (dL_g/da_i, zero for clients outside S^) | own (every client its own loss's)",
+    "round_steps": "GAPSL Sec. III-A: equal (every client in every server step) | epoch (each client its own epoch)",
     "lgi": "GAPSL leader gradient: lgi | none (Non-LGI) | random (Rand-LGI)",
     "gda": "GAPSL alignment: gda | none (Non-GDA) | random (Rand-GDA)",
     # FedPairing

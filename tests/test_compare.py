@@ -100,3 +100,26 @@ def test_compare_and_plot_refuse_bad_input(tmp_path, capsys):
         comparison_configs(["psl"], {}, 0, tmp_path)
     assert main(["plot", str(tmp_path)]) == 2
     assert "is not a run directory (no metrics.parquet)" in capsys.readouterr().err
+
+
+def test_a_comparison_runs_in_the_first_algorithms_paper_setting(tmp_path):
+    """``--algos gapsl,psl``: GAPSL's data setting for both, and GAPSL's learning settings for
+    the baseline that has none of its own; another paper's algorithm keeps its own learning
+    settings; what the user gives wins; a baseline first gives raysfl's defaults."""
+    from raysfl.algorithms import ALGORITHMS
+    from raysfl.compare import comparison_configs
+    from raysfl.config import RUN_DEFAULTS
+
+    paper = ALGORITHMS["gapsl"].config_defaults
+    gapsl, psl, pairing = comparison_configs(["gapsl", "psl", "fed_pairing"], {}, 1, tmp_path)
+    for c in (gapsl, psl, pairing):
+        assert (c.clients, c.partition, c.alpha, c.cut) == (paper["clients"], paper["partition"], paper["alpha"],
+                                                           paper["cut"])
+    assert (psl.lr, psl.server_lr, psl.momentum) == (paper["lr"], paper["server_lr"], paper["momentum"])
+    assert (pairing.lr, pairing.momentum) == (ALGORITHMS["fed_pairing"].config_defaults["lr"],
+                                              ALGORITHMS["fed_pairing"].config_defaults["momentum"])
+    _, psl = comparison_configs(["gapsl", "psl"], {"alpha": 0.5, "lr": 0.02}, 1, tmp_path)
+    assert (psl.alpha, psl.lr, psl.server_lr) == (0.5, 0.02, paper["server_lr"])
+    psl, gapsl = comparison_configs(["psl", "gapsl"], {}, 1, tmp_path)
+    assert {(c.partition, c.cut) for c in (psl, gapsl)} == {(RUN_DEFAULTS["partition"], RUN_DEFAULTS["cut"])}
+    assert (psl.lr, gapsl.lr) == (RUN_DEFAULTS["lr"], paper["lr"])

@@ -8,8 +8,8 @@ One package per paper (``flex_sfl/``, ``super_sfl/``, ``gapsl/``, ``fed_pairing/
 from __future__ import annotations
 
 from raysfl.algorithms.base import Algorithm, ClientUpdate, FederationContext, NoParams
-from raysfl.algorithms.baselines import (Centralized, FedAvg, FedProx, ParallelSplitLearning, SplitFedV1, SplitFedV2,
-                                         SplitLearning)
+from raysfl.algorithms.baselines import (EPSL, Centralized, FedAvg, FedProx, ParallelSplitLearning, SplitFedV1,
+                                         SplitFedV2, SplitLearning)
 from raysfl.algorithms.besplit import BESplit
 from raysfl.algorithms.fed_pairing import FedPairing
 from raysfl.algorithms.flex_sfl import FlexSFL
@@ -19,8 +19,8 @@ from raysfl.errors import ConfigError
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     cls.name: cls
-    for cls in (FedAvg, FedProx, SplitLearning, SplitFedV1, SplitFedV2, ParallelSplitLearning, FlexSFL, SuperSFL, GAPSL,
-                FedPairing, BESplit, Centralized)
+    for cls in (FedAvg, FedProx, SplitLearning, SplitFedV1, SplitFedV2, ParallelSplitLearning, EPSL, FlexSFL, SuperSFL,
+                GAPSL, FedPairing, BESplit, Centralized)
 }
 
 

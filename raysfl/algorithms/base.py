@@ -18,6 +18,8 @@ hook                           called by            when / what for
 ``select``                     driver               each round: who takes part
 ``assign_cuts``                driver               each round: split point per client
 ``assign_servers``             driver               each round: server actor per client
+``plan_steps``                 driver               each round: (local steps, batch size) per client
+                                                    (default: the runtime's rule, per client)
 ``pair_plan``                  driver               each round: partners and overlaps (PEER)
 ``servers_down``,              driver               each round: the algorithm's own availability
 ``on_server_down``                                  model, and who trains without the server
@@ -286,6 +288,14 @@ class Algorithm:
                        ctx: FederationContext) -> dict[int, int]:
         """Index of the server actor that runs each client's server-side part."""
         return {c: 0 for c in clients}
+
+    def plan_steps(self, rnd: int, clients: list[int], ctx: FederationContext) -> dict[int, tuple[int, int]] | None:
+        """(local steps, batch size) of each client in round ``rnd``. None (the default) keeps
+        the runtime's rule for each client on its own: ``--local-steps``, or ``ceil(local_epochs
+        x n_k / batch)`` with batch ``min(batch_size, n_k)`` (``runtime/planning.local_steps``).
+        GAPSL returns one step count for every client (Sec. III-A: every server step sees
+        every participant)."""
+        return None
 
     def on_server_down(self, rnd: int, clients: list[int]) -> list[int]:
         """Clients whose server is unavailable this round (``unavailable:`` faults): return

@@ -14,7 +14,7 @@ import uuid
 
 import numpy as np
 
-from raysfl.evaluation import evaluate, evaluate_by_class, mix_weighted_accuracy
+from raysfl.evaluation import evaluate, evaluate_by_class, evaluate_predictions, mix_weighted_accuracy
 from raysfl.runtime.placement import device_for_actor, set_threads
 from raysfl.runtime.refs import fetch
 from raysfl.transport import state_to_wire, wire_to_state
@@ -171,7 +171,11 @@ class Evaluator:
     * ``ev.local(m, client)``: accuracy of ``m`` on ``client``'s local test split
       (``ev.has_local_tests``: whether the run has them, ``--local-test-fraction``);
     * ``ev.on_label_mix(m, client)``: accuracy of ``m`` on the global test set weighted by
-      ``client``'s training label mix (its test-set counterpart, class-weighted).
+      ``client``'s training label mix (its test-set counterpart, class-weighted);
+    * ``ev.own_class_share(m, client)``: the share of ``m``'s predictions on the global test set
+      that fall in the classes ``client`` trains on (a model that only ever predicts its
+      client's classes scores 1);
+    * ``ev.for_client(m, client)``: all of the above on the global test set in one pass.
     """
 
     def __init__(self, model, ds, device, views: ClientViews | None = None):
@@ -210,6 +214,25 @@ class Evaluator:
         correct, total = evaluate_by_class(m.to(self.device), self.ds.x_test, self.ds.y_test, self.ds.to_tensor,
                                            self.num_classes, device=self.device)
         return mix_weighted_accuracy(correct, total, self.views.histograms[client])
+
+    def own_class_share(self, m, client: int) -> float:
+        """Share of ``m``'s global-test predictions in classes ``client`` has training samples of."""
+        return self.for_client(m, client)["own_class_share"]
+
+    def for_client(self, m, client: int) -> dict[str, float]:
+        """One pass of ``m`` over the global test set, seen from ``client``: ``accuracy`` and
+        ``loss`` (as :meth:`module`), ``label_mix`` (as :meth:`on_label_mix`) and
+        ``own_class_share`` (as :meth:`own_class_share`)."""
+        if self.views.histograms is None:
+            raise ValueError("no label histograms were given to this evaluator")
+        mix = np.asarray(self.views.histograms[client])
+        acc, loss, pred = evaluate_predictions(m.to(self.device), self.ds.x_test, self.ds.y_test, self.ds.to_tensor,
+                                               device=self.device)
+        y = np.asarray(self.ds.y_test, dtype=np.int64)
+        correct = np.bincount(y[pred == y], minlength=self.num_classes)[:self.num_classes]
+        total = np.bincount(y, minlength=self.num_classes)[:self.num_classes]
+        return {"accuracy": acc, "loss": loss, "label_mix": mix_weighted_accuracy(correct, total, mix),
+                "own_class_share": float((mix > 0)[pred].mean()) if len(pred) else float("nan")}
 
 
 def _block(key: str) -> int:

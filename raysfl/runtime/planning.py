@@ -49,8 +49,9 @@ def plan_round(cfg, algo: Algorithm, rnd: int, ctx: FederationContext,
     cuts = algo.assign_cuts(rnd, clients, ctx)
     server_of = algo.assign_servers(rnd, clients, cuts, ctx)
     plans = {}
+    planned = algo.plan_steps(rnd, clients, ctx)
     for c in clients:
-        steps, batch = local_steps(cfg, int(ctx.sizes[c]))
+        steps, batch = planned[c] if planned is not None else local_steps(cfg, int(ctx.sizes[c]))
         plans[c] = ClientPlan(cuts[c], steps, batch, stream_pos.get(c, 0), cfg.lr_at(rnd), round=rnd)
     for c, pair in algo.pair_plan(rnd, clients).items():
         plans[c].whole, plans[c].partner, plans[c].overlap = True, pair["partner"], list(pair["overlap"])

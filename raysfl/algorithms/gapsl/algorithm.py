@@ -2,22 +2,31 @@
 identification and gradient direction alignment.
 
 PSL's shape -- many clients, one shared server-side model, no client-side aggregation --
-with a server step that looks at each client's gradient of the server-side model:
+with a server step that looks at each client's gradient of the server-side model.
+
+**A round** (Sec. III-A: "i) each client device executes FP ... and transmits the resulting
+activations to the server; ii) the server employs LGI to construct a leader gradient and
+then utilizes GDA ..., followed by BP on the server-side model; iii) the server sends all
+generated gradients to the client device"): every server step holds one batch of *every*
+participant, so every participant takes the same number of steps in a round
+(:meth:`GAPSL.plan_steps`: ``ceil(local_epochs x mean client size / batch)``, or
+``--local-steps``; ``round_steps="epoch"`` gives each client its own epoch instead).
+
+**A server step:**
 
 1. per-client gradients g_i of the server-side model for the whole group at once
-   (:func:`raysfl.server_steps.per_client_gradients`: ``torch.func.grad`` under ``vmap``
-   over the clients, one functional forward/backward per client batch, batched);
+   (:func:`raysfl.server_steps.per_client_gradients`: ``torch.func.grad`` under ``vmap``);
 2. LGI (Sec. III-B, eqs. 1-4, Alg. 1, :mod:`raysfl.algorithms.gapsl.lgi`): consistency scores,
    the adaptive ratio K^t, and the leader gradient from the most consistent clients;
 3. GDA (Sec. III-C, eqs. 5-8, Alg. 2, :mod:`raysfl.algorithms.gapsl.gda`): the adaptive angular
-   threshold, and the server-side update from the selected clients' gradients, each
-   aligned towards the leader (the first-order reading of eq. 7 in gda.py).
+   threshold selects S^; the server-side model steps on dL_g/dw of eq. 8, and each client
+   gets dL_g/da_i at its cut -- zero outside S^ (``cut_gradients="eq8"``; ``"own"`` sends
+   every client the gradient of its own loss). Eq. 7's term is detached as footnote 6 says
+   (lambda has no effect) unless ``gda_regularizer="second_order"``.
 
-Every client, selected or not, gets back the gradient of its own loss with respect to its
-smashed data, computed at the server weights of that step: GDA decides what the shared
-server-side model learns from, not whether a client may train its own client-side model
-(without that gradient a filtered-out client would never train at all, since PSL never
-aggregates client-side models).
+A group of fewer than 3 clients skips LGI and GDA (with 2 clients the two consistency
+scores are equal, their spread is 0 and the lower index always leads): it takes PSL's step
+with GAPSL's reduction, and its spread does not enter eq. 2's running range.
 """
 
 from __future__ import annotations
@@ -26,12 +35,18 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from raysfl.algorithms.base import Algorithm, ClientModel, Protocol, record_gradient_angle
-from raysfl.algorithms.gapsl.gda import GDA_MODES, REDUCTIONS, server_update
+from raysfl.algorithms.baselines.splitfed import OWN_MODEL_METRICS, evaluate_own_models
+from raysfl.algorithms.gapsl import gda
 from raysfl.algorithms.gapsl.lgi import LGI_MODES, leader_gradient
 from raysfl.errors import ConfigError
 from raysfl.server_steps import apply_flat_gradient, per_client_gradients, refresh_batch_norm_stats
+
+MIN_GROUP = 3  # smallest group LGI/GDA run on
+CUT_GRADIENTS = ("eq8", "own")
+ROUND_STEPS = ("equal", "epoch")
 
 
 @dataclass
@@ -43,7 +58,10 @@ class GAPSLParams:
     time_scaling: bool = True      # eq. (2)'s t/T factor (False: Algorithm 1, line 10, which omits it)
     gda_eta: float = 0.5           # eta of eq. (6): larger = stricter threshold (the paper gives no value)
     gda_lambda: float = 5e-4       # lambda of eq. (7): 5e-4 for VGG-16, 3e-5 for ViT (Sec. IV-4)
+    gda_regularizer: str = "detached"  # detached: footnote 6 (lambda has no effect) | second_order
     gda_reduction: str = "sum"     # sum: eq. (8) as written | mean: the selected clients' average
+    cut_gradients: str = "eq8"     # eq8: dL_g/da_i (zero outside S^) | own: every client its own loss's
+    round_steps: str = "equal"     # equal: every client in every server step (Sec. III-A) | epoch: own epoch
     lgi: str = "lgi"               # lgi | none (Non-LGI) | random (Rand-LGI), Sec. V-C
     gda: str = "gda"               # gda | none (Non-GDA) | random (Rand-GDA), Sec. V-C
 
@@ -54,8 +72,10 @@ class GAPSL(Algorithm):
     params_cls = GAPSLParams
     protocol = Protocol(client_model=ClientModel.OWN)  # PSL: every client keeps its own client-side model
     # Sec. IV-4: 10 clients, Dirichlet alpha = 0.1, SGD momentum 0.9, lr 0.005 client / 0.01 server (VGG-16).
+    # cut 1: the CNN's first conv layer on the clients, ~1 % of its parameters (VGG-16's four conv
+    # layers are 1.8 % of VGG-16; the CNN's cut 2 would put 60 % there).
     config_defaults = {"clients": 10, "partition": "dirichlet", "alpha": 0.1, "momentum": 0.9, "lr": 0.005,
-                       "server_lr": 0.01}
+                       "server_lr": 0.01, "cut": 1}
 
     @classmethod
     def validate(cls, cfg) -> None:
@@ -66,32 +86,74 @@ class GAPSL(Algorithm):
             raise ConfigError(f"gda_eta must be a finite number >= 0, got {p.gda_eta}")
         if not (math.isfinite(p.gda_lambda) and p.gda_lambda >= 0):
             raise ConfigError(f"gda_lambda must be a finite number >= 0, got {p.gda_lambda}")
-        for name, value, allowed in (("lgi", p.lgi, LGI_MODES), ("gda", p.gda, GDA_MODES),
-                                     ("gda_reduction", p.gda_reduction, REDUCTIONS)):
+        for name, value, allowed in (("lgi", p.lgi, LGI_MODES), ("gda", p.gda, gda.GDA_MODES),
+                                     ("gda_reduction", p.gda_reduction, gda.REDUCTIONS),
+                                     ("gda_regularizer", p.gda_regularizer, gda.REGULARIZERS),
+                                     ("cut_gradients", p.cut_gradients, CUT_GRADIENTS),
+                                     ("round_steps", p.round_steps, ROUND_STEPS)):
             if value not in allowed:
                 raise ConfigError(f"unknown {name} '{value}'; allowed: {', '.join(allowed)}")
 
+    def plan_steps(self, rnd: int, clients: list[int], ctx) -> dict[int, tuple[int, int]] | None:
+        """``equal``: one step count for every client, so that each server step holds one batch
+        of every participant: ``--local-steps``, or one epoch of the mean client,
+        ``ceil(local_epochs x mean(n_k) / batch)`` (about one pass over the federation's data
+        per round, as the runtime's own rule gives in total). ``epoch``: the runtime's rule."""
+        if self.params.round_steps == "epoch":
+            return None
+        cfg = self.cfg
+        steps = cfg.local_steps or max(1, math.ceil(cfg.local_epochs * float(np.mean(ctx.sizes)) / cfg.batch_size))
+        return {c: (steps, min(cfg.batch_size, int(ctx.sizes[c]))) for c in clients}
+
     def server_metric_names(self) -> list[str]:
-        return ["grad_angle_deg", "lgi_k", "gda_kept", "gda_threshold_deg"]
+        names = ["grad_angle_deg", "group_clients", "lgi_k", "gda_kept", "gda_threshold_deg", "lgi_skipped"]
+        return names + (["gda_reg_rel"] if self.params.gda_regularizer == "second_order" else [])
+
+    def eval_metric_names(self) -> list[str]:
+        return list(OWN_MODEL_METRICS)
+
+    def fed_evaluate(self, fed, ev):
+        return evaluate_own_models(fed, ev)
 
     def server_step(self, server, batches):
         """LGI + GDA on the group's per-client gradients, one optimizer step of the shared
-        server-side model; each client gets the gradient of its own loss at its cut."""
-        p = server.extra
+        server-side model on dL_g/dw (eq. 8); each client gets dL_g/da_i at its cut."""
+        p, prm = server.extra, self.params
         grads, act_grads, losses, names, has_bn = per_client_gradients(server.model, batches)
         calls = p.get("calls", 0)
         p["calls"] = calls + 1
-        rng = np.random.default_rng([self.cfg.seed, server.round, calls, 0x6A95])
-        prm = self.params
-        lead, leaders, k, p["nu_range"] = leader_gradient(grads, server.round, self.cfg.rounds, p.get("nu_range"),
-                                                         prm.k_min, prm.k_max, prm.lgi, rng, prm.time_scaling)
-        update, used, threshold, _ = server_update(grads, lead, leaders, prm.gda_eta, prm.gda_lambda, prm.gda,
-                                                   prm.gda_reduction, rng)
+        everyone = list(range(len(batches)))
+        record_gradient_angle(server, grads)
+        server.record("group_clients", len(batches))
+        if len(batches) < MIN_GROUP:
+            selected, coeffs = everyone, None
+            server.record("lgi_skipped", 1.0)
+        else:
+            rng = np.random.default_rng([self.cfg.seed, server.round, calls, 0x6A95])
+            lead, leaders, k, p["nu_range"] = leader_gradient(grads, server.round, self.cfg.rounds, p.get("nu_range"),
+                                                             prm.k_min, prm.k_max, prm.lgi, rng, prm.time_scaling)
+            selected, threshold, _ = gda.select(grads, lead, leaders, prm.gda_eta, prm.gda, rng)
+            coeffs = (gda.regularizer_coefficients(grads, leaders, selected, prm.gda_lambda)
+                      if prm.gda_regularizer == "second_order" else None)
+            server.record("lgi_skipped", 0.0)
+            server.record("lgi_k", k)
+            server.record("gda_kept", len(selected) / len(batches))
+            server.record("gda_threshold_deg", math.degrees(threshold))
+        update = gda.loss_gradient(grads, selected, prm.gda_reduction)
+        reg_act: dict[int, torch.Tensor] = {}
+        if coeffs is not None:
+            from raysfl.algorithms.gapsl.second_order import regularizer_gradients
+
+            reg, reg_act = regularizer_gradients(server.model, batches, names, coeffs)
+            reg = reg if prm.gda_reduction == "sum" or not selected else reg / len(selected)
+            server.record("gda_reg_rel", float(reg.norm() / update.norm().clamp_min(1e-30)))  # |eq. 7's part| / |sum g_i|
+            update = update + reg
+        if prm.cut_gradients == "eq8":
+            chosen = {batches[i][0] for i in selected}
+            act_grads = {c: g if c in chosen else torch.zeros_like(g) for c, g in act_grads.items()}
+        for c, extra in reg_act.items():
+            act_grads[c] = act_grads[c] + extra
         if has_bn:
             refresh_batch_norm_stats(server.model, batches)
         apply_flat_gradient(server.model, server.opt, batches[0][1], names, update)
-        record_gradient_angle(server, grads)
-        server.record("lgi_k", k)
-        server.record("gda_kept", len(used) / len(batches))
-        server.record("gda_threshold_deg", math.degrees(threshold))
         return act_grads, losses

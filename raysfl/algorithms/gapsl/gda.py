@@ -2,26 +2,27 @@
 
     theta_lead,i = arccos(<g_i, g_lead> / (|g_i| |g_lead|))                          (5)
     theta_th     = max(min(mu(theta_lead) - eta * nu(theta_lead), pi/2), 0)            (6)
-    L~_i         = L_i + lambda * (1 - cos theta_lead,i)      for i with theta_lead,i <= theta_th   (7)
-    L_g          = sum over those i of L~_i                                            (8)
+    S^           = {i : theta_lead,i <= theta_th}                          (Alg. 2, line 10)
+    L~_i         = L_i + lambda * (1 - cos theta_lead,i)     for i in S^               (7)
+    L_g          = sum over i in S^ of L~_i                                            (8)
 
-**The first-order reading.** Footnote 6 treats g_i and g_lead as detached constants, and
-then the regulariser of eq. (7) has no gradient with respect to the model: read literally,
-GDA would only filter. raysfl keeps it first order but makes the term act. The
-regulariser is differentiated with respect to the *gradient* g_i, and each selected
-gradient takes one step of size lambda down that slope, towards the leader:
+The server back-propagates L_g: its server-side model moves by dL_g/dw and client i gets
+dL_g/da_i at its cut -- the gradient of its own loss if i is in S^, and zero otherwise
+(eq. 8 as written: a client outside S^ contributes nothing to L_g).
 
-    d(1 - cos)/d g_i = -( g_lead / (|g_i| |g_lead|) - cos * g_i / |g_i|^2 )
-    g~_i = g_i - lambda * d(1 - cos)/d g_i
+**Eq. 7, footnote 6.** "our implementation adopts a pragmatic first-order approximation by
+treating the gradient vectors g_i and g_lead as detached constants from the computational
+graph". Then lambda * (1 - cos theta) is a constant: its gradient is zero, lambda has no
+effect, and dL_g/dw = sum over S^ of g_i -- GDA is the filter of eq. 6
+(``regularizer="detached"``, the default). The term itself, differentiated through g_i and
+g_lead (double back-propagation, which the footnote calls prohibitive) is
+``regularizer="second_order"``: :func:`regularizer_coefficients` gives its gradient with
+respect to every g_j, and :mod:`raysfl.algorithms.gapsl.second_order` carries that through
+the Hessian of each client's loss to the server-side parameters and the cut.
 
-This direction is orthogonal to g_i and points towards g_lead, so for a small enough
-lambda the angle to the leader shrinks (tests/test_gapsl.py proves it). The server-side
-model then steps on the gradient of eq. (8), with g~_i in place of each client's term:
-sum_i g~_i (``reduction="sum"``, as eq. (8) is written) or its mean (``"mean"``, the
-step size of a PSL server that averages).
-
-Ablations (Sec. V-C): ``none`` (Non-GDA) steps on the leader gradient alone; ``random``
-(Rand-GDA) aligns a random subset of the size the threshold would have kept.
+Ablations (Sec. V-C): ``none`` (Non-GDA: "relies solely on the leader gradient for model
+update", so L_g sums the leader set's losses) and ``random`` (Rand-GDA: a random subset of
+the size the threshold keeps).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import torch
 
 GDA_MODES = ("gda", "none", "random")
 REDUCTIONS = ("sum", "mean")
+REGULARIZERS = ("detached", "second_order")
 
 
 def angles_to_leader(grads: torch.Tensor, lead: torch.Tensor) -> torch.Tensor:
@@ -48,35 +50,44 @@ def angular_threshold(angles: torch.Tensor, eta: float) -> float:
     return max(min(mu - eta * nu, math.pi / 2), 0.0)
 
 
-def alignment_step(g: torch.Tensor, lead: torch.Tensor, lam: float) -> torch.Tensor:
-    """One step of size ``lam`` on (1 - cos(g, lead)) with respect to g (the first-order
-    reading of eq. 7)."""
-    gn, ln = g.norm().clamp_min(1e-30), lead.norm().clamp_min(1e-30)
-    cos = torch.dot(g, lead) / (gn * ln)
-    d_cos = lead / (gn * ln) - cos * g / gn**2
-    return g + lam * d_cos
-
-
-def server_update(grads: torch.Tensor, lead: torch.Tensor, leader_set: list[int], eta: float, lam: float,
-                  mode: str = "gda", reduction: str = "sum", rng: np.random.Generator | None = None):
-    """Algorithm 2 and the server-side update. Returns (update vector, clients whose
-    gradients it uses, theta_th, angles to the leader).
-
-    An empty selection (every angle above the threshold) gives a zero update: L_g is an
-    empty sum.
-    """
+def select(grads: torch.Tensor, lead: torch.Tensor, leader_set: list[int], eta: float, mode: str = "gda",
+           rng: np.random.Generator | None = None) -> tuple[list[int], float, torch.Tensor]:
+    """Algorithm 2, lines 1-10: (S^, theta_th, angles to the leader) for ``mode`` ``gda``;
+    the leader set for ``none``; a random subset of S^'s size for ``random``."""
     angles = angles_to_leader(grads, lead)
     th = angular_threshold(angles, eta)
     if mode == "none":
-        used = list(leader_set)
-        update = lead if reduction == "mean" else lead * len(used)
-        return update, used, th, angles
+        return sorted(leader_set), th, angles
     keep = [i for i in range(len(grads)) if float(angles[i]) <= th]
     if mode == "random":
         keep = sorted(int(i) for i in (rng or np.random.default_rng()).choice(len(grads), size=len(keep),
                                                                            replace=False))
-    if not keep:
-        return torch.zeros_like(lead), [], th, angles
-    aligned = torch.stack([alignment_step(grads[i], lead, lam) for i in keep])
-    update = aligned.sum(dim=0) if reduction == "sum" else aligned.mean(dim=0)
-    return update, keep, th, angles
+    return keep, th, angles
+
+
+def loss_gradient(grads: torch.Tensor, selected: list[int], reduction: str = "sum") -> torch.Tensor:
+    """dL_g/dw of eq. (8) under footnote 6: the sum of the selected clients' gradients
+    (``reduction="mean"``: their mean). An empty S^ is an empty sum: zero."""
+    if not selected:
+        return torch.zeros_like(grads[0])
+    total = grads[selected].sum(dim=0)
+    return total if reduction == "sum" else total / len(selected)
+
+
+def regularizer_coefficients(grads: torch.Tensor, leader_set: list[int], selected: list[int],
+                             lam: float) -> torch.Tensor:
+    """c_j = d/dg_j of lambda * sum over i in S^ of (1 - cos(g_i, g_lead)), with g_lead the mean
+    of the leader set's g_j (eq. 4): one row per client (zero for a client in neither set).
+
+    By the chain rule the gradient of eq. (7)'s terms with respect to anything g_j depends on
+    is c_j contracted with dg_j: for the server-side parameters H_j c_j (client j's loss
+    Hessian times c_j), for client j's smashed data the mixed second derivative times c_j.
+    """
+    g = grads.detach().double().requires_grad_(True)
+    if not selected or lam == 0:
+        return torch.zeros_like(g).to(grads.dtype)
+    lead = g[leader_set].mean(dim=0)
+    rows = g[selected]
+    cos = (rows @ lead) / (rows.norm(dim=1) * lead.norm()).clamp_min(1e-30)
+    (coeffs,) = torch.autograd.grad(lam * (1 - cos).sum(), g)
+    return coeffs.to(grads.dtype)
