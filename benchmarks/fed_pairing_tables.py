@@ -62,7 +62,8 @@ def pairing_table(args) -> tuple[list[dict], str]:
 def accuracy_rows(args, seed: int) -> list[dict]:
     rows = []
     for part_name, part in PARTITIONS.items():
-        for label, (algo, extra) in ACCURACY.items():
+        for label in args.algos:
+            algo, extra = ACCURACY[label]
             metrics = evaluated(run(algo=algo, dataset=args.dataset, rounds=args.rounds or 20, seed=seed,
                                     **{**COMMON, **part}, **extra))
             doubled = [r["doubled_layers"] for r in metrics if r.get("doubled_layers", math.nan) == r.get("doubled_layers")]
@@ -107,6 +108,8 @@ def main() -> None:
     ap.add_argument("--dataset", default="digits", choices=["digits", "mnist5k"])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--rounds", type=int, default=None, help="default: 3 (pairing), 20 (accuracy)")
+    ap.add_argument("--algos", nargs="+", default=list(ACCURACY), choices=list(ACCURACY), metavar="LABEL",
+                    help="accuracy: the rows to run (default: all)")
     ap.add_argument("--num-cpus", type=int, default=8, help="logical CPUs of the local Ray")
     ap.add_argument("--out", default=None,
                     help="default: docs/results/fed-pairing-<experiment>[-<dataset>].md (no suffix for digits)")

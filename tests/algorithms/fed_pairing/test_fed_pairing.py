@@ -147,6 +147,33 @@ def test_paired_step_matches_autograd_reference(ray_session, cuts, double):
         assert all(int(n.split(".")[1]) < W for n in state)
 
 
+def test_several_paired_steps_match_a_sequential_reference(ray_session):
+    """Three steps: in every step both flows run on both copies as updated by the step
+    before (own prefix on the own copy, suffix on the partner's), then each copy takes one
+    SGD step on everything it collected, eq. (7) doubling the blocks both flows reached."""
+    cuts, weights, lr, steps = (1, 3), (0.4, 0.9), 0.1, 3
+    pair = _Pair(ray_session, cuts=cuts, weights=weights, steps=steps, double=True, lr=lr)
+    (upd0, _), (upd1, _) = pair.run().values()
+    W = pair.model.num_blocks
+    ref = [build_model("cnn", pair.ds.input_shape, pair.ds.num_classes, seed=0) for _ in (0, 1)]
+    for s in range(steps):
+        for c in (0, 1):
+            x, y = pair.batch(c, s)
+            out = ref[1 - c].part(cuts[c], W)(ref[c].part(0, cuts[c])(x))
+            (weights[c] * F.cross_entropy(out, y)).backward()
+        with torch.no_grad():
+            for c in (0, 1):
+                for n, p in ref[c].named_parameters():
+                    k = int(n.split(".")[1])
+                    both = k < cuts[c] and k >= cuts[1 - c]
+                    if p.grad is not None:
+                        p -= lr * (2 if both else 1) * p.grad
+                        p.grad = None
+    for c, upd in ((0, upd0), (1, upd1)):
+        for n, p in ref[c].named_parameters():
+            assert np.allclose(upd[0].state[n], p.detach().numpy(), atol=1e-5), (c, n)
+
+
 def test_labels_stay_home_and_every_transfer_is_counted(ray_session):
     """No label array reaches the other client's actor: what crosses is activations (no
     labels), outputs, gradients (float arrays only); each direction of each transfer is in
