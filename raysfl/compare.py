@@ -5,8 +5,10 @@ Every run of a comparison shares the settings that define the data and the feder
 data set, model, cut, clients, clients per round, rounds, partition and its parameters,
 local work, batch size, device profiles -- taken from the user's settings or else from
 raysfl's defaults, *not* from any algorithm's ``config_defaults`` (which would give GAPSL
-Dirichlet 0.1 and BESplit Dirichlet 1 in the same comparison). Learning settings the user
-leaves out (lr, momentum, ...) still follow each algorithm's paper defaults. Seeds are
+Dirichlet 0.1 and BESplit Dirichlet 1 in the same comparison). Participation too: every
+algorithm trains ``--clients-per-round`` clients a round (all of them if not given); FLEX-SFL
+maps it to its participation rate rho. Learning settings the user leaves out (lr, momentum,
+...) still follow each algorithm's paper defaults. Seeds are
 0 .. n-1; the same seed gives every algorithm the same partition, profiles and selection
 stream.
 
@@ -48,10 +50,14 @@ def comparison_configs(algos: list[str], settings: dict, seeds: int, out_dir: Pa
         raise ConfigError(f"--seeds must be >= 1, got {seeds}")
     base = Config()
     shared = {k: RUN_DEFAULTS.get(k, getattr(base, k)) for k in SHARED}
+    shared.update({k: v for k, v in settings.items() if k in SHARED})
+    # the same participation for every algorithm: the clients per round given, else all of them
+    # (an algorithm that selects by its own rule maps it to its own knob, e.g. FLEX-SFL's rho)
+    shared["clients_per_round"] = shared["clients_per_round"] or shared["clients"]
     configs = []
     for algo in algos:
         for seed in range(seeds):
-            data = {**shared, **settings, "algo": algo, "seed": seed, "name": f"{algo}-s{seed}",
+            data = {**settings, **shared, "algo": algo, "seed": seed, "name": f"{algo}-s{seed}",
                     "out": str(out_dir / "runs")}
             configs.append(validate(from_dict(data)))
     return configs
@@ -171,6 +177,7 @@ def run_rows(run_dir: Path, target: float) -> dict:
             "rounds_to_target": hit[0] if hit else None, "sim_s_to_target": hit[1] if hit else None,
             "bytes_to_target": hit[2] if hit else None, "total_bytes": sent,
             "sim_time_total_s": rows[-1]["sim_time_total_s"] if rows else nan,
+            "participants": statistics.mean(r["participants"] for r in rows) if rows else nan,
             "fallbacks": sum(r.get("fallbacks", 0) for r in rows), "failures": sum(r.get("failures", 0) for r in rows)}
 
 
@@ -194,6 +201,7 @@ def summarise(run_dirs: list[Path], out_dir: Path, target: float) -> list[dict]:
                     "sim_s_to_target": _mean(r["sim_s_to_target"] for r in rs),
                     "bytes_to_target": _mean(r["bytes_to_target"] for r in rs),
                     "total_bytes": statistics.mean(r["total_bytes"] for r in rs),
+                    "participants": statistics.mean(r["participants"] for r in rs),
                     "fallbacks": sum(r["fallbacks"] for r in rs), "failures": sum(r["failures"] for r in rs)})
     pq.write_table(pa.Table.from_pylist(out), out_dir / "results.parquet")
     (out_dir / "results.md").write_text(results_markdown(out, target))
@@ -204,12 +212,13 @@ def results_markdown(rows: list[dict], target: float) -> str:
     def f(v, spec):
         return "—" if v is None else format(v, spec)
 
-    lines = [f"| algorithm | seeds | final accuracy | reached {target:.0%} | rounds to {target:.0%} | simulated s to "
-             f"{target:.0%} | MB to {target:.0%} | total MB | fallbacks | failures |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [f"| algorithm | seeds | clients / round | final accuracy | reached {target:.0%} | rounds to {target:.0%} | "
+             f"simulated s to {target:.0%} | MB to {target:.0%} | total MB | fallbacks | failures |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         mb_t = None if r["bytes_to_target"] is None else r["bytes_to_target"] / 1e6
-        lines.append(f"| {r['algo']} | {r['seeds']} | {r['final_accuracy_mean']:.4f} ± {r['final_accuracy_std']:.4f} | "
+        lines.append(f"| {r['algo']} | {r['seeds']} | {r['participants']:.1f} | "
+                     f"{r['final_accuracy_mean']:.4f} ± {r['final_accuracy_std']:.4f} | "
                      f"{r['reached_target']}/{r['seeds']} | {f(r['rounds_to_target'], '.1f')} | "
                      f"{f(r['sim_s_to_target'], '.1f')} | {f(mb_t, '.2f')} | {r['total_bytes'] / 1e6:.2f} | "
                      f"{r['fallbacks']} | {r['failures']} |")

@@ -50,11 +50,14 @@ class ResourceConfig:
 
     client_actors: int = 2
     clients_per_actor: int | None = None
-    client_cpus: float = 0.5
+    # CPUs per actor. Left None: 0.5 per client actor, 1 per server, 0.5 for the fed server --
+    # scaled down, fractionally, when the Ray cluster the run joins has fewer free CPUs
+    # (placement.fit_resources), so a default run fits any cluster, a 2-CPU laptop's included.
+    client_cpus: float | None = None
     client_gpus: float = 0.0
-    server_cpus: float = 1.0
+    server_cpus: float | None = None
     server_gpus: float = 0.0
-    fed_cpus: float = 0.5
+    fed_cpus: float | None = None
     fed_gpus: float = 0.0
     client_memory_gb: float | None = None  # Ray memory reservation per actor (None: none)
     server_memory_gb: float | None = None

@@ -46,6 +46,7 @@ class RunLogger:
         self.tb = SummaryWriter(str(self.run_dir / "tb"), purge_step=start_round + 1 if start_round else None,
                                 flush_secs=2)
         self.progress, self.total_rounds = progress, total_rounds
+        self._walls: list[float] = []  # wall seconds of the rounds this process ran (for the ETA)
         self._cv = threading.Condition()
         self._logged = self._written = 0  # rounds logged / rounds on disk
         self._error: BaseException | None = None
@@ -94,7 +95,9 @@ class RunLogger:
                 self.tb.add_scalar(k, v, step)
         if self.progress:
             clear = "\r\033[K" if sys.stderr.isatty() else ""
-            print(clear + progress_line(row, self.total_rounds), file=sys.stderr, flush=True)
+            self._walls.append(float(row.get("wall_time_s", 0.0)))
+            eta = sum(self._walls) / len(self._walls) * max(0, self.total_rounds - step)
+            print(clear + progress_line(row, self.total_rounds, eta), file=sys.stderr, flush=True)
 
     def step_progress(self, rnd: int, done: int, total: int) -> None:
         """Redraw the current round's bar as its local steps finish (terminals only)."""
@@ -121,21 +124,41 @@ def _mb(b: float) -> str:
     return f"{b / 1e6:8.2f}MB"
 
 
-def progress_line(row: dict, total: int) -> str:
+# fault and fallback counts of a round (runtime/rounds.py EVENT_COLUMNS), as the console names them
+EVENTS = (("failures", "failure"), ("restarts", "restart"), ("retries", "retry"), ("dropped", "dropped"),
+          ("late_applied", "late applied"), ("skipped", "skipped"), ("fallbacks", "fallback"))
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def _events(counts: dict) -> str:
+    return ", ".join(f"{n} {name}" + ("s" if n > 1 and name in ("failure", "restart", "fallback") else "")
+                     for key, name in EVENTS if (n := int(counts.get(key, 0) or 0)))
+
+
+def progress_line(row: dict, total: int, eta_s: float | None = None) -> str:
     width = 20
     done = int(width * row["round"] / max(1, total))
     bar = "#" * done + "-" * (width - done)
     acc = row.get("test_accuracy")
     acc_s = f"{acc:.4f}" if acc == acc else "  -   "
-    return (f"round {row['round']:>4}/{total} [{bar}] acc {acc_s} loss {row['train_loss']:.4f} "
+    line = (f"round {row['round']:>4}/{total} [{bar}] acc {acc_s} loss {row['train_loss']:.4f} "
             f"up {_mb(row['bytes_up'])} down {_mb(row['bytes_down'])} "
             f"sim {row['sim_time_s']:8.2f}s wall {row['wall_time_s']:6.2f}s")
+    if eta_s is not None and row["round"] < total:
+        line += f" eta {_duration(eta_s)}"
+    events = _events(row)
+    return line + (f" | {events}" if events else "")
 
 
 def summary_table(rows: list[dict]) -> str:
     last = rows[-1]
     evaluated = [r for r in rows if r["test_accuracy"] == r["test_accuracy"]]
     best = max(evaluated, key=lambda r: r["test_accuracy"]) if evaluated else last
+    totals = {key: sum(int(r.get(key, 0) or 0) for r in rows) for key, _ in EVENTS}
     lines = [
         "",
         f"{'algorithm':<22}{last['algo']}",
@@ -146,6 +169,7 @@ def summary_table(rows: list[dict]) -> str:
         f"{'bytes up / down':<22}{sum(r['bytes_up'] for r in rows) / 1e6:.2f} MB / "
         f"{sum(r['bytes_down'] for r in rows) / 1e6:.2f} MB",
         f"{'simulated time':<22}{last['sim_time_total_s']:.2f} s",
-        f"{'wall time':<22}{last['wall_time_total_s']:.2f} s",
+        f"{'wall time':<22}{last['wall_time_total_s']:.2f} s (rounds only)",
+        f"{'faults, fallbacks':<22}{_events(totals) or 'none'}",
     ]
     return "\n".join(lines)

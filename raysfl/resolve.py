@@ -76,12 +76,13 @@ def _check(cond: bool, msg: str) -> None:
 
 
 def resolve_defaults(cfg: Config) -> Config:
-    """Fill the settings left None: the algorithm's paper setting (``config_defaults``) first,
-    then raysfl's own (:data:`raysfl.config.RUN_DEFAULTS`). In place; returns ``cfg``."""
+    """Fill the settings left None: the algorithm's paper setting for the data set
+    (``dataset_defaults``), then its general one (``config_defaults``), then raysfl's own (:data:`raysfl.config.RUN_DEFAULTS`). In place; returns ``cfg``."""
     algo_cls = get_algorithm(cfg.algo)
-    for name, value in algo_cls.config_defaults.items():
-        if getattr(cfg, name) is None:
-            setattr(cfg, name, value)
+    for defaults in (algo_cls.dataset_defaults.get(cfg.dataset, {}), algo_cls.config_defaults):
+        for name, value in defaults.items():
+            if getattr(cfg, name) is None:
+                setattr(cfg, name, value)
     for name, value in RUN_DEFAULTS.items():
         if getattr(cfg, name) is None:
             setattr(cfg, name, value)
@@ -134,7 +135,8 @@ def validate(cfg: Config) -> Config:
     r = cfg.resources
     _check(r.client_actors >= 1, f"resources.client_actors must be >= 1, got {r.client_actors}")
     for name in ("client_cpus", "client_gpus", "server_cpus", "server_gpus", "fed_cpus", "fed_gpus"):
-        _check(getattr(r, name) >= 0, f"resources.{name} must be >= 0, got {getattr(r, name)}")
+        v = getattr(r, name)
+        _check(v is None or v >= 0, f"resources.{name} must be >= 0 (or unset: sized to the cluster), got {v}")
     for name in ("client_memory_gb", "server_memory_gb", "fed_memory_gb"):
         v = getattr(r, name)
         _check(v is None or v > 0, f"resources.{name} must be > 0 (or unset), got {v}")

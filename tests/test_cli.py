@@ -117,3 +117,41 @@ def test_fractional_fake_gpus_fall_back_to_cpu(tmp_path):
     clients = json.loads((tmp_path / "gpu" / "clients.json").read_text())
     assert len(clients) == 4 and sum(c["samples"] for c in clients) == 1437
     assert all(sum(c["label_histogram"]) == c["samples"] for c in clients)
+
+
+def test_every_run_flag_has_help_with_its_default_and_groups_are_named():
+    from raysfl.cli import build_parser
+
+    parser = build_parser()
+    run = parser._subparsers._group_actions[0].choices["run"]
+    missing = []
+    for action in run._actions:
+        if not action.option_strings or action.dest in ("help", "config_file"):
+            continue
+        text = action.help or ""
+        if not text.split("(default:")[0].strip() or "(default:" not in text:
+            missing.append(action.option_strings[0])
+    assert not missing, f"flags without help or default: {missing}"
+    titles = [g.title for g in run._action_groups]
+    assert "data and federation" in titles and "training" in titles and "flex_sfl (--algo flex_sfl)" in titles
+    assert run.format_help()  # renders (no stray % in any help)
+
+
+def test_version_and_list_show_what_a_user_needs(capsys):
+    from raysfl import __version__
+    from raysfl.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and __version__ in capsys.readouterr().out
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "cnn       4 blocks, cuts 1..3" in out and "mnist5k" in out
+
+
+def test_a_choice_flag_refuses_a_typo_in_one_line(capsys):
+    from raysfl.cli import main
+
+    assert main(["run", "--model", "cnnn"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cnnn" in err and "vgg16" in err

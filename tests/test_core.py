@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from raysfl.aggregation import weighted_average
 from raysfl.config import DeviceConfig
+from raysfl.data import load_dataset
 from raysfl.devices import sample_profiles
 from raysfl.models import build_model
 from raysfl.runtime.client_actor import sample_stream
@@ -174,3 +175,42 @@ def test_accuracy_on_a_client_label_mix_weights_per_class_accuracy():
     assert mix_weighted_accuracy(correct, total, np.array([30, 10, 0])) == pytest.approx(0.75)
     assert mix_weighted_accuracy(correct, total, np.array([0, 5, 5])) == 0.0
     assert mix_weighted_accuracy(correct, total, np.array([1, 1, 1])) == pytest.approx(1 / 3)
+
+
+def test_evaluating_a_client_model_leaves_the_global_model_alone():
+    """The fed server evaluates other states in its model; the global model it holds must not
+    follow them (it once aliased the model's tensors: a never-trained PSL client then started
+    from the last evaluated client's model, FLEX-SFL's 'initial' parts drifted)."""
+    import raysfl
+    from raysfl.algorithms import get_algorithm
+    from raysfl.resolve import validate
+    from raysfl.runtime.fed_actor import FedActor
+
+    cfg = validate(raysfl.config_from_kwargs(algo="psl", clients=2))
+    fed = FedActor(cfg, get_algorithm("psl")(cfg), load_dataset("digits"))
+    before = {k: v.copy() for k, v in fed.s.global_state.items()}
+    fed.s.own[0] = {k: v + 1.0 for k, v in before.items() if k.startswith("blocks.0.")}
+    fed.s.last_clients = [0]
+    fed.evaluate()
+    assert all(np.array_equal(before[k], fed.s.global_state[k]) for k in before)
+
+
+def test_unset_cpu_shares_fit_the_cluster_and_set_ones_are_kept():
+    import raysfl
+    from raysfl.runtime.placement import actor_demand, fit_resources
+
+    cfg = raysfl.config_from_kwargs(algo="flex_sfl")  # 2 client actors, 3 edge servers, 1 fed server
+    big = fit_resources(cfg, 2, 3, free_cpus=64.0).resources
+    assert (big.client_cpus, big.server_cpus, big.fed_cpus) == (0.5, 1.0, 0.5)  # the defaults fit
+    small = fit_resources(cfg, 2, 3, free_cpus=2.0)
+    r = small.resources
+    assert actor_demand(small, 2, 3)[0] <= 2.0 and actor_demand(small, 2, 3)[0] > 1.99
+    assert r.server_cpus == pytest.approx(2 * r.client_cpus, abs=1e-4) and r.client_cpus == r.fed_cpus
+    mixed = raysfl.config_from_kwargs(algo="flex_sfl", resources={"server_cpus": 0.2})
+    r = fit_resources(mixed, 2, 3, free_cpus=2.2).resources
+    assert r.server_cpus == 0.2 and r.client_cpus == r.fed_cpus == 0.5  # 3 x 0.2 + 1.5 of defaults: fits
+    r = fit_resources(mixed, 2, 3, free_cpus=2.0).resources
+    assert r.server_cpus == 0.2 and 3 * 0.2 + 3 * r.client_cpus <= 2.0 < 3 * 0.2 + 3 * r.client_cpus + 1e-3
+    greedy = raysfl.config_from_kwargs(algo="flex_sfl", resources={"server_cpus": 1.0})
+    r = fit_resources(greedy, 2, 3, free_cpus=2.0).resources
+    assert r.server_cpus == 1.0 and r.client_cpus == 0.5  # nothing left to share: the capacity check speaks

@@ -184,6 +184,7 @@ class FederationContext:
     histograms: np.ndarray     # (clients, classes) label counts
     profiles: list["DeviceProfile"]
     block_flops: list[int]     # forward FLOPs per sample of each model block (measured once)
+    conv_blocks: int = 0       # leading convolutional blocks of the model (SplitModel.leading_conv_blocks)
 
 
 @dataclass
@@ -225,6 +226,9 @@ class Algorithm:
     # every Config field the user leaves None takes its value from here when the config is
     # validated, on every entry point (Config(...), config_from_kwargs, files, the CLI).
     config_defaults: ClassVar[dict] = {}
+    # ... and where the paper's setting depends on the data set (FLEX-SFL's Table 2: VGG-16 and
+    # lr 0.03 on CIFAR-10): {dataset: {setting: value}}, applied before ``config_defaults``.
+    dataset_defaults: ClassVar[dict] = {}
 
     def __init__(self, cfg: "Config"):
         self.cfg = cfg

@@ -135,6 +135,17 @@ class SplitModel(nn.Module):
         """The cuts k this model may be split at (client runs blocks[0:k])."""
         return list(self._cuts)
 
+    def leading_conv_blocks(self) -> int:
+        """How many blocks from the input on are convolutional modules (hold a Conv2d): the
+        cuts up to this one keep only convolutions on the client (FLEX-SFL, Sec. 5.2: "the
+        first 1-3 convolutional modules are designated as client-side submodels")."""
+        n = 0
+        for block in self.blocks:
+            if not any(isinstance(m, nn.Conv2d) for m in block.modules()):
+                break
+            n += 1
+        return n
+
     # ---- parts -------------------------------------------------------------------------
 
     def part(self, lo: int, hi: int) -> ModelPart:

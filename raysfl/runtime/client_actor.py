@@ -79,6 +79,12 @@ class ClientActor:
     def ping(self) -> str:
         return self.incarnation
 
+    def warm_up(self) -> float:
+        """Before round 1 (:func:`raysfl.runtime.probe.warm_up`); seconds taken."""
+        from raysfl.runtime.probe import warm_up
+
+        return warm_up(self.model, self.ds.input_shape, self.device)
+
     def where(self) -> dict:
         """Node, GPU ids and device of this actor (``placement.json``)."""
         from raysfl.runtime.placement import actor_location

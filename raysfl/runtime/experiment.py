@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -40,6 +41,7 @@ def run_experiment(cfg) -> tuple[Path, list[dict]]:
         run_dir, state = _new_run_dir(cfg), None
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
 
+    stages = StartupClock(run_dir, cfg.progress)
     ds = load_dataset(cfg.dataset, cfg.data_root, cfg.download)
     parts = partition(ds.y_train, cfg.clients, cfg.partition, alpha=cfg.alpha,
                       classes_per_client=cfg.classes_per_client, shards_per_client=cfg.shards_per_client,
@@ -50,9 +52,11 @@ def run_experiment(cfg) -> tuple[Path, list[dict]]:
     ctx = FederationContext(num_clients=cfg.clients, num_blocks=model.num_blocks, valid_cuts=model.valid_cuts(),
                             sizes=np.array([len(p) for p in parts]),
                             histograms=label_histograms(ds.y_train, parts, ds.num_classes), profiles=profiles,
-                            block_flops=model.block_flops())
+                            block_flops=model.block_flops(), conv_blocks=model.leading_conv_blocks())
     algo = get_algorithm(cfg.algo)(cfg)
     algo.setup(ctx)
+    stages.done("setup", f"{cfg.dataset} ({ds.num_train} training samples) split among {cfg.clients} clients "
+                         f"({cfg.partition}); model {cfg.model} ({model.num_blocks} blocks); {cfg.algo} set up")
     if not algo.wants_calibration():
         write_clients(run_dir, ctx, algo)
 
@@ -65,7 +69,7 @@ def run_experiment(cfg) -> tuple[Path, list[dict]]:
                      counters=state["counters"] if state else new_counters())
     try:
         if algo.protocol.distributed:
-            _run_federated(exp, state)
+            _run_federated(exp, state, stages)
         else:
             from raysfl.runtime.centralized import run_centralized
 
@@ -106,14 +110,14 @@ def calibrate(exp, fed) -> None:
     write_clients(exp.run_dir, exp.ctx, exp.algo)
 
 
-def _run_federated(exp, state: dict | None) -> None:
+def _run_federated(exp, state: dict | None, stages: "StartupClock") -> None:
     """Start Ray (unless the caller did) and the actors, then run the rounds; a failure Ray
     reports (an actor dead for good, the cluster gone) ends the run with the rounds done so far
     kept and the command that resumes it."""
     import ray
 
     from raysfl.runtime.federation import Federation
-    from raysfl.runtime.placement import check_capacity, init_ray
+    from raysfl.runtime.placement import check_capacity, fit_resources, init_ray
     from raysfl.runtime.rounds import run_round
 
     cfg, algo = exp.cfg, exp.algo
@@ -121,19 +125,31 @@ def _run_federated(exp, state: dict | None) -> None:
     started = init_ray(cfg, num_actors, algo.protocol.servers)
     fed = None
     try:
+        cpus = ray.cluster_resources().get("CPU", 0.0)
+        stages.done("ray", f"Ray up ({'started here' if started else 'joined'}, {cpus:g} CPUs)")
+        # CPU shares the user left unset: sized to what the cluster has free
+        cfg = fit_resources(cfg, num_actors, algo.protocol.servers, ray.available_resources().get("CPU", 0.0))
         if not os.environ.get("RAY_ADDRESS"):  # a Ray of this process: it will not grow. A job on a
             # cluster (RAY_ADDRESS set) may autoscale: the placement groups wait for it instead
             check_capacity(cfg, num_actors, algo.protocol.servers)
         fed = Federation(cfg, algo, exp.ds, exp.parts, num_actors, exp.ctx.block_flops, run_name=exp.run_dir.name,
                          local_tests=exp.local_tests, histograms=exp.ctx.histograms)
+        servers = algo.protocol.servers
+        stages.done("actors", f"{num_actors + servers + 1} actors ready ({num_actors} client actors hosting "
+                              f"{cfg.clients} clients, {servers} server{'s' * (servers != 1)}, 1 fed server)")
         (exp.run_dir / "placement.json").write_text(json.dumps(fed.placement(), indent=1))
         if algo.wants_calibration():
             calibrate(exp, fed)
+        fed.warm_up()
+        stages.done("warm_up", "warm-up (every actor's first forward/backward)")
         start = rnd = state["round"] if state else 0
         try:
             if state:
                 fed.load_state(state["federation"])
             fed.snapshot = state["federation"] if state else fed.get_state()
+            stages.done("state", f"{'resumed at round ' + str(start) if state else 'initial model'} in place; "
+                                 f"rounds {start + 1}..{cfg.rounds} to go")
+            stages.write()
             for rnd in range(start + 1, cfg.rounds + 1):
                 run_round(exp, fed, rnd)
         except ray.exceptions.RayError as e:  # an actor died for good, the cluster went away, ...
@@ -148,3 +164,25 @@ def _run_federated(exp, state: dict | None) -> None:
             fed.shutdown()
         if started:
             ray.shutdown()
+
+
+class StartupClock:
+    """The start-up stages of a run, timed: printed as they finish (with --progress) and kept
+    in the run directory's ``startup.json`` (seconds per stage, and in all), so that round 1's
+    ``wall_time_s`` is training only."""
+
+    def __init__(self, run_dir: Path, verbose: bool):
+        self.run_dir, self.verbose = Path(run_dir), verbose
+        self.t0 = self.last = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    def done(self, stage: str, text: str) -> None:
+        now = time.perf_counter()
+        self.seconds[stage] = round(now - self.last, 3)
+        self.last = now
+        if self.verbose:
+            print(f"raysfl: {text} in {self.seconds[stage]:.1f} s", file=sys.stderr, flush=True)
+
+    def write(self) -> None:
+        total = round(self.last - self.t0, 3)
+        (self.run_dir / "startup.json").write_text(json.dumps({**self.seconds, "total": total}, indent=1) + "\n")

@@ -62,11 +62,19 @@ class FedActor:
         self.views = views or ClientViews([], None)
         self.device = device_for_actor(gpus)
         self.model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, seed=cfg.seed).to(self.device)
-        self.s = FedState(state_to_wire(self.model.state_dict()))
+        # a copy: state_to_wire gives views of the model's tensors, and evaluation loads other
+        # states into the model -- the initial global model must not change with them
+        self.s = FedState({k: v.copy() for k, v in state_to_wire(self.model.state_dict()).items()})
         self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
 
     def ping(self) -> str:
         return self.incarnation
+
+    def warm_up(self) -> float:
+        """Before round 1 (:func:`raysfl.runtime.probe.warm_up`); seconds taken."""
+        from raysfl.runtime.probe import warm_up
+
+        return warm_up(self.model, self.ds.input_shape, self.device)
 
     def where(self) -> dict:
         """Node, GPU ids and device of this actor (``placement.json``)."""

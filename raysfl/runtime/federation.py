@@ -98,6 +98,12 @@ class Federation:
         self._late_now: list = []
         self.late_applied = 0
 
+    def warm_up(self) -> None:
+        """Every actor's first forward/backward, before round 1 (all at once)."""
+        import ray
+
+        ray.get([a.warm_up.remote() for a in self._all()])
+
     def placement(self) -> list[dict]:
         """Where each actor runs: role, actor name, node, GPU ids, device (``placement.json``)."""
         import ray

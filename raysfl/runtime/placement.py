@@ -20,9 +20,9 @@ import torch
 STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK", "none")
 
 
-def set_threads(cpus: float) -> None:
+def set_threads(cpus: float | None) -> None:
     """Give torch as many threads as the CPUs the actor was granted (at least one)."""
-    torch.set_num_threads(max(1, int(math.floor(cpus))))
+    torch.set_num_threads(max(1, int(math.floor(cpus or 1))))
 
 
 def device_for_actor(gpus: float) -> torch.device:
@@ -78,12 +78,43 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
     return True
 
 
+DEFAULT_CPUS = {"client": 0.5, "server": 1.0, "fed": 0.5}  # per actor, where the user sets none
+
+
+def role_cpus(cfg, role: str) -> float:
+    """CPUs one actor of ``role`` asks for: the user's setting, else the default."""
+    v = getattr(cfg.resources, f"{role}_cpus")
+    return DEFAULT_CPUS[role] if v is None else float(v)
+
+
 def actor_demand(cfg, num_client_actors: int, num_servers: int) -> tuple[float, float]:
     """(CPUs, GPUs) the run's actors ask Ray for."""
     r = cfg.resources
-    cpus = num_client_actors * r.client_cpus + num_servers * r.server_cpus + r.fed_cpus
+    cpus = (num_client_actors * role_cpus(cfg, "client") + num_servers * role_cpus(cfg, "server")
+            + role_cpus(cfg, "fed"))
     gpus = num_client_actors * r.client_gpus + num_servers * r.server_gpus + r.fed_gpus
     return cpus, gpus
+
+
+def fit_resources(cfg, num_client_actors: int, num_servers: int, free_cpus: float):
+    """``cfg`` with every per-role CPU share the user left unset made concrete: the default
+    (0.5 client, 1 server, 0.5 fed) where the run fits the ``free_cpus`` of the cluster it
+    joins, else those defaults scaled down alike until it does (fractional shares; Ray counts
+    CPUs in steps of 1e-4). Shares the user set are kept as they are: a request that cannot
+    fit still fails with its own message (check_capacity / reserve)."""
+    import dataclasses
+
+    r = cfg.resources
+    counts = {"client": num_client_actors, "server": num_servers, "fed": 1}
+    auto = [role for role in DEFAULT_CPUS if getattr(r, f"{role}_cpus") is None]
+    if not auto:
+        return cfg
+    fixed = sum(counts[role] * role_cpus(cfg, role) for role in DEFAULT_CPUS if role not in auto)
+    want = sum(counts[role] * DEFAULT_CPUS[role] for role in auto)
+    room = free_cpus - fixed
+    scale = 1.0 if want <= room or room <= 0 else room / want
+    shares = {f"{role}_cpus": math.floor(DEFAULT_CPUS[role] * scale * 1e4) / 1e4 for role in auto}
+    return dataclasses.replace(cfg, resources=dataclasses.replace(r, **shares))
 
 
 def check_capacity(cfg, num_client_actors: int, num_servers: int) -> None:
@@ -105,7 +136,7 @@ def check_capacity(cfg, num_client_actors: int, num_servers: int) -> None:
 def role_resources(cfg, role: str) -> dict[str, float]:
     """Ray resources of one actor of ``role`` (client, server, fed): CPU, GPU, memory (bytes)."""
     r = cfg.resources
-    out = {"CPU": getattr(r, f"{role}_cpus"), "GPU": getattr(r, f"{role}_gpus")}
+    out = {"CPU": role_cpus(cfg, role), "GPU": getattr(r, f"{role}_gpus")}
     mem = getattr(r, f"{role}_memory_gb")
     if mem:
         out["memory"] = float(int(mem * 2**30))

@@ -1,5 +1,5 @@
-"""Memory probes: a process's resident set and the object store's use (soak tests), and the
-memory a device has free (SuperSFL's measured allocation)."""
+"""Probes of an actor's process: its resident set and the object store's use (soak tests), the
+memory a device has free (SuperSFL's measured allocation), and the warm-up before round 1."""
 
 from __future__ import annotations
 
@@ -51,3 +51,19 @@ def referenced_object_bytes() -> int:
             m = re.match(r"\s*([\d.]+)\s*B", lines[i + 1])
             total += float(m.group(1)) if m else 0.0
     return int(total)
+
+
+def warm_up(model, input_shape: tuple[int, ...], device) -> float:
+    """One forward and backward pass of a throw-away copy of ``model`` on a dummy batch, so that
+    torch's first-call set-up (kernels, thread pools, allocator) is not counted in round 1.
+    Touches neither the model nor any random stream. Returns the seconds it took."""
+    import copy
+    import time
+
+    import torch
+
+    t0 = time.perf_counter()
+    with torch.random.fork_rng(devices=[]):
+        m = copy.deepcopy(model).to(device).train()
+        m(torch.zeros((2, *input_shape), device=device)).float().sum().backward()
+    return time.perf_counter() - t0

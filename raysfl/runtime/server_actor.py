@@ -67,6 +67,12 @@ class ServerActor:
     def ping(self) -> str:
         return self.incarnation
 
+    def warm_up(self) -> float:
+        """Before round 1 (:func:`raysfl.runtime.probe.warm_up`); seconds taken."""
+        from raysfl.runtime.probe import warm_up
+
+        return warm_up(self.s.model, self.s.model.input_shape, self.s.device)
+
     def where(self) -> dict:
         """Node, GPU ids and device of this actor (``placement.json``)."""
         from raysfl.runtime.placement import actor_location

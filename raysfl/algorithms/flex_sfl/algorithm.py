@@ -29,28 +29,42 @@ import numpy as np
 from raysfl.aggregation import weighted_average
 from raysfl.algorithms.base import Algorithm, ClientUpdate, FederationContext, Protocol
 from raysfl.algorithms.flex_sfl.das import DAS_MODES, DASResult, das
-from raysfl.algorithms.flex_sfl.edcs import edcs_select
-from raysfl.algorithms.flex_sfl.hilo import data_weights, schedule
+from raysfl.algorithms.flex_sfl.edcs import cluster_quotas, edcs_select
+from raysfl.algorithms.flex_sfl.hilo import data_weights, global_period, schedule
 from raysfl.errors import ConfigError
 from raysfl.server_steps import shared_server_step
 
 
 @dataclass
 class FlexSFLParams:
-    """FLEX-SFL's knobs; defaults are the paper's setting (Sec. 5.1)."""
+    """FLEX-SFL's knobs; defaults are the paper's setting (Sec. 5.1, 5.2)."""
 
     edge_servers: int = 3           # N: edge servers = edge clusters (eqs. 6-10)
-    rho: float = 0.2                # participation rate: K_n = rho * |C_n| per cluster (eq. 16)
+    rho: float | None = None        # participation rate: K_n = rho * |C_n| per cluster (eq. 16); None: 0.2,
+                                    # or --clients-per-round / clients when that is given
     random_ratio: float = 0.4       # lambda: share of K_n drawn at random; 1 = pure random (Alg. 2)
     tau_c: int = 4                  # rounds between intra-cluster client aggregations (eq. 23)
     tau_e: int = 2                  # rounds between edge-server aggregations (eq. 26)
     tau_r: int = 10                 # server updates per received batch of smashed data (Sec. 3.3)
-    das_mode: str = "spread"        # spread | paper: how cluster split points become valid cuts (das.py)
+    das_mode: str = "paper"         # paper | spread: how cluster split points become valid cuts (das.py)
     min_cut: int = 1                # split points are clamped to valid cuts in [min_cut, max_cut];
-    max_cut: int = 3                # the paper puts the first 1-3 conv modules on the clients (Sec. 5.2)
+    max_cut: int | None = None      # None: the model's leading conv modules, at most 3 ("the first 1-3
+                                    # convolutional modules", Sec. 5.2)
     clients_per_cluster: int | None = None  # fixed K_n instead of rho * |C_n| (the paper's Fig. 5: 7)
     client_agg_scope: str = "cluster"  # cluster: eq. 23 over all of C_n | trained: only clients that
                                        # trained since the last aggregation (the convergence analysis' S_t(n))
+
+
+PAPER_RHO = 0.2  # Sec. 5.1: "the client participation rate set to rho = 0.2"
+MAX_CONV_CUT = 3  # Sec. 5.2: "the first 1-3 convolutional modules"
+
+
+def max_cut_of(params: FlexSFLParams, conv_blocks: int, valid_cuts: list[int]) -> int:
+    """The deepest client-side cut allowed: ``max_cut``, else the model's leading conv modules
+    (at most 3), never below the smallest valid cut."""
+    if params.max_cut is not None:
+        return params.max_cut
+    return max(min(valid_cuts), min(MAX_CONV_CUT, conv_blocks))
 
 
 AGG_SCOPES = ("cluster", "trained")
@@ -65,8 +79,12 @@ class FlexSFL(Algorithm):
     summary = "FLEX-SFL: device-aware cuts, edge-server clusters, entropy selection, HiLo aggregation"
     params_cls = FlexSFLParams
     protocol = Protocol(broadcast_servers=True)  # one server actor per edge cluster: set from the params
+    # Sec. 5.1: 100 clients, two classes each, power-law sample counts; Table 2's optimiser for FMNIST
+    # (lr 0.1, decay 0.98 per round; no momentum is named: plain SGD) and per data set below.
     config_defaults = {"clients": 100, "partition": "pathological", "classes_per_client": 2,
-                       "quantity_skew": 1.0}
+                       "quantity_skew": 1.0, "model": "cnn", "lr": 0.1, "lr_decay": 0.98, "momentum": 0.0}
+    dataset_defaults = {"cifar10": {"model": "vgg16", "lr": 0.03, "lr_decay": 0.997},
+                        "cifar100": {"model": "vgg19", "lr": 0.03, "lr_decay": 0.998, "classes_per_client": 20}}
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -80,7 +98,7 @@ class FlexSFL(Algorithm):
         p = cfg.algo_params
         if not 1 <= p.edge_servers <= cfg.clients:
             raise ConfigError(f"edge_servers must be between 1 and clients ({cfg.clients}), got {p.edge_servers}")
-        if not 0 < p.rho <= 1:
+        if p.rho is not None and not 0 < p.rho <= 1:
             raise ConfigError(f"rho must be in (0, 1], got {p.rho}")
         if not 0 < p.random_ratio <= 1:
             raise ConfigError(f"random_ratio (lambda) must be in (0, 1], got {p.random_ratio}")
@@ -93,17 +111,20 @@ class FlexSFL(Algorithm):
             raise ConfigError(f"unknown client_agg_scope '{p.client_agg_scope}'; allowed: {', '.join(AGG_SCOPES)}")
         if p.clients_per_cluster is not None and p.clients_per_cluster < 1:
             raise ConfigError(f"clients_per_cluster must be >= 1, got {p.clients_per_cluster}")
-        if cfg.clients_per_round is not None:
-            raise ConfigError("flex_sfl selects rho x |cluster| clients per edge cluster; "
-                              f"use --rho or --clients-per-cluster instead of --clients-per-round "
-                              f"({cfg.clients_per_round})")
+        given = [name for name, v in (("rho", p.rho), ("clients_per_cluster", p.clients_per_cluster),
+                                      ("clients_per_round", cfg.clients_per_round)) if v is not None]
+        if len(given) > 1:
+            raise ConfigError(f"flex_sfl's participation is set by one of rho, clients_per_cluster or "
+                              f"clients_per_round; got {' and '.join(given)}")
         from raysfl.data import dataset_info
         from raysfl.models import build_model
 
         info = dataset_info(cfg.dataset)
-        cuts = build_model(cfg.model, info.input_shape, info.num_classes, seed=0).valid_cuts()
-        if p.min_cut > p.max_cut or not any(p.min_cut <= c <= p.max_cut for c in cuts):
-            raise ConfigError(f"min_cut..max_cut = {p.min_cut}..{p.max_cut} holds no valid cut of model "
+        model = build_model(cfg.model, info.input_shape, info.num_classes, seed=0)
+        cuts = model.valid_cuts()
+        hi = max_cut_of(p, model.leading_conv_blocks(), cuts)
+        if p.min_cut > hi or not any(p.min_cut <= c <= hi for c in cuts):
+            raise ConfigError(f"min_cut..max_cut = {p.min_cut}..{hi} holds no valid cut of model "
                               f"'{cfg.model}'; valid cuts: {cuts[0]}..{cuts[-1]}")
 
     # ----------------------------------------------------------------- driver side
@@ -111,7 +132,8 @@ class FlexSFL(Algorithm):
         """DAS once per run: capacities R_k are fixed per device (Sec. 3.1.1)."""
         p = self.params
         capacity = [prof.flops_per_s for prof in ctx.profiles]
-        self.das = das(capacity, ctx.num_blocks, p.edge_servers, ctx.valid_cuts, p.min_cut, p.max_cut, p.das_mode)
+        self.max_cut = max_cut_of(p, ctx.conv_blocks, ctx.valid_cuts)
+        self.das = das(capacity, ctx.num_blocks, p.edge_servers, ctx.valid_cuts, p.min_cut, self.max_cut, p.das_mode)
         self.sizes = np.asarray(ctx.sizes, dtype=np.float64)
         self.histograms = np.asarray(ctx.histograms, dtype=np.float64)
         self.cluster_data = [float(self.sizes[members].sum()) for members in self.das.clusters]  # D_n, eq. (24)
@@ -122,14 +144,34 @@ class FlexSFL(Algorithm):
         return {"edge_cluster": n, "cut": d.cluster_cut[n], "das_point": float(d.points[client]),
                 "das_final_point": float(d.final[client])}
 
+    @property
+    def rho(self) -> float:
+        """The participation rate: ``rho``, else ``--clients-per-round`` / clients, else 0.2."""
+        if self.params.rho is not None:
+            return self.params.rho
+        if self.cfg.clients_per_round is not None:
+            return self.cfg.clients_per_round / self.cfg.clients
+        return PAPER_RHO
+
+    def quotas(self) -> list[int | None]:
+        """K_n per cluster: ``clients_per_cluster``; ``--clients-per-round`` shared out over the
+        clusters by size (so a comparison trains as many clients as its baselines); or None
+        (eq. 16 with rho, in ``edcs_select``)."""
+        sizes = [len(m) for m in self.das.clusters]
+        if self.params.clients_per_cluster is not None:
+            return [self.params.clients_per_cluster] * len(sizes)
+        if self.params.rho is None and self.cfg.clients_per_round is not None:
+            return cluster_quotas(sizes, self.cfg.clients_per_round)
+        return [None] * len(sizes)
+
     def select(self, rnd: int, ctx: FederationContext) -> list[int]:
         """Algorithm 2 in every cluster (seeded per round and cluster)."""
         p, chosen = self.params, []
-        for n, members in enumerate(self.das.clusters):
-            if not members:
+        for n, (members, quota) in enumerate(zip(self.das.clusters, self.quotas())):
+            if not members or quota == 0:
                 continue
             rng = np.random.default_rng([self.cfg.seed, rnd, n, 0xEDC5])
-            rand, greedy = edcs_select(members, self.histograms, p.rho, p.random_ratio, rng, p.clients_per_cluster)
+            rand, greedy = edcs_select(members, self.histograms, self.rho, p.random_ratio, rng, quota)
             chosen += rand + greedy
         return sorted(chosen)
 
@@ -148,7 +190,7 @@ class FlexSFL(Algorithm):
                 "global_sync": float(s["global"])}
 
     def eval_metric_names(self) -> list[str]:
-        return [f"acc_cluster_{n}" for n in range(self.params.edge_servers)]
+        return [f"acc_cluster_{n}" for n in range(self.params.edge_servers)] + ["acc_mix", "w_global_round"]
 
     # ----------------------------------------------------------------- edge servers
     def server_step(self, server, batches):
@@ -183,6 +225,17 @@ class FlexSFL(Algorithm):
         return self._cluster_start(fed, n), charged
 
     def fed_aggregate(self, fed, rnd: int, server_states: list[dict], updates: list[ClientUpdate]):
+        merged = self._aggregate(fed, rnd, server_states, updates)
+        if rnd % global_period(self.params.tau_c, self.params.tau_e) == 0:
+            # eq. (28): W_global = Combine({w_c^n}, w_e) at t mod tau_G = 0, "used for evaluation
+            # and inference in the current phase" -- kept until the next one (the parts are
+            # replaced, never changed in place, by later aggregations)
+            fed.extra["w_global"] = {"round": rnd, "edge_model": fed.extra.get("edge_model") or {},
+                                     "cluster_models": {n: self._cluster_start(fed, n)
+                                                        for n in range(len(self.das.clusters))}}
+        return merged
+
+    def _aggregate(self, fed, rnd: int, server_states: list[dict], updates: list[ClientUpdate]):
         for u in updates:  # w_c^k after this round's local training
             fed.own[u.client] = u.state
         when = schedule(rnd, self.params.tau_c, self.params.tau_e)
@@ -208,23 +261,47 @@ class FlexSFL(Algorithm):
                 return fed.extra["edge_model"]
         return None
 
-    def fed_evaluate(self, fed, evaluate_state):
-        """W = Combine({w_c^n}, w_e) (eq. 28): cluster n's model is its client submodel on
-        blocks [0, cut_n) and the global server model on [cut_n, L). Reported: the
-        data-weighted (beta_n) mean over the clusters, and each cluster's accuracy."""
-        edge = fed.extra.get("edge_model") or {}
-        accs, losses, weights, extras = [], [], [], {}
+    def _combined(self, fed, n: int, cluster_models: dict, edge: dict) -> dict[str, np.ndarray]:
+        """Eq. (28) for cluster n: its client submodel on blocks [0, cut_n), the global server
+        model on [cut_n, L) (initial weights where a part has not been aggregated yet)."""
+        cut = self.das.cluster_cut[n]
+        state = dict(fed.global_state)
+        state.update({k: v for k, v in edge.items() if _block(k) >= cut})
+        part = cluster_models.get(n)
+        state.update(part if part is not None else {k: v for k, v in fed.global_state.items() if _block(k) < cut})
+        return state
+
+    def _evaluate_parts(self, fed, ev, cluster_models: dict, edge: dict) -> tuple[float, float, dict]:
+        """The beta_n-weighted mean accuracy and loss of the N cluster models, and each one's."""
+        accs, losses, weights, per = [], [], [], {}
         for n, members in enumerate(self.das.clusters):
             if not members:
                 continue
-            cut = self.das.cluster_cut[n]
-            state = dict(fed.global_state)
-            state.update({k: v for k, v in edge.items() if _block(k) >= cut})
-            state.update(self._cluster_start(fed, n))
-            acc, loss = evaluate_state(state)
+            acc, loss = ev(self._combined(fed, n, cluster_models, edge))
             accs.append(acc)
             losses.append(loss)
             weights.append(self.cluster_data[n])
-            extras[f"acc_cluster_{n}"] = acc
+            per[f"acc_cluster_{n}"] = acc
         beta = data_weights(weights)
-        return float(np.dot(beta, accs)), float(np.dot(beta, losses)), extras
+        return float(np.dot(beta, accs)), float(np.dot(beta, losses)), per
+
+    def fed_evaluate(self, fed, ev):
+        """``test_accuracy``: W_global, built at the last t mod tau_G = 0 (eq. 28) and carried
+        forward until the next (the initial model before the first), as the paper evaluates it.
+        W_global holds N complete models, cluster n's being w_c^n on blocks [0, cut_n) and w_e
+        on [cut_n, L); reported is their beta_n-weighted mean, ``acc_cluster_n`` each one's.
+        ``acc_mix``: the same Combine of the *latest* parts every round (fresh only at tau_G);
+        ``w_global_round``: the round W_global was built (0: the initial model)."""
+        mix, _, _ = self._evaluate_parts(fed, ev, fed.extra.get("cluster_models", {}),
+                                         fed.extra.get("edge_model") or {})
+        w = fed.extra.get("w_global") or {"round": 0, "cluster_models": {}, "edge_model": {}}
+        cached = fed.extra.get("w_global_eval")
+        if cached is None or cached["round"] != w["round"]:  # evaluated once per W_global
+            acc, loss, per = self._evaluate_parts(fed, ev, w["cluster_models"], w["edge_model"])
+            cached = fed.extra["w_global_eval"] = {"round": w["round"], "acc": acc, "loss": loss, "per": per}
+        return cached["acc"], cached["loss"], {**cached["per"], "acc_mix": mix, "w_global_round": float(w["round"])}
+
+    def client_model_state(self, fed, client: int) -> dict[str, np.ndarray]:
+        """W_global's model for the client's cluster (``test_accuracy_local``)."""
+        w = fed.extra.get("w_global") or {"cluster_models": {}, "edge_model": {}}
+        return self._combined(fed, self.das.cluster_of(client), w["cluster_models"], w["edge_model"])

@@ -41,6 +41,25 @@ def cluster_quota(cluster_size: int, rho: float) -> int:
     return min(cluster_size, max(1, round_half_up(rho * cluster_size)))
 
 
+def cluster_quotas(sizes: list[int], total: int) -> list[int]:
+    """A fixed number of clients per round (``--clients-per-round``) shared out over the clusters
+    in proportion to their sizes (largest remainder, ties to the lower cluster index), so that
+    FLEX-SFL trains exactly as many clients per round as a baseline selecting ``total``."""
+    sizes = [int(s) for s in sizes]
+    n = sum(sizes)
+    total = min(int(total), n)
+    exact = [total * s / n for s in sizes] if n else [0.0] * len(sizes)
+    out = [min(s, math.floor(e)) for s, e in zip(sizes, exact)]
+    order = sorted(range(len(sizes)), key=lambda i: (-(exact[i] - math.floor(exact[i])), i))
+    left = total - sum(out)
+    while left > 0:
+        for i in order:
+            if left and out[i] < sizes[i]:
+                out[i] += 1
+                left -= 1
+    return out
+
+
 def random_count(k: int, lam: float) -> int:
     """First stage size: lambda * K (rounded half up, within [0, K])."""
     return min(k, max(0, round_half_up(lam * k)))

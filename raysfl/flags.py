@@ -1,0 +1,174 @@
+"""What every run setting means, for ``raysfl run --help``: its group, one line of help, and
+where the values are a fixed set, the choices.
+
+The CLI builds one flag per setting from the config dataclasses (``raysfl.config``) and each
+algorithm's params dataclass; this table says what they mean. A test checks that every flag
+has its help here, so a new setting cannot arrive undocumented.
+"""
+
+from __future__ import annotations
+
+# Groups of ``raysfl run --help``, in order; each algorithm's knobs follow in groups of their own.
+GROUPS = {
+    "data": "data and federation",
+    "model": "model",
+    "training": "training",
+    "evaluation": "evaluation, output and resume",
+    "faults": "faults and deadlines",
+    "devices": "simulated devices (per-client profiles, sampled from these ranges)",
+    "resources": "Ray resources and placement",
+}
+
+# setting -> (group, help). Defaults and choices are added by the CLI.
+SETTINGS: dict[str, tuple[str, str]] = {
+    # data and federation
+    "dataset": ("data", "data set (digits and mnist5k are embedded; the others need --data-root or --download)"),
+    "data_root": ("data", "directory holding torchvision data sets"),
+    "download": ("data", "download the torchvision data set into --data-root (or ./data)"),
+    "clients": ("data", "number of clients"),
+    "clients_per_round": ("data", "clients selected per round (FLEX-SFL: its participation rate rho = this / clients)"),
+    "partition": ("data", "how the training set is split among the clients"),
+    "alpha": ("data", "Dirichlet concentration of --partition dirichlet (> 0; smaller: fewer classes per client)"),
+    "classes_per_client": ("data", "classes per client of --partition pathological"),
+    "shards_per_client": ("data", "shards per client of --partition shards"),
+    "quantity_skew": ("data", "power-law exponent of client sample counts (0 = off)"),
+    "local_test_fraction": ("data", "share of each client's samples held out as its local test split "
+                                    "(reported as test_accuracy_local; 0 = none)"),
+    "seed": ("data", "fixes the data partition, device profiles, selection and model initialisation"),
+    # model
+    "model": ("model", "network to train (`raysfl list` shows each model's valid cuts)"),
+    "cut": ("model", "split point: blocks [0, cut) run on the client"),
+    # training
+    "algo": ("training", "algorithm (`raysfl list` lists them)"),
+    "rounds": ("training", "communication rounds"),
+    "local_epochs": ("training", "local epochs per round"),
+    "local_steps": ("training", "local steps per round (overrides --local-epochs)"),
+    "batch_size": ("training", "mini-batch size"),
+    "lr": ("training", "learning rate of every optimizer (client and server side)"),
+    "lr_decay": ("training", "round t uses lr * lr_decay^(t-1) (1 = constant)"),
+    "momentum": ("training", "SGD momentum"),
+    "weight_decay": ("training", "weight decay of every optimizer"),
+    "optimizer": ("training", "optimizer of every client and server"),
+    "server_lr": ("training", "learning rate of the server side (default: --lr)"),
+    "grad_angles": ("training", "record grad_angle_deg: mean pairwise angle of the clients' server-side gradients"),
+    "transfer_dtype": ("training", "dtype of smashed data and gradients on the wire"),
+    # evaluation, output and resume
+    "eval_every": ("evaluation", "evaluate every K rounds (and at the last)"),
+    "checkpoint_every": ("evaluation", "checkpoint every K rounds (and at the last; 0 = never)"),
+    "out": ("evaluation", "parent directory of run directories"),
+    "name": ("evaluation", "run directory name under --out (default: algo-dataset-model-seed-time)"),
+    "resume": ("evaluation", "continue the run in RUN_DIR from its latest checkpoint"),
+    "progress": ("evaluation", "print a progress line per round"),
+    # faults and deadlines
+    "faults": ("faults", "fault schedule, comma-separated ACTION:ROLE[:key=value...] items, e.g. "
+                         "kill:client:round=3,delay:client:p=0.3:seconds=2 (docs/reliability.md)"),
+    "max_restarts": ("faults", "Ray restarts of each actor before the run fails"),
+    "max_round_retries": ("faults", "retries of a round whose server or fed server died"),
+    "round_deadline_s": ("faults", "real seconds a round may take; later results are dropped"),
+    "step_deadline_s": ("faults", "real seconds a server waits for one step's smashed data"),
+    "sim_deadline_s": ("faults", "simulated seconds: clients slower than this are dropped"),
+    # devices
+    "memory_gb": ("devices", "client memory, GB (LOW HIGH)"),
+    "latency_ms": ("devices", "client-server latency, ms (LOW HIGH)"),
+    "cpu_ghz": ("devices", "client CPU frequency, GHz (LOW HIGH)"),
+    "flops_per_cycle": ("devices", "FLOP per cycle: compute speed = cpu_ghz x 1e9 x this"),
+    "uplink_mbps": ("devices", "client uplink, Mbit/s (LOW HIGH)"),
+    "downlink_mbps": ("devices", "client downlink, Mbit/s (LOW HIGH)"),
+    "server_tflops": ("devices", "server compute speed, TFLOP/s"),
+    # resources
+    "client_actors": ("resources", "client actors hosting the virtual clients (client k on actor k % N)"),
+    "clients_per_actor": ("resources", "clients per client actor (instead of --client-actors)"),
+    "client_cpus": ("resources", "CPUs per client actor"),
+    "client_gpus": ("resources", "GPUs per client actor (fractional shares allowed)"),
+    "server_cpus": ("resources", "CPUs per server actor"),
+    "server_gpus": ("resources", "GPUs per server actor (fractional shares allowed)"),
+    "fed_cpus": ("resources", "CPUs of the fed server"),
+    "fed_gpus": ("resources", "GPUs of the fed server"),
+    "client_memory_gb": ("resources", "Ray memory reservation per client actor, GB"),
+    "server_memory_gb": ("resources", "Ray memory reservation per server actor, GB"),
+    "fed_memory_gb": ("resources", "Ray memory reservation of the fed server, GB"),
+    "client_placement": ("resources", "placement-group strategy of the client actors (none: Ray's scheduling)"),
+    "server_placement": ("resources", "placement-group strategy of the servers and the fed server"),
+    "placement_timeout_s": ("resources", "seconds to wait for the cluster (or its autoscaler) to hold every actor"),
+    "inline_object_kb": ("resources", "results up to this size travel inline through their owner, not the object "
+                                      "store (applies to the local Ray raysfl starts; 100 is Ray's default)"),
+    "num_cpus": ("resources", "CPUs of the local Ray raysfl starts (default: what the actors need, at least the "
+                              "machine's cores)"),
+    "num_gpus": ("resources", "GPUs of the local Ray raysfl starts"),
+}
+
+# What a None default means, where it is not "unset".
+NONE_DEFAULTS = {
+    "clients_per_round": "all", "local_steps": "from --local-epochs", "server_lr": "--lr",
+    "data_root": "none", "name": "generated", "resume": "none", "round_deadline_s": "none",
+    "step_deadline_s": "none", "sim_deadline_s": "none", "clients_per_actor": "none",
+    "client_cpus": "0.5, less where the cluster is smaller", "server_cpus": "1, less where the cluster is smaller",
+    "fed_cpus": "0.5, less where the cluster is smaller", "client_memory_gb": "none", "server_memory_gb": "none",
+    "fed_memory_gb": "none", "num_cpus": "sized to the run", "num_gpus": "sized to the run",
+}
+
+# Help of the algorithms' own knobs (CLI flags named after their params fields).
+ALGO_KNOBS: dict[str, str] = {
+    # FedProx
+    "mu": "FedProx: weight of the proximal term (mu/2)||w - w_global||^2",
+    # FLEX-SFL
+    "edge_servers": "FLEX-SFL: edge servers = edge clusters = server actors (N)",
+    "rho": "FLEX-SFL eq. 16: participation rate, K_n = rho x |C_n| per cluster (default 0.2, or "
+           "--clients-per-round / clients)",
+    "random_ratio": "FLEX-SFL Alg. 2: lambda, the share of K_n drawn at random (1 = pure random)",
+    "tau_c": "FLEX-SFL eq. 23: rounds between intra-cluster client aggregations",
+    "tau_e": "FLEX-SFL eq. 26: rounds between edge-server aggregations",
+    "tau_r": "FLEX-SFL Sec. 3.3: server updates per received batch of smashed data",
+    "das_mode": "FLEX-SFL DAS: paper (eq. 5 as written) | spread (raysfl's: cluster cuts spread over the range)",
+    "min_cut": "FLEX-SFL: shallowest client-side cut",
+    "max_cut": "FLEX-SFL: deepest client-side cut (default: the model's leading conv modules, at most 3)",
+    "clients_per_cluster": "FLEX-SFL: fixed K_n instead of rho x |C_n| (Fig. 5: 7)",
+    "client_agg_scope": "FLEX-SFL eq. 23 over: cluster (all of C_n) | trained (only clients that trained)",
+    # SuperSFL
+    "depth_alpha": "SuperSFL eq. 1: client layers per GB of memory",
+    "depth_beta": "SuperSFL eq. 1: extra client layers for the lowest latency",
+    "allocation": "SuperSFL depths from: profile (sampled devices) | measured (timed once at start-up)",
+    "fusion": "SuperSFL TPGF client weight (eq. 3): full | no_loss | no_depth | equal",
+    "clip_norm": "SuperSFL: L2 clip of the local encoder gradient",
+    "consensus_lambda": "SuperSFL eq. 8: pull of each layer towards the server's copy",
+    "server_timeout_s": "SuperSFL: seconds a client waits for the server before a fallback step",
+    "server_availability": "SuperSFL: fraction of rounds in which the server answers (Table III)",
+    "availability_rounds": "SuperSFL: rounds in which the server answers, e.g. 1-10,15",
+    # GAPSL
+    "k_min": "GAPSL eq. 2: lowest share of clients in the leader gradient",
+    "k_max": "GAPSL eq. 2: highest share of clients in the leader gradient",
+    "time_scaling": "GAPSL eq. 2's t/T factor (--no-time-scaling: Algorithm 1 as printed)",
+    "gda_eta": "GAPSL eq. 6: threshold = mean - eta x std of the angles to the leader",
+    "gda_lambda": "GAPSL eq. 7: alignment strength",
+    "gda_reduction": "GAPSL eq. 8 over the selected clients: sum | mean",
+    "lgi": "GAPSL leader gradient: lgi | none (Non-LGI) | random (Rand-LGI)",
+    "gda": "GAPSL alignment: gda | none (Non-GDA) | random (Rand-GDA)",
+    # FedPairing
+    "pairing": "FedPairing pairs by: greedy (Alg. 1) | random | location | computation (Table I)",
+    "pair_alpha": "FedPairing eq. 5: weight of the squared CPU-frequency difference (per GHz^2)",
+    "pair_beta": "FedPairing eq. 5: weight of the partner link rate (per Gbit/s)",
+    "double_overlap": "FedPairing eq. 7: overlapping layers take twice the step",
+    "pair_weights": "FedPairing loss weights: fedavg (K a_i, FedAvg's global step) | paper (a_i: the step / N)",
+    "radius_m": "FedPairing: clients uniform in a disk of this radius (m) around the server",
+    "bandwidth_mhz": "FedPairing: link bandwidth B (MHz)",
+    "power_w": "FedPairing: transmit power P (W)",
+    "noise_w": "FedPairing: noise power sigma^2 (W)",
+    "gain_ref": "FedPairing: channel gain h0 at 1 m",
+    "path_loss_exp": "FedPairing: path-loss exponent delta",
+    # BESplit
+    "evidence": "BESplit: evidence activation e = act(logits): softplus | relu | exp",
+    "anneal_rounds": "BESplit eq. 5: T of the KL annealing lambda_t = min(1, t/T)",
+    "csr_beta": "BESplit eq. 6: beta of the staleness-aware EMA of client state records",
+    "csr_ttl": "BESplit: rounds without a client before its state record is dropped",
+    "ea": "BESplit: Evidential Aggregation (--no-ea: sample weights, Table 4's w/o EA)",
+    "ea_evidence": "BESplit eq. 10: the evidence-concentration factor Q (--no-ea-evidence: w/o E)",
+    "ea_ale": "BESplit eq. 10: the aleatoric ratio R_ale (--no-ea-ale: w/o U_ale)",
+    "ea_epi": "BESplit eq. 10: the epistemic ratio R_epi (--no-ea-epi: w/o U_epi)",
+    "bcc": "BESplit: Bias-Compensated Collaboration (--no-bcc: w/o BCC)",
+    "bcc_max_ratio": "BESplit: upper bound on BCC's mixing ratio rho",
+    "dtd": "BESplit: train the auxiliary models (BESplit-A) by Dual-Teacher Distillation",
+    "kd_tau": "BESplit eqs. 15, 17: distillation temperature",
+    "kd_lambda_c": "BESplit eq. 18: lambda_C",
+    "kd_lambda_g": "BESplit eq. 18: lambda_G",
+    "kd_c_distance": "BESplit eq. 16: KD-C's relational matrices: mean (normalised) | raw (as printed)",
+}
