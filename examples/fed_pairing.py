@@ -3,15 +3,19 @@
     python examples/fed_pairing.py                                  # embedded digits, 2 CPU cores
     python examples/fed_pairing.py --pairing location               # Table I baselines: random, location, computation
     python examples/fed_pairing.py --no-double-overlap              # without eq. 7's doubled step
+    python examples/fed_pairing.py --pair-weights paper             # the literal a_i weights (step / N)
     python examples/fed_pairing.py --dataset cifar10 --data-root data --download   # paper: CIFAR-10 + ResNet-18
     ray job submit --working-dir . -- python examples/fed_pairing.py
 
 What runs (Sec. IV-A unless you override it): 20 clients in a 50 m disk around the server,
-CPU frequencies U[0.1, 2] GHz, 64 MHz links; the server pairs them greedily (fast with slow,
-over fast links, eq. 5 and Alg. 1); in each pair client i runs the first
-floor(W f_i / (f_i + f_j)) blocks and its partner the rest, on the partner's own copy of the
-model, both directions at once; overlapping layers take a doubled step (eq. 7); the server
-averages the models every round. Every `raysfl run` flag works too (`--pair-alpha`,
+CPU frequencies U[0.1, 2] GHz, 64 MHz links, SGD with lr 0.1 and no momentum, 2 local
+epochs; the server pairs them greedily (fast with slow, over fast links, eq. 5 and Alg. 1);
+in each pair the slower client runs the first floor(W f / (f_i + f_j)) blocks and its
+partner the rest (L_i + L_j = W), on the partner's own copy of the model, both directions
+at once; the partner returns the logits and the owner, who keeps its labels, returns
+d(loss)/d(logits); losses are weighted K a_i so that a round is FedAvg's (``--pair-weights``);
+layers both flows reached take a doubled step (eq. 7); the server averages the models every
+round. Every `raysfl run` flag works too (`--pair-alpha`,
 `--pair-beta`, `--radius-m`, `--bandwidth-mhz`, ...). The summary prints the pairs, each
 client's share of the model, accuracy and the simulated round time.
 """

@@ -160,6 +160,7 @@ ALGO_KNOBS: dict[str, str] = {
     "pair_alpha": "FedPairing eq. 5: weight of the squared CPU-frequency difference (per GHz^2)",
     "pair_beta": "FedPairing eq. 5: weight of the partner link rate (per Gbit/s)",
     "double_overlap": "FedPairing eq. 7: overlapping layers take twice the step",
+    "pair_weights": "FedPairing loss weights: fedavg (K a_i, FedAvg's global step) | paper (a_i: the step / N)",
     "radius_m": "FedPairing: clients uniform in a disk of this radius (m) around the server",
     "bandwidth_mhz": "FedPairing: link bandwidth B (MHz)",
     "power_w": "FedPairing: transmit power P (W)",

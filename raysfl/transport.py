@@ -70,16 +70,17 @@ def state_nbytes(arrays: dict[str, np.ndarray]) -> int:
 
 @dataclass
 class Smashed:
-    """One client's smashed batch as sent to its server-side role."""
+    """One client's smashed batch as sent to its server-side role; ``labels`` None where
+    they stay with the client (FedPairing: the partner returns the outputs instead)."""
 
     client: int
     cut: int
     activations: Wire
-    labels: np.ndarray
+    labels: np.ndarray | None
 
     @property
     def nbytes(self) -> int:
-        return self.activations.nbytes + int(self.labels.nbytes)
+        return self.activations.nbytes + (int(self.labels.nbytes) if self.labels is not None else 0)
 
 
 @dataclass

@@ -38,8 +38,7 @@ hook                           called by            when / what for
 ``client_report``              client actor         round end: facts sent with the update
 ``client_metric_names``        client actor/driver  metric columns client hooks record with
                                                     ``a.stats.record(name, value)``
-``pair_weight``,               client actor         each PEER step: loss weight, doubled step
-``double_overlap``
+``double_overlap``             client actor         each PEER step: the doubled step (eq. 7)
 ``server_step``                server actor         each group step: gradients (and losses)
 ``server_updates_per_step``    server actor         each group step: FLOP accounting
 ``server_weights``             server actor         round end: aggregation weights per client
@@ -304,13 +303,10 @@ class Algorithm:
         return []
 
     def pair_plan(self, rnd: int, clients: list[int]) -> dict[int, dict]:
-        """PEER algorithms: per client {"partner": client or None, "overlap": [layers]}
-        (its cut, from ``assign_cuts``, is its propagation length L_i)."""
+        """PEER algorithms: per client {"partner": client or None, "overlap": [layers],
+        "weight": the weight of its loss in both halves (optional, 1)} (its cut, from
+        ``assign_cuts``, is its propagation length L_i)."""
         return {}
-
-    def pair_weight(self, client: int) -> float:
-        """PEER algorithms: the weight a_i of client i's loss (both halves)."""
-        return 1.0
 
     def double_overlap(self) -> bool:
         """PEER algorithms: whether overlapping layers take the doubled step (eq. 7)."""

@@ -75,7 +75,6 @@ class ClientActor:
         self.active: dict[int, _Active] = {}
         self.deadline: float | None = None  # epoch seconds (--round-deadline-s)
         self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
-        self.served: dict[int, ClientRoundStats] = {}  # partners' losses computed here (FedPairing)
 
     def ping(self) -> str:
         return self.incarnation
@@ -127,7 +126,7 @@ class ClientActor:
         ``plan[c]["delay_s"]`` makes client c a real straggler: the actor sleeps (the longest
         delay of its clients) before any of them starts.
         """
-        self.active, self.served = {}, {}
+        self.active = {}
         self.deadline = max((p.get("deadline") or 0.0 for p in plan.values()), default=0.0) or None
         delay = max((p.get("delay_s", 0.0) for p in plan.values()), default=0.0)
         if delay > 0:
@@ -152,7 +151,8 @@ class ClientActor:
                                      head, head_opt, bool(p.get("local")))
             self.active[c].fwd_flops = float(sum(self.flops[:p["cut"]]))
             self.active[c].round = int(p.get("round", 0))
-            self.active[c].extra.update({"partner": p.get("partner"), "overlap": list(p.get("overlap") or [])})
+            self.active[c].extra.update({"partner": p.get("partner"), "overlap": list(p.get("overlap") or []),
+                                         "weight": float(p.get("weight", 1.0))})
 
     def _head(self, client: int, cut: int, src: dict) -> torch.nn.Module | None:
         """The client's classifier (``Algorithm.client_head``, for algorithms with
@@ -246,11 +246,12 @@ class ClientActor:
         result = [out[d] for d in dests]
         return result if len(result) != 1 else result[0]
 
-    def _send(self, a: _Active, acts: torch.Tensor, y: torch.Tensor) -> Smashed:
-        """Client ``a``'s smashed batch as it leaves the actor (counted); the activations wait
-        for their gradient."""
+    def _send(self, a: _Active, acts: torch.Tensor, y: torch.Tensor | None) -> Smashed:
+        """Client ``a``'s smashed batch as it leaves the actor (counted), with its labels
+        unless ``y`` is None (FedPairing keeps them home); the activations wait for their
+        gradient."""
         a.pending = acts
-        s = Smashed(a.client, a.cut, pack(acts, self.cfg.transfer_dtype), y.cpu().numpy())
+        s = Smashed(a.client, a.cut, pack(acts, self.cfg.transfer_dtype), y.cpu().numpy() if y is not None else None)
         a.stats.traffic.smashed_up += s.nbytes
         a.stats.traffic.messages += 1
         return s
@@ -289,10 +290,22 @@ class ClientActor:
         return pair_forward(self, step, dests, routes, grad_refs)
 
     def pair_serve(self, step: int, payload_refs: list):
-        """FedPairing: the partner's half of the step for the activations that arrived."""
+        """FedPairing: the partner's forward half of the step for the activations that arrived."""
         from raysfl.runtime.peer_split import pair_serve
 
         return pair_serve(self, step, payload_refs)
+
+    def pair_loss(self, step: int, dests: list[int], routes: dict[int, int], logit_refs: list):
+        """FedPairing: the owners' losses on the outputs that came back (labels stay here)."""
+        from raysfl.runtime.peer_split import pair_loss
+
+        return pair_loss(self, step, dests, routes, logit_refs)
+
+    def pair_backward(self, step: int, grad_refs: list):
+        """FedPairing: the partner's backward half of the step."""
+        from raysfl.runtime.peer_split import pair_backward
+
+        return pair_backward(self, step, grad_refs)
 
     def finish(self, grad_refs: list):
         """Apply the last gradients; return (updates for the fed server, stats for the driver).
@@ -305,7 +318,7 @@ class ClientActor:
             apply_returned(self, grad_refs)
         else:
             self._apply_grads(grad_refs)
-        updates, stats = [], list(self.served.values())
+        updates, stats = [], []
         for c, a in sorted(self.active.items()):
             if a.failed:
                 stats.append(a.stats)

@@ -374,34 +374,49 @@ class Federation:
         return update_refs, stats_refs, actors, markers
 
     def _run_pair_steps(self, plans, by_actor, actors, prev) -> list[list]:
-        """FedPairing's steps: every client actor forwards its clients' prefixes to their
-        partners' actors, then every actor serves the activations it received; the
-        gradients go straight back (runtime/peer_split.py). Returns the step markers."""
+        """FedPairing's steps, four calls per client actor (runtime/peer_split.py): every actor
+        forwards its clients' prefixes to their partners' actors (activations only), the
+        partners return the outputs, the owners return d(loss)/d(outputs) (labels stay home),
+        the partners return the gradient at the cut, which the next forward applies.
+        Returns the step markers."""
         markers = []
         for s in range(max(p.steps for p in plans.values())):
-            sends: dict[tuple[int, int], object] = {}
+            routes = {i: {c: self.actor_of(p.partner) for c, p in by_actor[i].items()
+                          if p.partner is not None and p.steps > s} for i in actors}
+            acts: dict[tuple[int, int], object] = {}
             solo = []  # forward calls with nothing to route (solo or finished clients)
             for i in actors:
-                routes = {c: self.actor_of(p.partner) for c, p in by_actor[i].items()
-                          if p.partner is not None and p.steps > s}
-                dests = sorted(set(routes.values()))
+                dests = sorted(set(routes[i].values()))
                 refs = self.clients[i].pair_forward.options(num_returns=max(1, len(dests))).remote(
-                    s, dests, routes, prev[i])
+                    s, dests, routes[i], prev[i])
                 prev[i] = []
                 if dests:
-                    for d, ref in zip(dests, _as_list(refs, len(dests))):
-                        sends[(i, d)] = ref
+                    acts.update({(i, d): ref for d, ref in zip(dests, _as_list(refs, len(dests)))})
                 else:
                     solo.append(refs)
-            for d in sorted({d for _, d in sends}):
-                srcs = sorted(i for (i, dd) in sends if dd == d)
-                grads = self.clients[d].pair_serve.options(num_returns=len(srcs)).remote(
-                    s, [sends[(i, d)] for i in srcs])
-                for i, g in zip(srcs, _as_list(grads, len(srcs))):
-                    prev[i].append(g)
+            outputs = self._pair_exchange("pair_serve", s, acts)
+            dlogits: dict[tuple[int, int], object] = {}
+            for i in sorted({i for i, _ in outputs}):
+                dests = sorted(d for ii, d in outputs if ii == i)
+                refs = self.clients[i].pair_loss.options(num_returns=len(dests)).remote(
+                    s, dests, routes[i], [outputs[(i, d)] for d in dests])
+                dlogits.update({(i, d): ref for d, ref in zip(dests, _as_list(refs, len(dests)))})
+            for (i, _), ref in sorted(self._pair_exchange("pair_backward", s, dlogits).items()):
+                prev[i].append(ref)
             markers.append([g for i in actors for g in prev[i]] + solo)
             self._aux += solo
         return markers
+
+    def _pair_exchange(self, method: str, step: int, sends: dict[tuple[int, int], object]) -> dict:
+        """One partner-side call (``method``) per destination actor d with the payloads
+        {(source i, d): ref}; returns {(i, d): ref of d's answer to i}."""
+        back = {}
+        for d in sorted({d for _, d in sends}):
+            srcs = sorted(i for i, dd in sends if dd == d)
+            refs = getattr(self.clients[d], method).options(num_returns=len(srcs)).remote(
+                step, [sends[(i, d)] for i in srcs])
+            back.update({(i, d): ref for i, ref in zip(srcs, _as_list(refs, len(srcs)))})
+        return back
 
     def measure(self, batch: int) -> dict[int, tuple[float, float]]:
         """(memory GB, latency s) per virtual client, measured once by its client actor

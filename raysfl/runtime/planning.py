@@ -24,13 +24,14 @@ class ClientPlan:
     whole: bool = False  # it holds the whole model (FedPairing: cut = its propagation length)
     partner: int | None = None  # FedPairing: the client it splits the model with
     overlap: list[int] = field(default_factory=list)  # FedPairing: its overlapping layers (1-based)
+    weight: float = 1.0  # FedPairing: the weight of its loss in both halves of its split step
     round: int = 0  # the round it trains in (1-based; e.g. BESplit's annealing lambda_t on the client)
 
     def as_dict(self) -> dict:
         return {"cut": self.cut, "steps": self.steps, "batch": self.batch, "stream_pos": self.stream_pos,
                 "round": self.round,
                 "lr": self.lr, "delay_s": self.delay_s, "deadline": self.deadline, "local": self.local,
-                "whole": self.whole, "partner": self.partner, "overlap": self.overlap}
+                "whole": self.whole, "partner": self.partner, "overlap": self.overlap, "weight": self.weight}
 
 
 def local_steps(cfg, n_samples: int) -> tuple[int, int]:
@@ -55,4 +56,5 @@ def plan_round(cfg, algo: Algorithm, rnd: int, ctx: FederationContext,
         plans[c] = ClientPlan(cuts[c], steps, batch, stream_pos.get(c, 0), cfg.lr_at(rnd), round=rnd)
     for c, pair in algo.pair_plan(rnd, clients).items():
         plans[c].whole, plans[c].partner, plans[c].overlap = True, pair["partner"], list(pair["overlap"])
+        plans[c].weight = float(pair.get("weight", 1.0))
     return plans, server_of

@@ -5,11 +5,16 @@
   sigma^2) with h = h0 d^-delta, CPU frequencies from the device profiles (U[0.1, 2] GHz).
 * Pairing (eqs. 5-6, Alg. 1): greedy maximum-weight matching on e_ij = alpha (f_i - f_j)^2 +
   beta r_ij among the round's clients, or a Table I baseline (``--pairing``).
-* Split training (eqs. 1-3): L_i = floor(W f_i / (f_i + f_j)), L_j = W - L_i; each client
-  holds the whole model, runs its first L_i layers and its partner runs the rest on its own
-  copy (:mod:`raysfl.runtime.peer_split`); losses are weighted by a_i = |D_i| / sum |D|.
-* Overlapping layers (eq. 7): the doubled step, switchable (``--double-overlap``).
-* Aggregation: the server averages the client models (the weights a_i are already in the
+* Split training (eqs. 1-3): L_i = floor(W f_i / (f_i + f_j)), L_j = W - L_i, once per pair
+  (the slower client takes the floor); each client holds the whole model, runs its first L_i
+  layers and its partner runs the rest on its own copy and returns the logits; the owner
+  computes the loss with its labels and sends back d(loss)/d(logits)
+  (:mod:`raysfl.runtime.peer_split`). Losses are weighted (``--pair-weights``,
+  :mod:`raysfl.algorithms.fed_pairing.weighting`): ``fedavg`` K a_i over the round's K
+  clients, FedAvg's global step; ``paper`` the literal a_i = |D_i| / sum |D|.
+* Overlapping layers (eq. 7): the doubled step where both flows reached a layer in that
+  step, switchable (``--double-overlap``); ``doubled_layers`` counts them.
+* Aggregation: the server averages the client models (the weights are already in the
   gradients, Sec. II-A.3).
 * Simulated time: compute from each client's FLOPs and CPU frequency, transfers over r_ij
   between partners and over the client-server link r_i0 for the model.
@@ -29,10 +34,11 @@ from raysfl.algorithms.fed_pairing.pairing import (
     client_positions,
     overlapping_layers,
     pair_clients,
+    pair_split_lengths,
     rate_bps,
     rate_matrix,
-    split_lengths,
 )
+from raysfl.algorithms.fed_pairing.weighting import PAIR_WEIGHTS, loss_weights
 from raysfl.errors import ConfigError
 
 
@@ -43,6 +49,7 @@ class FedPairingParams:
     pairing: str = "greedy"       # greedy (Alg. 1) | random | location | computation (Table I)
     pair_alpha: float = 1.0       # alpha of eq. 5, per GHz^2 (the paper gives no value)
     pair_beta: float = 1.0        # beta of eq. 5, per Gbit/s (the paper gives no value)
+    pair_weights: str = "fedavg"  # fedavg: loss weight K a_i, FedAvg's global step | paper: a_i (weighting.py)
     double_overlap: bool = True   # eq. 7: overlapping layers take twice the step
     radius_m: float = 50.0        # clients uniform in a disk of this radius around the server
     bandwidth_mhz: float = 64.0   # B
@@ -65,16 +72,19 @@ class FedPairing(Algorithm):
         self.positions: np.ndarray | None = None
         self.rates: np.ndarray | None = None
         self.freq_ghz: np.ndarray | None = None
-        self.weights: np.ndarray | None = None
+        self.sizes: np.ndarray | None = None
         self.num_blocks = 0
         self._pairs_round = 0
         self._partner: dict[int, int | None] = {}  # the last planned round's pairs
+        self._lengths: dict[int, int] = {}  # ... and each client's propagation length L_i
 
     @classmethod
     def validate(cls, cfg) -> None:
         p = cfg.algo_params
         if p.pairing not in PAIRINGS:
             raise ConfigError(f"unknown pairing '{p.pairing}'; allowed: {', '.join(PAIRINGS)}")
+        if p.pair_weights not in PAIR_WEIGHTS:
+            raise ConfigError(f"unknown pair_weights '{p.pair_weights}'; allowed: {', '.join(PAIR_WEIGHTS)}")
         for name in ("radius_m", "bandwidth_mhz", "power_w", "noise_w", "gain_ref", "path_loss_exp"):
             v = getattr(p, name)
             if not (math.isfinite(v) and v > 0):
@@ -99,11 +109,11 @@ class FedPairing(Algorithm):
         self.rates = rate_matrix(self.positions, **self._link())
         self.server_rates = rate_bps(np.linalg.norm(self.positions, axis=1), **self._link())
         self.freq_ghz = np.array([p.cpu_ghz for p in ctx.profiles])
-        sizes = np.asarray(ctx.sizes, dtype=np.float64)
-        self.weights = sizes / sizes.sum()  # a_i, Sec. II-A.1
+        self.sizes = np.asarray(ctx.sizes, dtype=np.float64)
 
     def pairs(self, rnd: int, clients: list[int]) -> dict[int, int | None]:
-        """Each of the round's clients -> its partner (None: it trains alone)."""
+        """Each of the round's clients -> its partner (None: it trains alone); the pairs'
+        propagation lengths go to ``self._lengths``, one split per pair."""
         if rnd != self._pairs_round or set(clients) != set(self._partner):
             idx = sorted(clients)
             rng = np.random.default_rng([self.cfg.seed, rnd, 0x9A1E])
@@ -111,32 +121,33 @@ class FedPairing(Algorithm):
             local = pair_clients(self.params.pairing, self.freq_ghz[idx], self.positions[idx], self.rates[sub], rng,
                                  self.params.pair_alpha, self.params.pair_beta)
             partner: dict[int, int | None] = {c: None for c in idx}
-            for a, b in local:
-                partner[idx[a]], partner[idx[b]] = idx[b], idx[a]
-            self._pairs_round, self._partner = rnd, partner
+            pairs = [(idx[a], idx[b]) for a, b in local]
+            for a, b in pairs:
+                partner[a], partner[b] = b, a
+            lengths = {c: self.num_blocks for c in idx}
+            lengths.update(pair_split_lengths(self.num_blocks, pairs, self.freq_ghz))
+            self._pairs_round, self._partner, self._lengths = rnd, partner, lengths
         return self._partner
 
     def assign_cuts(self, rnd, clients, ctx):
         """L_i for each client (its whole model when alone)."""
-        cuts = {}
-        for c, j in self.pairs(rnd, clients).items():
-            cuts[c] = self.num_blocks if j is None else split_lengths(self.num_blocks, self.freq_ghz[c],
-                                                                       self.freq_ghz[j])[0]
-        return cuts
+        self.pairs(rnd, clients)
+        return {c: self._lengths[c] for c in clients}
 
     def pair_plan(self, rnd, clients):
+        """Partner, overlapping layers (those both flows may reach in the client's copy) and
+        loss weight of each of the round's clients."""
+        weights = loss_weights(self.params.pair_weights, self.sizes, clients)
         out = {}
         for c, j in self.pairs(rnd, clients).items():
-            if j is None:
-                out[c] = {"partner": None, "overlap": []}
-                continue
-            li, lj = split_lengths(self.num_blocks, self.freq_ghz[c], self.freq_ghz[j])
-            out[c] = {"partner": j, "overlap": overlapping_layers(self.num_blocks, li, lj)}
+            overlap = [] if j is None else overlapping_layers(self.num_blocks, self._lengths[c], self._lengths[j])
+            out[c] = {"partner": j, "overlap": overlap, "weight": weights[c]}
         return out
 
     def client_info(self, client: int) -> dict:
         return {"position_m": [float(v) for v in self.positions[client]], "cpu_ghz": float(self.freq_ghz[client]),
-                "server_rate_bps": float(self.server_rates[client]), "a": float(self.weights[client])}
+                "server_rate_bps": float(self.server_rates[client]),
+                "a": float(self.sizes[client] / self.sizes.sum())}
 
     def client_sim_time(self, client, stats, profile, server_flops_per_s) -> float:
         """Compute on the client's CPU, activations and gradients over the partner link r_ij,
@@ -150,15 +161,17 @@ class FedPairing(Algorithm):
         return compute + model + peer * 8.0 / link
 
     # ----------------------------------------------------------------- clients
-    def pair_weight(self, client: int) -> float:
-        return float(self.weights[client])
-
     def double_overlap(self) -> bool:
         return self.params.double_overlap
 
+    def client_metric_names(self) -> list[str]:
+        """``doubled_layers``: layers that took eq. 7's doubled step, per client update."""
+        return ["doubled_layers"]
+
     # ----------------------------------------------------------------- fed server
     def aggregate(self, global_state, updates: list[ClientUpdate]):
-        """The plain average of the client models: a_i is already in their gradients."""
+        """The plain average of the client models: the weights are already in their
+        gradients (Sec. II-A.3; :mod:`raysfl.algorithms.fed_pairing.weighting`)."""
         if not updates:
             return global_state
         return weighted_average([(u.state, 1.0) for u in updates], base=global_state)

@@ -9,8 +9,9 @@ pure functions, used by :mod:`raysfl.algorithms.fed_pairing.algorithm`.
   skipping covered vertices; with an odd count one client is left to train alone.
   Baselines of Table I: random, location (nearest partner), computation (largest
   CPU-frequency difference).
-* Split lengths (Sec. II-A):  L_i = floor(W f_i / (f_i + f_j)),  L_j = W - L_i, clamped so
-  both run at least one layer.
+* Split lengths (Sec. II-A):  L_i = floor(W f_i / (f_i + f_j)),  L_j = W - L_i, once per
+  pair: the slower client takes the floor (ties: the lower index), clamped so both run at
+  least one layer.
 * Overlapping layers (Sec. III-B): in client i's model its own flow runs layers 1..L_i and
   its partner's flow layers L_j+1..W; the layers in both take the doubled step of eq. (7).
 """
@@ -76,10 +77,27 @@ def pair_clients(mode: str, freq_ghz, positions: np.ndarray, rates_bps: np.ndarr
 
 
 def split_lengths(num_layers: int, f_i: float, f_j: float) -> tuple[int, int]:
-    """(L_i, L_j): L_i = floor(W f_i / (f_i + f_j)), L_j = W - L_i; each at least 1."""
-    li = math.floor(num_layers * f_i / (f_i + f_j))
-    li = min(max(li, 1), num_layers - 1)
-    return li, num_layers - li
+    """(L_i, L_j) of one pair, computed once for both partners (Sec. II-A): the slower
+    client's share ``floor(W f / (f_i + f_j))`` is rounded down and the faster one runs the
+    rest, so L_i + L_j = W always. Rounding down the slower share means rounding never adds
+    work to the pair's straggler (the paper's aim: "assigns smaller propagation lengths to
+    clients with poorer computational power"). On a tie (f_i == f_j) the first argument
+    takes the floor; callers pass the lower client index first. Each length is at least 1."""
+    if f_i <= f_j:
+        li = min(max(math.floor(num_layers * f_i / (f_i + f_j)), 1), num_layers - 1)
+        return li, num_layers - li
+    lj, li = split_lengths(num_layers, f_j, f_i)
+    return li, lj
+
+
+def pair_split_lengths(num_layers: int, pairs, freq_ghz) -> dict[int, int]:
+    """{client: L} for every client of ``pairs`` (client index pairs), one
+    :func:`split_lengths` per pair with the lower index first (deterministic)."""
+    out: dict[int, int] = {}
+    for a, b in pairs:
+        i, j = min(a, b), max(a, b)
+        out[i], out[j] = split_lengths(num_layers, float(freq_ghz[i]), float(freq_ghz[j]))
+    return out
 
 
 def overlapping_layers(num_layers: int, own: int, partner: int) -> list[int]:
