@@ -3,7 +3,7 @@ seeds, one results table, and the plots.
 
 Every run of a comparison shares the settings that define the data and the federation --
 data set, model, cut, clients, clients per round, rounds, partition and its parameters,
-local work, batch size, device profiles -- taken from the user's settings or else from
+local test splits, local work, batch size, device profiles -- taken from the user's settings or else from
 raysfl's defaults, *not* from any algorithm's ``config_defaults`` (which would give GAPSL
 Dirichlet 0.1 and BESplit Dirichlet 1 in the same comparison). Learning settings the user
 leaves out (lr, momentum, ...) still follow each algorithm's paper defaults. Seeds are
@@ -33,7 +33,8 @@ from raysfl.config import RUN_DEFAULTS, Config
 from raysfl.errors import ConfigError
 
 SHARED = ("dataset", "model", "cut", "clients", "clients_per_round", "rounds", "partition", "alpha",
-          "classes_per_client", "shards_per_client", "quantity_skew", "local_epochs", "local_steps", "batch_size")
+          "classes_per_client", "shards_per_client", "quantity_skew", "local_test_fraction", "local_epochs",
+          "local_steps", "batch_size")
 
 
 def comparison_configs(algos: list[str], settings: dict, seeds: int, out_dir: Path) -> list[Config]:
