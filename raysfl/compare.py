@@ -3,7 +3,7 @@ seeds, one results table, and the plots.
 
 Every run of a comparison shares the settings that define the data and the federation --
 data set, model, cut, clients, clients per round, rounds, partition and its parameters,
-local work, batch size, device profiles -- taken from the user's settings, else from the
+local test splits, local work, batch size, device profiles -- taken from the user's settings, else from the
 paper setting (``dataset_defaults`` for the data set, then ``config_defaults``) of the
 *first* algorithm listed, else from raysfl's defaults: ``--algos gapsl,psl`` runs in GAPSL's
 setting (10 clients, Dirichlet 0.1, its cut), as the paper ran its baselines, and never mixes
@@ -37,7 +37,8 @@ from raysfl.config import RUN_DEFAULTS, Config
 from raysfl.errors import ConfigError
 
 SHARED = ("dataset", "model", "cut", "clients", "clients_per_round", "rounds", "partition", "alpha",
-          "classes_per_client", "shards_per_client", "quantity_skew", "local_epochs", "local_steps", "batch_size")
+          "classes_per_client", "shards_per_client", "quantity_skew", "local_test_fraction", "local_epochs",
+          "local_steps", "batch_size")
 
 
 def comparison_configs(algos: list[str], settings: dict, seeds: int, out_dir: Path) -> list[Config]:

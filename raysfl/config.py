@@ -112,8 +112,8 @@ class Config:
     shards_per_client: int | None = None   # 2
     quantity_skew: float | None = None     # 0.0
     cut: int | None = None             # 2
-    local_test_fraction: float = 0.0  # each client's seeded local test split, held out of training
-                                      # (BESplit Sec. 3.1); reported as the *_local metrics
+    local_test_fraction: float | None = None  # 0.0; each client's seeded local test split, held out of
+                                              # training (BESplit Sec. 3.1); reported as the *_local metrics
     seed: int = 0
     transfer_dtype: str = "float32"
     eval_every: int = 1
@@ -156,7 +156,7 @@ class Config:
 RUN_DEFAULTS: dict[str, Any] = {
     "model": "cnn", "clients": 10, "local_epochs": 1.0, "batch_size": 32, "lr": 0.05, "lr_decay": 1.0,
     "momentum": 0.9, "weight_decay": 0.0, "optimizer": "sgd", "partition": "iid", "alpha": 0.5,
-    "classes_per_client": 2, "shards_per_client": 2, "quantity_skew": 0.0, "cut": 2,
+    "classes_per_client": 2, "shards_per_client": 2, "quantity_skew": 0.0, "cut": 2, "local_test_fraction": 0.0,
 }
 # Config fields whose None means something of its own (all clients, epochs not steps, the
 # client lr): an algorithm's paper setting fills them when left None, raysfl's does not.

@@ -5,32 +5,38 @@ SplitFed V1's shape -- one server-side model W_S_k per client on the main server
 models aggregated by the fed server -- with:
 
 1. **Evidential learning** (Sec. 3.2, App. B; :mod:`~raysfl.algorithms.besplit.evidential`): the
-   server-side model's outputs are Dirichlet evidence (alpha = e + 1), trained with eq. (5)
-   and its KL term annealed by lambda_t = min(1, t/T).
+   server-side model's outputs are Dirichlet evidence (alpha = e + 1, e = exp(logits) by
+   default), trained with eq. (5) and its KL term annealed by lambda_t = min(1, t/T), T = 10
+   rounds.
 2. **Client State Records** (Sec. 4.1, App. C): per client, on the server, the summed
-   evidence (N x N), counts and both uncertainties per true class of its smashed data,
-   collected in every server step (:mod:`~raysfl.algorithms.besplit.bcc_step`), folded into the
-   stored record at the end of the round by the staleness-aware EMA (eq. 6), and dropped
-   after ``csr_ttl`` rounds without the client. Kept in ``server.extra`` (checkpointed).
+   evidence (N x N), counts and both uncertainties per true class of its smashed data (by
+   default as the round's starting server-side model sees them, ``csr_model``), collected in
+   every server step (:mod:`~raysfl.algorithms.besplit.bcc_step`), folded into the stored
+   record at the end of the round by the staleness-aware EMA (eq. 6), and dropped after
+   ``csr_ttl`` rounds without the client. Kept in ``server.extra`` (checkpointed).
 3. **Evidential Aggregation** (eqs. 7-10; :mod:`~raysfl.algorithms.besplit.evidential_aggregation`):
-   w = s / sum s from the records of the round's clients, used for the server-side models
-   (main server, ``server_weights``) and the client-side models (fed server, through
-   ``fed.round_weights``); reported per client as ``agg_weight``.
+   w = s / sum s from the records of the round's clients -- by default each class compared
+   among the clients that hold it, a non-negative epistemic term (mutual information) and
+   n_k in s; ``ea_*`` select the other readings, the printed one included -- used for the
+   server-side models (main server, ``server_weights``) and the client-side models (fed
+   server, through ``fed.round_weights``); reported per client as ``agg_weight``.
 4. **BCC** (Sec. 4.2, App. D.2; :mod:`~raysfl.algorithms.besplit.bcc`): at a round's first step the
    server estimates P_k and P_g from the records' class counts, finds the biased clients
    (eq. 11) among the round's clients, matches them greedily on eq. (33), and sets each
    pair's mixing ratios from eqs. (31)-(32) with last round's EA weights. The step itself
-   (:func:`~raysfl.algorithms.besplit.bcc_step.evidential_server_step`) lends the partner's smashed
-   samples and routes their gradients back to the partner only; a missing partner never
-   holds a step up.
+   (:func:`~raysfl.algorithms.besplit.bcc_step.evidential_server_step`) moves the partner's lent
+   smashed samples into the borrower's step (eq. 30: out of the lender's own loss) and routes
+   their gradients back to the partner only; a missing partner never holds a step up.
 5. **DTD** (Sec. 4.3, eqs. 15-18; :mod:`~raysfl.algorithms.besplit.dtd`): every client trains an
    auxiliary model next to the split step, distilled from its client-side model (KD-C) and
-   from the server's predictions (KD-G). BESplit-G is the global model's test accuracy
-   (``test_accuracy``), BESplit-A the auxiliary models' (``acc_aux`` mean, ``acc_aux_std``).
+   from the server's predictions (KD-G). The paper measures both on each client's own test
+   split (Sec. 3.1; ``local_test_fraction`` 0.2 by default): BESplit-G is ``acc_g_local``
+   (the global model), BESplit-A ``acc_aux_local`` (each client's auxiliary model); on the
+   global test set they are ``test_accuracy`` and ``acc_aux``.
 
-Ablations (Table 4): ``--no-ea`` (plain sample-weighted averaging), ``--no-ea-evidence``
-(w/o E: no Q factor), ``--no-ea-ale``, ``--no-ea-epi``, ``--no-bcc``; ``--no-dtd`` skips the
-auxiliary models (BESplit-G alone).
+Ablations (Table 4): ``--no-ea`` (sample-weighted averaging; ``--plain-weights uniform``: the
+paper's "simple average"), ``--no-ea-evidence`` (w/o E: no Q factor), ``--no-ea-ale``,
+``--no-ea-epi``, ``--no-bcc``; ``--no-dtd`` skips the auxiliary models (BESplit-G alone).
 """
 
 from __future__ import annotations
@@ -48,11 +54,14 @@ from raysfl.algorithms.base import (Algorithm, ClientUpdate, Protocol, ServerMod
 from raysfl.algorithms.besplit.bcc import DISTANCES, bcc_pairs, biased_clients, mix_ratio, overrepresented
 from raysfl.algorithms.besplit.bcc_step import evidential_server_step
 from raysfl.algorithms.besplit.dtd import auxiliary_model, dtd_loss
-from raysfl.algorithms.besplit.evidential import EVIDENCE
-from raysfl.algorithms.besplit.evidential_aggregation import ClientStateRecord, ema_update, evidential_weights
+from raysfl.algorithms.besplit.evidential import EPISTEMIC, EVIDENCE
+from raysfl.algorithms.besplit.evidential_aggregation import (AVERAGES, COMPARES, ClientStateRecord, ema_update,
+                                                              evidential_weights)
 from raysfl.errors import ConfigError
 
 HEAD = "head."  # the auxiliary model's keys in a client's update and in fed.own
+PLAIN_WEIGHTS = ("samples", "uniform")
+CSR_MODELS = ("round_start", "training")
 
 
 @dataclass
@@ -60,15 +69,25 @@ class BESplitParams:
     """BESplit's knobs; defaults are the paper's where it gives one (Sec. 5.1: tau = 5,
     lambda_C = 0.2, lambda_G = 0.3), otherwise marked."""
 
-    evidence: str = "softplus"      # evidence activation e = act(logits): softplus | relu | exp (not given)
-    anneal_rounds: int | None = None  # T of lambda_t = min(1, t/T) (eq. 5); None: the run's rounds
+    evidence: str = "exp"           # evidence activation e = phi(logits): exp | softplus | relu (not given;
+                                    # docs/besplit.md measures them)
+    anneal_rounds: int = 10         # T of lambda_t = min(1, t/T) (eq. 5), in rounds; 10 as Sensoy et al. (2018)
     csr_beta: float = 0.9           # beta of eq. (6)'s staleness-aware EMA (not given)
     csr_ttl: int = 10               # rounds without the client before its record is dropped (not given)
-    ea: bool = True                 # Evidential Aggregation (False: Table 4's "w/o EA", sample weights)
+    csr_model: str = "round_start"  # whose outputs fill the records: round_start (W_S_k as the round began,
+                                    # i.e. W_S_g) | training (W_S_k as it trains, step by step)
+    ea: bool = True                 # Evidential Aggregation (False: Table 4's "w/o EA", see plain_weights)
+    ea_average: str = "sample"      # eqs. (8)-(9) per sample | over seen classes | all N classes (as printed)
+    ea_epistemic: str = "mutual_info"  # U_epi of eq. (9): mutual_info | vacuity | entropy (eq. 4 as printed, <= 0)
+    ea_compare: str = "per_class"   # eqs. (8)-(9) compare each class among its holders | pooled (as printed)
+    ea_samples: bool = True         # multiply eq. (10)'s s by the client's sample count n_k
     ea_evidence: bool = True        # the evidence-concentration factor Q of eq. (10) (False: "w/o E")
     ea_ale: bool = True             # the aleatoric ratio R_ale (False: "w/o U_ale")
     ea_epi: bool = True             # the epistemic ratio R_epi (False: "w/o U_epi")
+    plain_weights: str = "samples"  # weights without EA: samples (FedAvg's n_k) | uniform (the paper's
+                                    # "simple average aggregation", Sec. 5.3)
     bcc: bool = True                # Bias-Compensated Collaboration (False: "w/o BCC")
+    bcc_move: bool = True           # eq. (30): lent rows leave the lender's loss (False: trained on by both)
     bcc_max_ratio: float = 1.0      # upper bound on rho (the paper's "up to rho%"); 1: eqs. 31-32 alone
     dtd: bool = True                # train the auxiliary models (BESplit-A)
     kd_tau: float = 5.0             # distillation temperature tau (eqs. 15, 17)
@@ -85,8 +104,10 @@ class BESplit(Algorithm):
     # SplitFed V1's shape; the server's logits come back as DTD's global teacher (eq. 15) and every
     # client keeps an auxiliary model -- both only with DTD (--no-dtd switches them off)
     protocol = Protocol(server_model=ServerModel.PER_CLIENT, server_reply=("outputs",), client_heads=True)
-    # Table 2 / Sec. 5.1: Dirichlet partition, kappa = 1 by default.
-    config_defaults = {"partition": "dirichlet", "alpha": 1.0}
+    # Table 2 / Sec. 5.1: Dirichlet partition, kappa = 1 by default, SGD. Sec. 3.1: every client
+    # holds a test split of its own data, on which BESplit-A and BESplit-G are measured (the
+    # paper gives no fraction: 20 %, the data sets' own 80/20 train/test split).
+    config_defaults = {"partition": "dirichlet", "alpha": 1.0, "optimizer": "sgd", "local_test_fraction": 0.2}
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -98,8 +119,13 @@ class BESplit(Algorithm):
         p = cfg.algo_params
         if p.evidence not in EVIDENCE:
             raise ConfigError(f"unknown evidence '{p.evidence}'; allowed: {', '.join(EVIDENCE)}")
-        if p.anneal_rounds is not None and (not isinstance(p.anneal_rounds, int) or p.anneal_rounds < 1):
-            raise ConfigError(f"anneal_rounds must be an integer >= 1 (or unset), got {p.anneal_rounds}")
+        if not isinstance(p.anneal_rounds, int) or p.anneal_rounds < 1:
+            raise ConfigError(f"anneal_rounds must be an integer >= 1, got {p.anneal_rounds}")
+        for name, allowed in (("ea_average", AVERAGES), ("ea_epistemic", EPISTEMIC), ("csr_model", CSR_MODELS),
+                              ("ea_compare", COMPARES),
+                              ("plain_weights", PLAIN_WEIGHTS)):
+            if getattr(p, name) not in allowed:
+                raise ConfigError(f"unknown {name} '{getattr(p, name)}'; allowed: {', '.join(allowed)}")
         if not (math.isfinite(p.csr_beta) and 0 <= p.csr_beta < 1):
             raise ConfigError(f"csr_beta must be in [0, 1), got {p.csr_beta}")
         if not isinstance(p.csr_ttl, int) or p.csr_ttl < 1:
@@ -108,6 +134,8 @@ class BESplit(Algorithm):
             raise ConfigError(f"bcc_max_ratio must be in [0, 1], got {p.bcc_max_ratio}")
         if not (math.isfinite(p.kd_tau) and p.kd_tau > 0):
             raise ConfigError(f"kd_tau must be a finite number > 0, got {p.kd_tau}")
+        if p.ea_compare == "per_class" and p.ea_average == "all":
+            raise ConfigError("ea_compare 'per_class' combines classes by ea_average 'seen' or 'sample', not 'all'")
         if p.kd_c_distance not in DISTANCES:
             raise ConfigError(f"unknown kd_c_distance '{p.kd_c_distance}'; allowed: {', '.join(DISTANCES)}")
         for name in ("kd_lambda_c", "kd_lambda_g"):
@@ -117,14 +145,15 @@ class BESplit(Algorithm):
 
     @property
     def anneal_total(self) -> int:
-        return self.params.anneal_rounds or self.cfg.rounds
+        return self.params.anneal_rounds
 
     def server_metric_names(self) -> list[str]:
-        return super().server_metric_names() + ["ea_weight_min", "ea_weight_max", "bcc_pairs", "bcc_lent_frac",
-                                                "bcc_skipped"]
+        return super().server_metric_names() + ["ea_weight_min", "ea_weight_max", "bcc_biased", "bcc_pairs",
+                                                "bcc_lent_frac", "bcc_skipped"]
 
     def eval_metric_names(self) -> list[str]:
-        return ["acc_aux", "acc_aux_std"] if self.params.dtd else []
+        local = ["acc_g_local"] + (["acc_aux_local", "acc_aux_local_std"] if self.params.dtd else [])
+        return local + (["acc_aux", "acc_aux_std"] if self.params.dtd else [])
 
     # ----------------------------------------------------------------- main server
     def bcc_plan(self, server) -> dict[int, tuple[int, dict[int, float]]]:
@@ -133,6 +162,7 @@ class BESplit(Algorithm):
         csr = server.extra.get("csr", {})
         clients = sorted(c for c in server.client_models if c in csr and np.sum(csr[c]["counts"]) > 0)
         if len(clients) < 2:
+            server.record("bcc_biased", 0)
             server.record("bcc_pairs", 0)
             return {}
         total = np.sum([r["counts"] for r in csr.values()], axis=0)
@@ -149,6 +179,7 @@ class BESplit(Algorithm):
             to_j, to_i = overrepresented(dists[a], dists[b])  # classes i lends j, classes j lends i
             plan[i] = (j, {n: min(cap, mix_ratio(dists[b][n], dists[a][n], p_g[n], w_j, w_i)) for n in to_i})
             plan[j] = (i, {n: min(cap, mix_ratio(dists[a][n], dists[b][n], p_g[n], w_i, w_j)) for n in to_j})
+        server.record("bcc_biased", len(biased))
         server.record("bcc_pairs", len(pairs))
         return plan
 
@@ -161,18 +192,19 @@ class BESplit(Algorithm):
             mixes = x["bcc_plan"]
         else:
             mixes = x.get("bcc_plan", {})
+        p = self.params
         grads, losses, logits, stats, lent, skipped = evidential_server_step(
             server.client_models, server.client_opts, batches, mixes, server.round, self.anneal_total,
-            self.params.evidence)
+            p.evidence, p.ea_epistemic, p.bcc_move, server.model if p.csr_model == "round_start" else None)
         server.extra_rows.update(lent)  # the borrower's model ran them: its server FLOPs
         pending = x.setdefault("pending", {})
         for c, st in stats.items():
             acc = pending.setdefault(c, {k: np.zeros_like(v) for k, v in st.items()})
             for k, v in st.items():
                 acc[k] += v
-        if self.params.bcc:
-            n_own = sum(len(b[3]) for b in batches)
-            server.record("bcc_lent_frac", sum(lent.values()) / max(1, n_own))
+        if p.bcc:  # lent rows per own row of the round (not a mean over steps)
+            x["bcc_lent"] = x.get("bcc_lent", 0) + sum(lent.values())
+            x["bcc_own"] = x.get("bcc_own", 0) + sum(len(b[3]) for b in batches)
             server.record("bcc_skipped", len(skipped))
         if self.cfg.grad_angles:
             flat = [torch.cat([p.grad.reshape(-1) for p in server.client_models[c].part(cut, server.model.num_blocks)
@@ -185,6 +217,8 @@ class BESplit(Algorithm):
         ones (TTL), and weigh the clients that trained this round by eqs. (7)-(10) (or by
         sample counts without EA). Clients without a step this round get weight 0."""
         x = server.extra
+        if self.params.bcc:
+            server.record("bcc_lent_frac", x.pop("bcc_lent", 0) / max(1, x.pop("bcc_own", 0)))
         csr = x.setdefault("csr", {})
         pending = x.pop("pending", {})
         for c, st in pending.items():
@@ -196,11 +230,14 @@ class BESplit(Algorithm):
         if not trained:
             return {c: 0.0 for c in weights}
         p = self.params
+        n = np.array([weights[c] for c in trained], dtype=np.float64)  # samples trained on this round
         if p.ea:
             w = evidential_weights([ClientStateRecord(**x["csr"][c]) for c in trained], p.ea_evidence, p.ea_ale,
-                                   p.ea_epi)
+                                   p.ea_epi, average=p.ea_average, samples=n if p.ea_samples else None,
+                                   compare=p.ea_compare)
+        elif p.plain_weights == "uniform":
+            w = np.full(len(trained), 1.0 / len(trained))
         else:
-            n = np.array([weights[c] for c in trained], dtype=np.float64)
             w = n / n.sum()
         chosen = {c: float(v) for c, v in zip(trained, w)}
         x["ea_weights"] = {c: v for c, v in {**x.get("ea_weights", {}), **chosen}.items() if c in x["csr"]}
@@ -235,14 +272,15 @@ class BESplit(Algorithm):
         return prefix_with_own(fed, client, cut), True
 
     def fed_aggregate(self, fed, rnd: int, server_states: list[dict], updates: list[ClientUpdate]):
-        """Client-side models weighted by the servers' EA weights (eq. 10; sample counts with
-        ``--no-ea``); auxiliary models stay with their clients."""
+        """Client-side models weighted by the weights the server chose (EA, eq. 10; without EA
+        sample counts or uniform, ``plain_weights``): eq. (10)'s w for both sides. Auxiliary
+        models stay with their clients."""
         parts = []
         for u in updates:
             aux = {k: v for k, v in u.state.items() if k.startswith(HEAD)}
             if aux:
                 fed.own[u.client] = aux
-            w = fed.round_weights.get(u.client, 0.0) if (self.params.ea and fed.round_weights) else u.weight
+            w = fed.round_weights.get(u.client, 0.0) if fed.round_weights else u.weight
             parts.append(({k: v for k, v in u.state.items() if not k.startswith(HEAD)}, w))
         if parts:
             fed.global_state = weighted_average(parts, base=fed.global_state)
@@ -251,16 +289,31 @@ class BESplit(Algorithm):
         return None
 
     def fed_evaluate(self, fed, ev):
-        """BESplit-G: the global model. BESplit-A: every client's auxiliary model on the test
-        set, mean and standard deviation (``acc_aux``, ``acc_aux_std``)."""
+        """The paper's metrics are on the clients' own test splits (Sec. 3.1,
+        ``--local-test-fraction``): ``acc_g_local`` (BESplit-G: the global model on each
+        client's split, mean over clients) and ``acc_aux_local`` (BESplit-A: each client's
+        auxiliary model on its own split, mean; ``acc_aux_local_std`` across clients). On the
+        global, balanced test set: ``test_accuracy`` (the global model) and ``acc_aux`` /
+        ``acc_aux_std`` (the auxiliary models) -- where a purely local auxiliary model is
+        capped by the classes its client has seen."""
         acc, loss = ev(fed.global_state)
+        nan = float("nan")
+        clients = range(self.cfg.clients) if ev.has_local_tests else []
+        g_local = [a for a in (ev.local(ev.model, c) for c in clients) if a == a]  # ev.model: the global model
+        extras = {"acc_g_local": float(np.mean(g_local)) if g_local else nan}
+        extras["test_accuracy_local"] = extras["acc_g_local"]  # the generic column: the same model
         if not self.params.dtd:
-            return acc, loss, {}
-        accs = []
+            return acc, loss, extras
+        accs, local = [], []
         for c in sorted(fed.own):
             aux = auxiliary_model(ev.model, self.cfg.cut, ev.num_classes)
             aux.load_state_dict({k[len(HEAD):]: torch.from_numpy(np.array(v)) for k, v in fed.own[c].items()})
             accs.append(ev.module(aux)[0])
-        nan = float("nan")
-        return acc, loss, {"acc_aux": float(np.mean(accs)) if accs else nan,
-                           "acc_aux_std": float(np.std(accs)) if accs else nan}
+            a = ev.local(aux, c) if ev.has_local_tests else nan
+            if a == a:
+                local.append(a)
+        extras.update({"acc_aux": float(np.mean(accs)) if accs else nan,
+                       "acc_aux_std": float(np.std(accs)) if accs else nan,
+                       "acc_aux_local": float(np.mean(local)) if local else nan,
+                       "acc_aux_local_std": float(np.std(local)) if local else nan})
+        return acc, loss, extras

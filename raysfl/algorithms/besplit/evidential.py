@@ -12,7 +12,17 @@ S = sum_i alpha_i. With psi the digamma function:
 
 Eq. (4) is printed as sum_i [log(Gamma(alpha_i) / Gamma(S)) - (alpha_i - 1)(psi(alpha_i) -
 psi(S))], which counts log Gamma(S) N times; the text defines U_epi as the differential
-entropy of the Dirichlet, which is what is computed here (the two agree when S = 2).
+entropy of the Dirichlet, which is what :func:`epistemic` computes (the two agree when S = 2).
+
+That differential entropy is <= 0 (0 for alpha = 1, -12.8 already for N = 10 classes and
+alpha_i = 2) and falls as evidence grows, so eq. (9)'s ratio sum / own of it gives *more*
+weight to the *more* uncertain client. Evidential Aggregation's sentence "Clients with high
+aleatoric or epistemic uncertainty should contribute less" needs a measure that is >= 0 and
+grows with uncertainty; two standard ones for a Dirichlet (:func:`epistemic_measure`):
+
+    MI   = H[E p] - E[H(p)] = H(alpha / S) - U_ale     mutual information of y and p      (epistemic
+                                                      part of the total entropy, Malinin & Gales 2018)
+    u    = N / S                                       vacuity (App. B, eq. 21; Sensoy et al. 2018)
 """
 
 from __future__ import annotations
@@ -20,11 +30,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-EVIDENCE = ("softplus", "relu", "exp")
+EVIDENCE = ("exp", "softplus", "relu")
+EPISTEMIC = ("mutual_info", "vacuity", "entropy")  # entropy: eq. (4) as printed (<= 0)
 
 
-def evidence(logits: torch.Tensor, kind: str = "softplus") -> torch.Tensor:
-    """Non-negative evidence from a head's outputs."""
+def evidence(logits: torch.Tensor, kind: str = "exp") -> torch.Tensor:
+    """Non-negative evidence phi(logits) (Sec. 3.2; the paper does not name phi). ``exp`` is
+    clamped at logit 10 (evidence e^10) against overflow."""
     if kind == "relu":
         return F.relu(logits)
     if kind == "exp":
@@ -48,6 +60,32 @@ def epistemic(alpha: torch.Tensor) -> torch.Tensor:
     return log_b + (s - n) * torch.digamma(s) - ((alpha - 1) * torch.digamma(alpha)).sum(dim=-1)
 
 
+def mutual_information(alpha: torch.Tensor) -> torch.Tensor:
+    """I(y; p) = H[E p] - E[H(p)] per row: the entropy of the expected categorical alpha / S
+    minus eq. (3)'s expected entropy. >= 0; largest for little evidence, 0 as S grows."""
+    s = alpha.sum(dim=-1, keepdim=True)
+    mean = alpha / s
+    return -(mean * torch.log(mean)).sum(dim=-1) - aleatoric(alpha)
+
+
+def vacuity(alpha: torch.Tensor) -> torch.Tensor:
+    """u = N / S per row (App. B, eq. 21): 1 without evidence, falling towards 0 as it grows."""
+    return alpha.shape[-1] / alpha.sum(dim=-1)
+
+
+def epistemic_measure(alpha: torch.Tensor, kind: str = "mutual_info") -> torch.Tensor:
+    """The epistemic uncertainty eq. (9) weighs clients by (see the module docstring):
+    ``mutual_info``, ``vacuity`` (both >= 0, growing with uncertainty) or ``entropy`` (eq. 4
+    as printed, the Dirichlet's differential entropy, <= 0)."""
+    if kind == "mutual_info":
+        return mutual_information(alpha)
+    if kind == "vacuity":
+        return vacuity(alpha)
+    if kind == "entropy":
+        return epistemic(alpha)
+    raise ValueError(f"unknown epistemic measure '{kind}'; allowed: {', '.join(EPISTEMIC)}")
+
+
 def kl_to_uniform(alpha: torch.Tensor) -> torch.Tensor:
     """KL[Dir(alpha) || Dir(1, ..., 1)] per row."""
     n = alpha.shape[-1]
@@ -58,7 +96,8 @@ def kl_to_uniform(alpha: torch.Tensor) -> torch.Tensor:
 
 
 def annealing(t: int, total: int) -> float:
-    """lambda_t = min(1, t / T)."""
+    """lambda_t = min(1, t / T) (eq. 5). T is a horizon in rounds; Sensoy et al. (2018), whose
+    loss eq. (5) is, anneal over T = 10 epochs."""
     return min(1.0, t / total)
 
 
