@@ -119,11 +119,15 @@ class ClientActor:
         global one; receiving it counts as a download for the clients in "charged" (the
         client-side part only: a client-side classifier, ``head.*`` keys, never travels).
         ``plan[c]["delay_s"]`` makes client c a real straggler: the actor sleeps (the longest
-        delay of its clients) before any of them starts.
+        delay of its clients) before any of them starts -- until the round's deadline at the
+        latest, after which its work would be dropped anyway (unless the algorithm applies late
+        updates), so that a straggler is ready for the next round when it starts.
         """
         self.active, self.served = {}, {}
         self.deadline = max((p.get("deadline") or 0.0 for p in plan.values()), default=0.0) or None
         delay = max((p.get("delay_s", 0.0) for p in plan.values()), default=0.0)
+        if delay > 0 and self.deadline is not None and not self.algo.protocol.late_updates:
+            delay = min(delay, max(0.0, self.deadline - time.time()))
         if delay > 0:
             time.sleep(delay)
         for c, p in sorted(plan.items()):
