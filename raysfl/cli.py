@@ -112,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                          usage="raysfl run [--config FILE] [--algo ALGO] [flags ...] (every flag below, by group)")
     run.add_argument("--config", dest="config_file", default=None, metavar="FILE", help="YAML or JSON config")
     run.add_argument("--no-faults", dest="faults", action="store_const", const="", default=argparse.SUPPRESS,
-                     help="no fault schedule (e.g. to resume a run without the faults it was started with)")
+                     help="no fault schedule, e.g. to resume a run without the faults it was started with "
+                          "(default: --faults)")
     _add_run_flags(run, {"--config", "--help", "--no-faults"})
     cmp = sub.add_parser("compare", help="run several algorithms on identical data and seeds; table and plots")
     cmp.add_argument("--algos", required=True, metavar="A,B,...", help="algorithms to compare, comma-separated")

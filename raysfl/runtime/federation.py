@@ -309,13 +309,21 @@ class Federation:
         self._late_now = [u for a, u in self._pending_updates if a in late_actors]
         return result
 
-    def finish_round(self, rnd: int, include: list[int] | None, evaluate: bool):
+    def finish_round(self, rnd: int, include: list[int] | None, evaluate: bool, void: bool = False):
         """Aggregate the round's completed updates of ``include`` clients; evaluate.
 
-        Returns (acc, loss, extras) or None. Raises :class:`FedServerLost` if the fed server
-        died (the caller rolls back and retries the round).
+        ``void``: the round included nobody; the servers and the fed server go back to the
+        snapshot (the round's start state) and nothing is aggregated. Returns (acc, loss,
+        extras) or None. Raises :class:`FedServerLost` if the fed server died (the caller rolls
+        back and retries the round).
         """
         import ray
+
+        if void:
+            self.rollback()
+            self.late_applied = 0
+            self._carry = self._late_now if self.algo.protocol.late_updates else []
+            return self.evaluate(evaluate)
 
         updates = [u for a, u in self._pending_updates if a not in self._late_actors]
         states = self._server_states if self._sync else []

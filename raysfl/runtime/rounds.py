@@ -222,11 +222,8 @@ def finish(exp: Experiment, fed: Federation, rnd: int, include: list[int], evalu
     or sat out) leaves the model as it was: the servers and the fed server go back to the
     round's start state (when it is kept: with retries or deadlines; the default) and nothing
     is aggregated; it is still evaluated."""
-    if not include and not fed.carrying and fed.snapshot_round == rnd - 1:
-        fed.rollback()
-        fed.late_applied = 0
-        return fed.evaluate(evaluate)
-    return fed.finish_round(rnd, include, evaluate)
+    void = not include and not fed.carrying and fed.snapshot_round == rnd - 1
+    return fed.finish_round(rnd, include, evaluate, void=void)
 
 
 def _warn_thin(exp: Experiment, rnd: int, res: RoundResult, include: set[int], selected: int, events: dict) -> None:
@@ -245,6 +242,22 @@ def _warn_thin(exp: Experiment, rnd: int, res: RoundResult, include: set[int], s
     print(f"raysfl: warning: round {rnd}: {len(include)} of {selected} selected clients included"
           f"{' (' + ', '.join(why) + ')' if why else ''}; below --min-included {exp.cfg.min_included:g}",
           file=sys.stderr, flush=True)
+
+
+def included(exp: Experiment, res: RoundResult, sim_delay: dict[int, float]) -> list[int]:
+    """Clients whose update is aggregated: completed, in time on the real and simulated clocks."""
+    cfg = exp.cfg
+    server_speed = cfg.devices.server_tflops * 1e12
+    out = []
+    for c, st in sorted(res.stats.items()):
+        if c in res.failed or c in res.late:
+            continue
+        if cfg.sim_deadline_s is not None:
+            t = exp.algo.client_sim_time(c, st, exp.ctx.profiles[c], server_speed) + sim_delay.get(c, 0.0)
+            if t > cfg.sim_deadline_s:
+                continue
+        out.append(c)
+    return out
 
 
 def round_metrics(exp: Experiment, rnd: int, res: RoundResult, result, wall: float, sim_delay=None,
