@@ -92,6 +92,12 @@ class ClientActor:
 
         return rss_bytes()
 
+    def warm_up(self, batch: int) -> None:
+        """A forward/backward pass on zeros before the first timed round (runtime/probe.py)."""
+        from raysfl.runtime.probe import warm_up
+
+        warm_up(self.model, self.ds.input_shape, batch, self.device)
+
     def probe(self, server, batch: int) -> dict:
         """Measure this actor's device once (SuperSFL, Sec. II-A): memory available to it
         (GB, from /proc/meminfo) and latency = a forward pass of a small dummy CNN on one

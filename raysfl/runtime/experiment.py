@@ -226,6 +226,8 @@ def _run_federated(exp, state: dict | None) -> None:
                 fed.load_state(state["federation"])
             fed.snapshot = state["federation"] if state else fed.get_state()
             fed.snapshot_round = start
+            if cfg.round_deadline_s or cfg.step_deadline_s:
+                fed.warm_up()  # start-up is not the first timed round's business
             for rnd in range(start + 1, cfg.rounds + 1):
                 run_round(exp, fed, rnd)
         except ray.exceptions.RayError as e:  # an actor died for good, the cluster went away, ...

@@ -446,6 +446,13 @@ class Federation:
             self._aux += solo
         return markers
 
+    def warm_up(self) -> None:
+        """Before the first round with a real-time deadline: one forward/backward pass in every
+        client actor and server, so actor start-up does not count against that round."""
+        import ray
+
+        ray.get([a.warm_up.remote(self.cfg.batch_size) for a in self.clients + self.servers])
+
     def measure(self, batch: int) -> dict[int, tuple[float, float]]:
         """(memory GB, latency s) per virtual client, measured once by its client actor
         (clients sharing an actor share its measurement)."""

@@ -1,5 +1,5 @@
 """Memory probes: a process's resident set and the object store's use (soak tests), and the
-memory a device has free (SuperSFL's measured allocation)."""
+memory a device has free (SuperSFL's measured allocation); an actor's warm-up before timed rounds."""
 
 from __future__ import annotations
 
@@ -51,3 +51,18 @@ def referenced_object_bytes() -> int:
             m = re.match(r"\s*([\d.]+)\s*B", lines[i + 1])
             total += float(m.group(1)) if m else 0.0
     return int(total)
+
+
+def warm_up(model, input_shape: tuple, batch: int, device) -> None:
+    """One forward and backward pass of a copy of ``model`` on a batch of zeros, so that a
+    timed round (``--round-deadline-s``) does not pay for the process's first use of its
+    kernels: cold actors on a loaded machine can take seconds for their first step. Touches
+    neither the model nor any random state."""
+    import copy
+
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        m = copy.deepcopy(model).to(device)
+        m.train()
+        m(torch.zeros((batch, *input_shape), device=device)).sum().backward()

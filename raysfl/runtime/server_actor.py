@@ -46,7 +46,7 @@ class ServerActor:
         from raysfl.models import build_model
 
         set_threads(cfg.resources.server_cpus)
-        self.index, self.cfg, self.algo = index, cfg, algo
+        self.index, self.cfg, self.algo, self.input_shape = index, cfg, algo, tuple(input_shape)
         self.lr = cfg.server_lr if cfg.server_lr is not None else cfg.lr
         device = device_for_actor(gpus)
         model = build_model(cfg.model, input_shape, num_classes, seed=cfg.seed).to(device)
@@ -68,6 +68,12 @@ class ServerActor:
 
     def ping(self) -> str:
         return self.incarnation
+
+    def warm_up(self, batch: int) -> None:
+        """A forward/backward pass on zeros before the first timed round (runtime/probe.py)."""
+        from raysfl.runtime.probe import warm_up
+
+        warm_up(self.s.model, self.input_shape, batch, self.s.device)
 
     def where(self) -> dict:
         """Node, GPU ids and device of this actor (``placement.json``)."""
