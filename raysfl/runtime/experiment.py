@@ -72,9 +72,10 @@ def _load_data(cfg):
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - whatever the reader raised: it names no value the user can fix
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        why = f"{type(e).__name__}: {first}" if first else f"{type(e).__name__} in its reader"
         where = f" under data root '{cfg.data_root}'" if cfg.data_root else ""
-        raise ConfigError(f"dataset '{cfg.dataset}'{where} cannot be read ({type(e).__name__}: {first}); "
+        raise ConfigError(f"dataset '{cfg.dataset}'{where} cannot be read ({why}); "
                           f"replace its files (or pass --download to fetch them again)") from None
 
 
