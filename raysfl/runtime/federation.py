@@ -204,6 +204,19 @@ class Federation:
             self.load_state(self.snapshot)
         return restarted
 
+    def restore(self) -> int:
+        """Put the servers and the fed server back to the snapshot, without waiting for the
+        client actors: they hold nothing across rounds, and may still be busy with a straggler's
+        work (a round that included nobody, a simulated-clock replay). Returns how many of them
+        were found restarted."""
+        n = len(self.clients)
+        now = ping_all(self.servers + [self.fed])  # waits for restarts
+        restarted = sum(a != b for a, b in zip(self.incarnations[n:], now))
+        self.incarnations[n:] = now
+        if self.snapshot is not None:
+            self.load_state(self.snapshot)
+        return restarted
+
     def kill(self, role: str, index: int) -> None:
         """Fault injection: ``ray.kill`` one actor, letting Ray restart it."""
         import ray
@@ -320,7 +333,7 @@ class Federation:
         import ray
 
         if void:
-            self.rollback()
+            self.restore()
             self.late_applied = 0
             self._carry = self._late_now if self.algo.protocol.late_updates else []
             return self.evaluate(evaluate)

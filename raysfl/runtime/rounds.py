@@ -186,7 +186,7 @@ def without_sim_stragglers(exp: Experiment, fed: Federation, rnd: int, plans: di
     failed, late = set(res.failed), set(res.late)
     while include and _sim_dropped(res, include):
         assert fed.snapshot_round == rnd - 1, "a simulated-clock replay needs the round's start state"
-        events["restarts"] += fed.rollback()
+        events["restarts"] += fed.restore()
         kept = _only(plans, include, exp.ctx.num_blocks)
         res = fed.run_round(rnd, kept, server_of, timed=False)
         _count_losses(exp, fed, res, events)
