@@ -9,8 +9,9 @@ more, and longer on a loaded machine.
 
 This module runs as a separate process (started with the script's path, so it imports
 nothing but the standard library). The driver holds the write end of a pipe to its stdin
-and sends it, one JSON line at a time, the process ids to watch: Ray's processes and those
-whose children to adopt (the raylet's: the agents, the workers). When the driver exits,
+and sends it, one JSON line at a time, the process ids to watch: Ray's processes, and the
+raylet, whose agents and workers it adopts as they appear (they carry the raylet's pid in
+their environment, ``RAY_RAYLET_PID``, so they are found even after init adopted them). When the driver exits,
 however it exits, the kernel closes the pipe; the reaper then gives the processes a grace
 period to exit on their own (a normal ``ray.shutdown()`` has stopped them already) and
 SIGKILLs what is left -- only the processes it recorded, each checked by its start time so
@@ -43,18 +44,26 @@ def _start_time(pid: int) -> str | None:
     return stat[stat.rindex(")") + 2:].split()[19]
 
 
-def _children(parents: set[int]) -> list[int]:
+def _started_by(raylets: dict[int, str]) -> list[int]:
+    """Processes a watched raylet started (its agents and workers): Ray passes them its pid in
+    ``RAY_RAYLET_PID``, which survives the raylet's death and their adoption by init. Only
+    processes that started after that raylet count (a reused pid never does)."""
+    marks = {f"RAY_RAYLET_PID={pid}".encode(): int(start) for pid, start in raylets.items()}
     out = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read().split(b"\0")
         except OSError:
             continue
-        if int(stat[stat.rindex(")") + 2:].split()[1]) in parents:
-            out.append(int(name))
+        for mark, raylet_start in marks.items():
+            if mark in env:
+                st = _start_time(int(name))
+                if st is not None and int(st) >= raylet_start:
+                    out.append(int(name))
+                break
     return out
 
 
@@ -73,14 +82,24 @@ def _state(pid: int) -> str:
 
 
 def watch(stream=None) -> None:
-    """The reaper's loop: record what the driver names, adopt the children of the named
-    parents as they appear, and at the end of the stream kill what is left."""
+    """The reaper's loop: record what the driver names and what its raylets start, and at the
+    end of the stream kill what is left."""
     stream = stream if stream is not None else sys.stdin.buffer
     fd = stream.fileno()
     known: dict[int, str] = {}  # pid -> start time
-    parents: set[int] = set()
+    raylets: dict[int, str] = {}
     buf = b""
     since = time.monotonic()
+
+    def adopt() -> None:
+        if not raylets:
+            return
+        for pid in _started_by(raylets):
+            if pid not in known:
+                st = _start_time(pid)
+                if st is not None:
+                    known[pid] = st
+
     while True:
         interval = 0.5 if time.monotonic() - since < 20 else 3.0  # agents and workers appear early
         ready, _, _ = select.select([fd], [], [], interval)
@@ -95,18 +114,13 @@ def watch(stream=None) -> None:
                     msg = json.loads(line)
                 except ValueError:
                     continue
-                for pid in msg.get("watch", []):
-                    st = _start_time(int(pid))
-                    if st is not None:
-                        known[int(pid)] = st
-                parents |= {int(p) for p in msg.get("children_of", [])}
-        live_parents = {p for p in parents if p in known and _alive(p, known[p])}
-        if live_parents:
-            for pid in _children(live_parents):
-                if pid not in known:
-                    st = _start_time(pid)
-                    if st is not None:
-                        known[pid] = st
+                for key in ("watch", "raylets"):  # [pid, start time] pairs, read by the driver while
+                    for pid, st in msg.get(key, []):  # they ran: the driver may be gone before we look
+                        known[int(pid)] = str(st)
+                        if key == "raylets":
+                            raylets[int(pid)] = str(st)
+        adopt()
+    adopt()  # what appeared since the last look (found by its raylet's pid, whoever its parent is now)
     deadline = time.monotonic() + GRACE_S
     while time.monotonic() < deadline and any(_alive(p, s) for p, s in known.items()):
         time.sleep(0.1)
@@ -121,9 +135,9 @@ def watch(stream=None) -> None:
 _REAPER: subprocess.Popen | None = None
 
 
-def start(watch_pids: list[int], children_of: list[int]) -> None:
+def start(watch_pids: list[int], raylets: list[int]) -> None:
     """Start the reaper for this driver (once per process) and hand it ``watch_pids`` (killed
-    if they outlive the driver) and ``children_of`` (whose children it adopts)."""
+    if they outlive the driver) and ``raylets`` (whose agents and workers it adopts)."""
     global _REAPER
     if not sys.platform.startswith("linux"):
         return
@@ -131,7 +145,11 @@ def start(watch_pids: list[int], children_of: list[int]) -> None:
         _REAPER = subprocess.Popen([sys.executable, "-S", os.path.abspath(__file__)], stdin=subprocess.PIPE,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                                    close_fds=True)
-    _REAPER.stdin.write((json.dumps({"watch": watch_pids, "children_of": children_of}) + "\n").encode())
+    def stamped(pids):
+        return [[pid, st] for pid in pids if (st := _start_time(pid)) is not None]
+
+    msg = {"watch": stamped(watch_pids), "raylets": stamped(raylets)}
+    _REAPER.stdin.write((json.dumps(msg) + "\n").encode())
     _REAPER.stdin.flush()
 
 
