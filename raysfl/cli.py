@@ -241,8 +241,9 @@ def _log_traceback(e: BaseException) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI. Exit status 0: done; 2: bad input (one line naming the value and what is
     allowed, before Ray starts); 1: the run failed part-way (one line; what was recorded is
-    kept) or an unexpected error (one line and the path of a log holding the traceback);
-    130: interrupted."""
+    kept), a file that cannot be read or written (one line naming it), or an unexpected error
+    (one line and the path of a log holding the traceback); 130: interrupted. No traceback
+    reaches the terminal."""
     try:
         return _main(argv)
     except ConfigError as e:
@@ -258,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # a file or directory that cannot be read or written (full disk, permissions)
         if e.filename is not None:
             print(f"raysfl: error: {e.strerror or type(e).__name__}: '{e.filename}'", file=sys.stderr)
-            return 2
+            return 1
         log = _log_traceback(e)
         print(f"raysfl: error: {type(e).__name__}: {_first_line(e)} (traceback in {log})", file=sys.stderr)
         return 1

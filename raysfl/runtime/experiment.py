@@ -232,6 +232,10 @@ def _run_federated(exp, state: dict | None) -> None:
             for rnd in range(start + 1, cfg.rounds + 1):
                 run_round(exp, fed, rnd)
         except ray.exceptions.RayError as e:  # an actor died for good, the cluster went away, ...
+            from raysfl.runtime.refs import is_death
+
+            if isinstance(e, ray.exceptions.RayTaskError) and not is_death(e):
+                raise  # an error in our own code, not a failure of the cluster: its traceback is wanted
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             rows = exp.logger.rows
             done = rows[-1]["round"] if rows else 0
