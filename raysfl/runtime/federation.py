@@ -111,7 +111,7 @@ class Federation:
         self.snapshot_round: int | None = None  # the round the snapshot is the end of (0: the start)
         self.died: set[int] = set()  # client actors that died last round (restarting now)
         self._carry: list = []  # late update refs waiting for the next aggregation (protocol.late_updates)
-        self._late_now: list = []
+        self.late_now: list = []
         self.late_applied = 0
 
     def placement(self) -> list[dict]:
@@ -319,7 +319,7 @@ class Federation:
                 result.failed.add(c)
         self._agg_weights = {c: st.agg_weight for c, st in result.stats.items() if st.agg_weight == st.agg_weight}
         self._late_actors = late_actors
-        self._late_now = [u for a, u in self._pending_updates if a in late_actors]
+        self.late_now = [u for a, u in self._pending_updates if a in late_actors]
         return result
 
     def finish_round(self, rnd: int, include: list[int] | None, evaluate: bool, void: bool = False):
@@ -335,7 +335,7 @@ class Federation:
         if void:
             self.restore()
             self.late_applied = 0
-            self._carry = self._late_now if self.algo.protocol.late_updates else []
+            self._carry = self.late_now if self.algo.protocol.late_updates else []
             return self.evaluate(evaluate)
 
         updates = [u for a, u in self._pending_updates if a not in self._late_actors]
@@ -359,7 +359,7 @@ class Federation:
         if ping_until_alive(self.fed) != self.incarnations[-1]:
             raise FedServerLost("the fed server was restarted during the round")
         fetch(loads)  # a dead edge server is fine here (restored next round); a bug is not
-        self._carry = self._late_now if self.algo.protocol.late_updates else []  # only once aggregation succeeded
+        self._carry = self.late_now if self.algo.protocol.late_updates else []  # only once aggregation succeeded
         return result
 
     def evaluate(self, evaluate: bool):

@@ -148,7 +148,8 @@ def resume_hint(exp: Experiment, flags: str = "") -> str:
     extra = f" {flags}" if flags else ""
     if checkpoint.checkpoint_files(exp.run_dir):
         return f"continue from its last checkpoint with: raysfl run --resume {shlex.quote(str(exp.run_dir))}{extra}"
-    return f"no checkpoint was written to resume from (--checkpoint-every {exp.cfg.checkpoint_every}): start it again{extra and ' with' + extra}"
+    return (f"no checkpoint was written to resume from (--checkpoint-every {exp.cfg.checkpoint_every}): "
+            f"start it again{extra and ' with' + extra}")
 
 
 def _count_losses(exp: Experiment, fed: Federation, res: RoundResult, events: dict) -> None:
@@ -184,6 +185,7 @@ def without_sim_stragglers(exp: Experiment, fed: Federation, rnd: int, plans: di
         return res, include
     stats = dict(res.stats)
     failed, late = set(res.failed), set(res.late)
+    late_now = fed.late_now  # real-time stragglers' updates of the first pass (protocol.late_updates)
     while include and _sim_dropped(res, include):
         assert fed.snapshot_round == rnd - 1, "a simulated-clock replay needs the round's start state"
         events["restarts"] += fed.restore()
@@ -195,6 +197,7 @@ def without_sim_stragglers(exp: Experiment, fed: Federation, rnd: int, plans: di
         late |= res.late
         include = included(exp, res, sim_delay)
     res.stats, res.failed, res.late = dict(sorted(stats.items())), failed, late
+    fed.late_now = late_now
     return res, include
 
 
@@ -227,18 +230,11 @@ def finish(exp: Experiment, fed: Federation, rnd: int, include: list[int], evalu
 
 
 def _warn_thin(exp: Experiment, rnd: int, res: RoundResult, include: set[int], selected: int, events: dict) -> None:
-    why = []
-    if events["dropped"]:
-        why.append(f"{events['dropped']} dropped as stragglers")
-    failed = len({c for c in res.failed if c not in include})
-    if failed:
-        why.append(f"{failed} failed")
-    if events["skipped"]:
-        why.append(f"{events['skipped']} sat out (server unavailable)")
-    missing = selected - len(res.stats) - events["skipped"] - len(res.late - set(res.stats)) - len(
-        res.failed - set(res.stats))
-    if missing > 0:
-        why.append(f"{missing} did not report")
+    """One line for a round that included fewer than --min-included of its selected clients."""
+    why = [f"{n} {what}" for n, what in (
+        (events["dropped"], "dropped as stragglers"),
+        (len({c for c in res.failed if c not in include}), "failed"),
+        (events["skipped"], "sat out (server unavailable)")) if n]
     print(f"raysfl: warning: round {rnd}: {len(include)} of {selected} selected clients included"
           f"{' (' + ', '.join(why) + ')' if why else ''}; below --min-included {exp.cfg.min_included:g}",
           file=sys.stderr, flush=True)
