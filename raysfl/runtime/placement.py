@@ -72,7 +72,8 @@ def check_ray_address(address: str | None = None, timeout: float = CONNECT_TIMEO
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as e:
-        raise ConfigError(f"RAY_ADDRESS={text!r}: host '{host}' does not resolve ({e.strerror or e}); {allowed}") from None
+        raise ConfigError(f"RAY_ADDRESS={text!r}: host '{host}' does not resolve ({e.strerror or e}); "
+                          f"{allowed}") from None
     last = None
     for family, socktype, proto, _, sockaddr in infos:
         try:
