@@ -14,8 +14,11 @@ from raysfl.errors import ConfigError
 from raysfl.resolve import from_dict, validate
 
 # Settings a resumed run may change (plus the ``resources`` section); everything else must
-# match the original run.
-RESUMABLE_OVERRIDES = {"rounds", "progress", "checkpoint_every", "eval_every", "resume", "out", "name"}
+# match the original run. Fault handling is among them, so a run that gave up can go on: more
+# retries or restarts, other deadlines, another fault schedule (``faults=""``: none).
+RESUMABLE_OVERRIDES = {"rounds", "progress", "checkpoint_every", "eval_every", "resume", "out", "name",
+                       "max_round_retries", "max_restarts", "round_deadline_s", "step_deadline_s", "sim_deadline_s",
+                       "faults", "min_included"}
 
 
 @dataclass
@@ -33,8 +36,17 @@ def resume_config(run_dir: str | Path, overrides: dict | None = None) -> Config:
     path = Path(run_dir) / "config.json"
     if not path.is_file():
         raise ConfigError(f"cannot resume '{run_dir}': no config.json in it")
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"cannot resume '{run_dir}': its config.json is unreadable ({e}); it is written when "
+                          f"the run starts, so this run directory was damaged") from None
+    if not isinstance(data, dict) or not isinstance(data.get("algo"), str):
+        raise ConfigError(f"cannot resume '{run_dir}': its config.json is not a raysfl run configuration "
+                          f"(a mapping with 'algo')")
     algo_params = data.pop("algo_params", {}) or {}
+    if not isinstance(algo_params, dict):
+        raise ConfigError(f"cannot resume '{run_dir}': 'algo_params' in its config.json is not a mapping")
     data[data["algo"]] = algo_params
     overrides = dict(overrides or {})
     # Where actors run does not change what they compute: resources may change on resume.

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -27,14 +28,43 @@ import torch
 from raysfl.errors import ConfigError
 
 _ND = "__ndarray__"
-# Settings that may differ between a checkpoint and the run resuming it.
-_FREE = {"rounds", "progress", "checkpoint_every", "eval_every", "resume", "out", "name", "resources"}
+# Settings that may differ between a checkpoint and the run resuming it: where and how long it
+# runs, and how it survives faults and stragglers (a resume may change those: raysfl.api).
+_FREE = {"rounds", "progress", "checkpoint_every", "eval_every", "resume", "out", "name", "resources",
+         "max_round_retries", "max_restarts", "round_deadline_s", "step_deadline_s", "sim_deadline_s", "faults",
+         "min_included"}
+# What _FREE was before the fault settings joined it, and the settings added since: checkpoints
+# written then carry a fingerprint over these, which is still accepted.
+_LEGACY_FREE = {"rounds", "progress", "checkpoint_every", "eval_every", "resume", "out", "name", "resources"}
+_ADDED = {"min_included"}
+_NAME = re.compile(r"round_(\d+)\.pt")
 
 
-def fingerprint(cfg_dict: dict) -> str:
+def fingerprint(cfg_dict: dict, free=frozenset(_FREE)) -> str:
     """Hash of the settings that determine what a run computes."""
-    fixed = {k: v for k, v in cfg_dict.items() if k not in _FREE}
+    fixed = {k: v for k, v in cfg_dict.items() if k not in free}
     return hashlib.sha256(json.dumps(fixed, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _fingerprints(cfg_dict: dict) -> set[str]:
+    return {fingerprint(cfg_dict), fingerprint(cfg_dict, _LEGACY_FREE | _ADDED)}
+
+
+def checkpoint_files(run_dir: Path) -> list[Path]:
+    """``checkpoints/round_NNNN.pt`` files of a run, oldest first. Other files there (a copy a
+    file manager made, an editor's backup) are not checkpoints: they are named in a warning and
+    left alone."""
+    d = Path(run_dir) / "checkpoints"
+    files, strays = [], []
+    for f in sorted(d.iterdir()) if d.is_dir() else []:
+        if _NAME.fullmatch(f.name):
+            files.append(f)
+        elif f.name != ".tmp.pt":  # a save that was interrupted
+            strays.append(f.name)
+    if strays:
+        print(f"raysfl: warning: ignoring {len(strays)} file(s) in {d} not named round_NNNN.pt: "
+              f"{', '.join(repr(n) for n in strays[:3])}{' ...' if len(strays) > 3 else ''}", file=sys.stderr)
+    return sorted(files, key=lambda f: int(_NAME.fullmatch(f.name).group(1)))
 
 
 def _encode(x):
@@ -74,7 +104,7 @@ def save(run_dir: Path, rnd: int, state: dict, cfg_dict: dict | None = None) -> 
 
 def load_latest(run_dir: Path, cfg_dict: dict | None = None) -> dict:
     """The newest readable checkpoint of ``run_dir`` (checked against ``cfg_dict``)."""
-    files = sorted((Path(run_dir) / "checkpoints").glob("round_*.pt"), key=lambda f: int(f.stem.split("_")[1]))
+    files = checkpoint_files(run_dir)
     if not files:
         raise ConfigError(f"cannot resume '{run_dir}': no checkpoints/round_*.pt in it")
     for path in reversed(files):
@@ -88,7 +118,7 @@ def load_latest(run_dir: Path, cfg_dict: dict | None = None) -> dict:
         if not isinstance(state, dict) or "round" not in state or "federation" not in state and "model" not in state:
             print(f"raysfl: warning: {path} is not a raysfl checkpoint; trying the one before", file=sys.stderr)
             continue
-        if cfg_dict is not None and state.get("config_fingerprint") not in (None, fingerprint(cfg_dict)):
+        if cfg_dict is not None and state.get("config_fingerprint") not in {None} | _fingerprints(cfg_dict):
             raise ConfigError(f"checkpoint {path} was written by a run with different settings than "
                               f"{Path(run_dir) / 'config.json'}; resume it with its own config")
         return state

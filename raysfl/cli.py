@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
+from pathlib import Path
 
 from raysfl.config import Config, DeviceConfig, ResourceConfig, load_file
 from raysfl.errors import ConfigError, RunFailed
@@ -109,7 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run one experiment",
                          usage="raysfl run [--config FILE] [--algo ALGO] [flags ...] (every flag below, by group)")
     run.add_argument("--config", dest="config_file", default=None, metavar="FILE", help="YAML or JSON config")
-    _add_run_flags(run, {"--config", "--help"})
+    run.add_argument("--no-faults", dest="faults", action="store_const", const="", default=argparse.SUPPRESS,
+                     help="no fault schedule, e.g. to resume a run without the faults it was started with "
+                          "(default: --faults)")
+    _add_run_flags(run, {"--config", "--help", "--no-faults"})
     cmp = sub.add_parser("compare", help="run several algorithms on identical data and seeds; table and plots")
     cmp.add_argument("--algos", required=True, metavar="A,B,...", help="algorithms to compare, comma-separated")
     cmp.add_argument("--seeds", type=int, default=3, metavar="N", help="seeds 0..N-1 (default 3)")
@@ -147,6 +152,10 @@ def _compare(ns: argparse.Namespace) -> int:
 
     from raysfl.compare import compare, comparison_configs
 
+    import math
+
+    if not (math.isfinite(ns.target) and 0 < ns.target <= 1):
+        raise ConfigError(f"--target must be an accuracy in (0, 1], got {ns.target}")
     settings = _flags(ns, skip=("command", "config_file", "algos", "seeds", "target", "parallel"))
     settings = _merge(load_file(ns.config_file) if ns.config_file else {}, settings)
     out_dir = Path(settings.pop("out", None) or Path("runs") / time.strftime("compare-%Y%m%d-%H%M%S"))
@@ -164,6 +173,9 @@ def config_from_args(ns: argparse.Namespace) -> Config:
 
     flat = _flags(ns)
     if "resume" in flat:
+        if getattr(ns, "config_file", None):
+            raise ConfigError(f"--config cannot be combined with --resume: a resumed run reads its own "
+                              f"{flat['resume']}/config.json (flags may change what a resume allows)")
         return resume_config(flat.pop("resume"), flat)
     data = load_file(ns.config_file) if ns.config_file else {}
     return from_dict(_merge(data, flat))
@@ -199,29 +211,41 @@ def _list() -> None:
     print("partitioners: " + ", ".join(PARTITIONERS))
 
 
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+
+
+def _log_traceback(e: BaseException) -> Path:
+    """Write the traceback of an unexpected error to a log file: the run directory's
+    ``error.log`` when the run got that far, else a file in the temp directory."""
+    import tempfile
+    import time
+    import traceback
+
+    text = "".join(traceback.format_exception(e))
+    run_dir = getattr(e, "raysfl_run_dir", None)
+    if run_dir is not None:
+        try:
+            path = Path(run_dir) / "error.log"
+            with path.open("a") as f:
+                f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} raysfl {' '.join(sys.argv[1:])}\n{text}")
+            return path
+        except OSError:
+            pass
+    fd, name = tempfile.mkstemp(prefix=f"raysfl-error-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".log")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return Path(name)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    """Run the CLI. Exit status 0: done; 2: bad input (one line naming the value and what is
+    allowed, before Ray starts); 1: the run failed part-way (one line; what was recorded is
+    kept), a file that cannot be read or written (one line naming it), or an unexpected error
+    (one line and the path of a log holding the traceback); 130: interrupted. No traceback
+    reaches the terminal."""
     try:
-        ns = parser.parse_args(argv)
-        if ns.command == "list":
-            _list()
-            return 0
-        if ns.command == "compare":
-            return _compare(ns)
-        if ns.command == "plot":
-            from raysfl.plots import plot_runs
-
-            for path in plot_runs(ns.run_dirs, ns.out):
-                print(path)
-            return 0
-        if ns.command != "run":
-            parser.print_help()
-            return 2
-        from raysfl.api import run
-        from raysfl.resolve import validate
-
-        cfg = validate(config_from_args(ns))
-        result = run(cfg)
+        return _main(argv)
     except ConfigError as e:
         print(f"raysfl: error: {e}", file=sys.stderr)
         return 2
@@ -232,6 +256,42 @@ def main(argv: list[str] | None = None) -> int:
         print("raysfl: interrupted; finished rounds are in the run directory (resume with --resume)",
               file=sys.stderr)
         return 130
+    except OSError as e:  # a file or directory that cannot be read or written (full disk, permissions)
+        if e.filename is not None:
+            print(f"raysfl: error: {e.strerror or type(e).__name__}: '{e.filename}'", file=sys.stderr)
+            return 1
+        log = _log_traceback(e)
+        print(f"raysfl: error: {type(e).__name__}: {_first_line(e)} (traceback in {log})", file=sys.stderr)
+        return 1
+    except Exception as e:  # noqa: BLE001 - anything unanticipated: one line and where the traceback is
+        log = _log_traceback(e)
+        print(f"raysfl: error: unexpected {type(e).__name__}: {_first_line(e)} (traceback in {log})",
+              file=sys.stderr)
+        return 1
+
+
+def _main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if ns.command == "list":
+        _list()
+        return 0
+    if ns.command == "compare":
+        return _compare(ns)
+    if ns.command == "plot":
+        from raysfl.plots import plot_runs
+
+        for path in plot_runs(ns.run_dirs, ns.out):
+            print(path)
+        return 0
+    if ns.command != "run":
+        parser.print_help()
+        return 2
+    from raysfl.api import run
+    from raysfl.resolve import validate
+
+    cfg = validate(config_from_args(ns))
+    result = run(cfg)
     print(f"run directory: {result.run_dir}")
     return 0
 

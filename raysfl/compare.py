@@ -62,13 +62,21 @@ def comparison_configs(algos: list[str], settings: dict, seeds: int, out_dir: Pa
     # the same participation for every algorithm: the clients per round given, else all of them
     # (an algorithm that selects by its own rule maps it to its own knob, e.g. FLEX-SFL's rho)
     shared["clients_per_round"] = shared["clients_per_round"] or shared["clients"]
+    from raysfl.algorithms import ALGORITHMS
+
+    for name in settings:  # an algorithm's section (a file's, or a flag such as --mu) must be compared
+        if name in ALGORITHMS and name not in algos:
+            flags = ", ".join("--" + str(k).replace("_", "-") for k in settings[name])
+            raise ConfigError(f"settings for algorithm '{name}' ({flags}) given, but '{name}' is not in "
+                              f"--algos {','.join(algos)}")
     configs = []
     for algo in algos:
         cls = get_algorithm(algo)
         own = {**cls.config_defaults, **cls.dataset_defaults.get(dataset, {})}
         learning = {k: v for k, v in paper.items() if k not in SHARED and k not in own}
+        mine = {k: v for k, v in settings.items() if k not in ALGORITHMS or k == algo}  # only its own knobs
         for seed in range(seeds):
-            data = {**learning, **settings, **shared, "algo": algo, "seed": seed, "name": f"{algo}-s{seed}",
+            data = {**learning, **mine, **shared, "algo": algo, "seed": seed, "name": f"{algo}-s{seed}",
                     "out": str(out_dir / "runs")}
             configs.append(validate(from_dict(data)))
     return configs
@@ -111,7 +119,7 @@ def compare(configs: list[Config], out_dir: Path, target: float = 0.8, parallel:
 
     from raysfl.api import run
     from raysfl.plots import plot_runs
-    from raysfl.runtime.placement import init_ray
+    from raysfl.runtime.placement import init_ray, shutdown_ray
 
     out_dir.mkdir(parents=True, exist_ok=True)
     for cfg in configs:
@@ -141,7 +149,7 @@ def compare(configs: list[Config], out_dir: Path, target: float = 0.8, parallel:
                 dirs = list(pool.map(one, range(len(configs)), configs))
     finally:
         if started:
-            ray.shutdown()
+            shutdown_ray()
     rows = summarise(dirs, out_dir, target)
     plot_runs(dirs, out_dir)
     return rows

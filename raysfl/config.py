@@ -126,9 +126,12 @@ class Config:
     faults: str = ""                     # schedule: "kill:client:round=3,delay:client:p=0.3:seconds=2"
     max_restarts: int = 3                # Ray restarts of each actor before the run fails
     max_round_retries: int = 2           # retries of a round whose server or fed server died
-    round_deadline_s: float | None = None  # real seconds: results later than this are dropped
-    step_deadline_s: float | None = None   # real seconds a server waits for one step's smashed data
+    round_deadline_s: float | None = None  # real seconds: the round ends then; results later than this are dropped
+    step_deadline_s: float | None = None   # real seconds a server step waits, after the step's first smashed
+                                           # batch arrived, for the others (default: round_deadline_s / 4)
     sim_deadline_s: float | None = None    # simulated seconds: clients slower than this are dropped
+    min_included: float = 0.5  # a round that includes fewer than this share of its selected clients is
+                               # flagged (console warning, metrics column below_min_included)
     devices: DeviceConfig = field(default_factory=DeviceConfig)
     resources: ResourceConfig = field(default_factory=ResourceConfig)
     algo_params: Any = None  # the algorithm's params dataclass, filled by resolve()
@@ -166,18 +169,34 @@ TRANSFER_DTYPES = ("float32", "float16", "bfloat16")
 SECTIONS = {"devices": DeviceConfig, "resources": ResourceConfig}
 
 
+def optional(cls, name: str) -> bool:
+    """Whether the dataclass field ``name`` may be None (its type names None)."""
+    return "None" in str({x.name: x for x in dataclasses.fields(cls)}[name].type)
+
+
 def coerce(cls, name: str, value: Any, where: str) -> Any:
-    """Convert a file/CLI value to the dataclass field's type, or raise ConfigError."""
+    """Convert a file/CLI value to the dataclass field's type, or raise ConfigError.
+
+    ``null`` (None) is taken only by fields that may be None (for the settings a paper may
+    set it means "the default"); a boolean is not taken for a number (YAML's ``yes``)."""
     f = {x.name: x for x in dataclasses.fields(cls)}[name]
     t = str(f.type)
-    try:
-        if value is None:
+    if value is None:
+        if optional(cls, name):
             return None
+        raise ConfigError(f"{where}{name}: cannot be null; expected {t} (leave it out for the default "
+                          f"{f.default!r})" if f.default is not dataclasses.MISSING else
+                          f"{where}{name}: cannot be null; expected {t}")
+    try:
         if t.startswith("tuple"):
             if isinstance(value, str):
                 value = [v for v in value.replace(",", " ").split()]
+            if isinstance(value, bool) or any(v is None or isinstance(v, bool) for v in value):
+                raise ValueError
             lo, hi = (float(v) for v in value)
             return (lo, hi)
+        if isinstance(value, bool) and (t.startswith("int") or t.startswith("float")):
+            raise ValueError
         if t.startswith("bool"):
             if isinstance(value, str):
                 if value.lower() in ("1", "true", "yes", "on"):
@@ -194,7 +213,7 @@ def coerce(cls, name: str, value: Any, where: str) -> Any:
             return float(value)
         if t.startswith("str"):
             return str(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"{where}{name}: cannot use {value!r}; expected {t}") from None
     return value
 

@@ -24,6 +24,7 @@ server). Every random choice is drawn from the run's seed, so a faulty run is re
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -74,8 +75,10 @@ def _range(item: str, key: str, value: str, cast) -> tuple:
             out = (cast(parts[0]), cast(parts[1]))
         else:
             out = (cast(value), cast(value))
-    except ValueError:
+    except (ValueError, OverflowError):
         raise ConfigError(f"fault '{item}': {key}={value!r} is not a number or a range A-B") from None
+    if not all(math.isfinite(x) for x in out):
+        raise ConfigError(f"fault '{item}': {key}={value} must be finite")
     if out[0] > out[1]:
         raise ConfigError(f"fault '{item}': {key}={value} is an empty range")
     return out
@@ -136,7 +139,7 @@ def _check(f: Fault, text: str) -> None:
     if f.rounds is not None:
         need(f.rounds[0] >= 1, "rounds are numbered from 1")
     if f.p is not None:
-        need(0 < f.p <= 1, f"p must be in (0, 1], got {f.p}")
+        need(0 < f.p <= 1, f"p must be in (0, 1], got {f.p}")  # NaN fails this too
     if f.step is not None:
         need(f.action == "kill" and f.step >= 0, "step=S (>= 0) applies to kill only")
     if f.index is not None:
@@ -210,6 +213,14 @@ def plan_faults(faults: list[Fault], rnd: int, seed: int, clients: list[int], nu
             else:
                 out.down_servers.update(range(num_servers))
     return out
+
+
+def check_rounds(faults: list[Fault], rounds: int) -> None:
+    """Refuse faults that could never fire: a window that starts after the run's last round."""
+    for f in faults:
+        if f.rounds is not None and f.rounds[0] > rounds:
+            raise ConfigError(f"fault '{f.text()}' is scheduled after the last round (rounds={rounds}); "
+                              f"allowed: rounds 1..{rounds}")
 
 
 def check_roles(faults: list[Fault], num_servers: int, algo: str, num_client_actors: int) -> None:

@@ -65,8 +65,11 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "max_restarts": ("faults", "Ray restarts of each actor before the run fails"),
     "max_round_retries": ("faults", "retries of a round whose server or fed server died"),
     "round_deadline_s": ("faults", "real seconds a round may take; later results are dropped"),
-    "step_deadline_s": ("faults", "real seconds a server waits for one step's smashed data"),
-    "sim_deadline_s": ("faults", "simulated seconds: clients slower than this are dropped"),
+    "step_deadline_s": ("faults", "real seconds a server step waits for the other clients' smashed data once "
+                                  "the step's first batch is in; late clients drop out of the round"),
+    "sim_deadline_s": ("faults", "simulated seconds: slower clients are dropped and contribute nothing"),
+    "min_included": ("faults", "warn about (and count) rounds that include fewer than this share of their "
+                               "selected clients"),
     # devices
     "memory_gb": ("devices", "client memory, GB (LOW HIGH)"),
     "latency_ms": ("devices", "client-server latency, ms (LOW HIGH)"),
@@ -101,7 +104,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
 NONE_DEFAULTS = {
     "clients_per_round": "all", "local_steps": "from --local-epochs", "server_lr": "--lr",
     "data_root": "none", "name": "generated", "resume": "none", "round_deadline_s": "none",
-    "step_deadline_s": "none", "sim_deadline_s": "none", "clients_per_actor": "none",
+    "step_deadline_s": "--round-deadline-s / 4, else none", "sim_deadline_s": "none", "clients_per_actor": "none",
     "client_cpus": "0.5, less where the cluster is smaller", "server_cpus": "1, less where the cluster is smaller",
     "fed_cpus": "0.5, less where the cluster is smaller", "client_memory_gb": "none", "server_memory_gb": "none",
     "fed_memory_gb": "none", "num_cpus": "sized to the run", "num_gpus": "sized to the run",

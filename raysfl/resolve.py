@@ -10,8 +10,13 @@ catalogue and the model zoo; :mod:`raysfl.config` below it holds only the datacl
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import math
+import os
+import tempfile
+from pathlib import Path
 
-from raysfl.algorithms import get_algorithm
+from raysfl.algorithms import ALGORITHMS, get_algorithm
 from raysfl.config import RUN_DEFAULTS, SECTIONS, TRANSFER_DTYPES, Config, coerce
 from raysfl.data import DATASETS, PARTITIONERS, check_dataset_args, dataset_info
 from raysfl.errors import ConfigError
@@ -50,15 +55,20 @@ def from_dict(data: dict, base: Config | None = None) -> Config:
             cfg.faults = ",".join(f.text() for f in parse_faults(value))
         elif k in top:
             setattr(cfg, k, coerce(Config, k, value, ""))
-        elif isinstance(value, dict):
+        elif isinstance(value, dict) or k in ALGORITHMS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"section '{key}' must be a mapping of {key}'s settings, got {value!r}")
             algo_sections[k] = value
         else:
-            raise ConfigError(f"unknown setting '{key}'; allowed: {', '.join(sorted(top | set(SECTIONS)))}")
+            owner = _knob_owner(k)
+            hint = (f" ('{k}' is a setting of algorithm '{owner}': put it under a '{owner}:' section, or pass "
+                    f"--{k.replace('_', '-')})") if owner else _suggest(k, top | set(SECTIONS))
+            raise ConfigError(f"unknown setting '{key}'{hint}; allowed: {', '.join(sorted(top | set(SECTIONS)))}")
     algo_cls = get_algorithm(cfg.algo)
     params = cfg.algo_params if isinstance(cfg.algo_params, algo_cls.params_cls) else algo_cls.params_cls()
     for section_name, values in algo_sections.items():
         if section_name != algo_cls.name:
-            continue  # settings for another algorithm in a shared file are ignored
+            _refuse_section(section_name, values, cfg.algo)
         names = {f.name for f in dataclasses.fields(params)}
         for sk, sv in values.items():
             sk = sk.replace("-", "_")
@@ -70,9 +80,82 @@ def from_dict(data: dict, base: Config | None = None) -> Config:
     return resolve_defaults(cfg)
 
 
+def _suggest(word: str, choices) -> str:
+    close = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.75)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _knob_owner(name: str) -> str | None:
+    """The algorithm whose params have a field ``name`` (None if none does)."""
+    for algo, cls in ALGORITHMS.items():
+        if name in {f.name for f in dataclasses.fields(cls.params_cls)}:
+            return algo
+    return None
+
+
+def _refuse_section(name: str, values: dict, algo: str) -> None:
+    """A section that is not this run's algorithm's: another algorithm's settings (a CLI flag
+    such as --mu arrives as its algorithm's section) or an unknown section. Neither is
+    silently ignored."""
+    if name in ALGORITHMS:
+        knobs = ", ".join(f"'{name}.{k}' (--{str(k).replace('_', '-')})" for k in values) or f"section '{name}'"
+        raise ConfigError(f"{knobs} belong{'s' if len(values) == 1 else ''} to algorithm '{name}', not to this "
+                          f"run's algorithm '{algo}'; drop {'it' if len(values) <= 1 else 'them'} or run --algo {name}")
+    allowed = ["devices", "resources", algo]
+    raise ConfigError(f"unknown section '{name}'{_suggest(name, set(allowed) | set(ALGORITHMS))}; allowed: "
+                      f"{', '.join(allowed)} (this run's algorithm)")
+
+
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise ConfigError(msg)
+
+
+def _check_finite(obj, where: str, flags: bool) -> None:
+    """Every float (and float range) of a settings dataclass is a finite number."""
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        values = v if isinstance(v, tuple) else (v,)
+        if any(isinstance(x, float) and not math.isfinite(x) for x in values):
+            name = f.name.replace("_", "-") if flags else f"{where}{f.name}"
+            raise ConfigError(f"{name} must be a finite number, got {v}")
+
+
+def _check_algo_params(cfg: Config) -> None:
+    p = cfg.algo_params
+    for f in dataclasses.fields(p):
+        v = getattr(p, f.name)
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ConfigError(f"{cfg.algo}.{f.name} (--{f.name.replace('_', '-')}) must be a finite number, got {v}")
+
+
+def _writable_dir(path: str, what: str) -> None:
+    """``path`` is a directory this process can write in, or can be created as one. Tried by
+    creating (and removing) a temporary directory: permission bits say little for root, a
+    read-only or special file system (/proc, /sys) says more by refusing."""
+    p = Path(path).expanduser()
+    probe = p
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"{what} '{path}' cannot be used: '{probe}' is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".raysfl-write-test-", dir=probe))
+    except OSError as e:
+        raise ConfigError(f"{what} '{path}' is not a writable directory: cannot create files in '{probe}' "
+                          f"({e.strerror or e})") from None
+
+
+def check_name(name: str | None) -> None:
+    """A run name is one directory name inside --out: no path separators, not '.' or '..'."""
+    if name is None:
+        return
+    seps = {"/", os.sep} | ({os.altsep} if os.altsep else set())
+    _check(bool(name) and name not in (".", "..") and not any(c in name for c in seps) and "\0" not in name,
+           f"name must be one directory name inside --out (no '/', not '.' or '..'), got {name!r}")
+    _check(len(name.encode()) <= 200, f"name must be at most 200 bytes long, got {len(name.encode())}")
 
 
 def resolve_defaults(cfg: Config) -> Config:
@@ -95,6 +178,10 @@ def validate(cfg: Config) -> Config:
     resolve_defaults(cfg)
     if cfg.algo_params is None or not isinstance(cfg.algo_params, algo_cls.params_cls):
         cfg.algo_params = algo_cls.params_cls()
+    _check_finite(cfg, "", flags=True)
+    _check_finite(cfg.devices, "devices.", flags=False)
+    _check_finite(cfg.resources, "resources.", flags=False)
+    _check_algo_params(cfg)
     _check(cfg.dataset in DATASETS, f"unknown dataset '{cfg.dataset}'; allowed: {', '.join(DATASETS)}")
     _check(cfg.model in MODELS, f"unknown model '{cfg.model}'; allowed: {', '.join(MODELS)}")
     _check(cfg.partition in PARTITIONERS,
@@ -111,6 +198,8 @@ def validate(cfg: Config) -> Config:
     _check(cfg.optimizer in OPTIMIZERS, f"unknown optimizer '{cfg.optimizer}'; allowed: {', '.join(OPTIMIZERS)}")
     _check(0 < cfg.lr_decay <= 1, f"lr-decay must be in (0, 1] (1 = constant), got {cfg.lr_decay}")
     _check(0 <= cfg.momentum < 1, f"momentum must be in [0, 1), got {cfg.momentum}")
+    _check(cfg.weight_decay >= 0, f"weight-decay must be >= 0, got {cfg.weight_decay}")
+    _check(0 <= cfg.seed < 2**32, f"seed must be an integer in [0, 2^32), got {cfg.seed}")
     _check(cfg.local_epochs > 0, f"local-epochs must be > 0, got {cfg.local_epochs}")
     if cfg.local_steps is not None:
         _check(cfg.local_steps >= 1, f"local-steps must be >= 1, got {cfg.local_steps}")
@@ -128,12 +217,21 @@ def validate(cfg: Config) -> Config:
     for name in ("round_deadline_s", "step_deadline_s", "sim_deadline_s"):
         v = getattr(cfg, name)
         _check(v is None or v > 0, f"{name.replace('_', '-')} must be > 0 seconds, got {v}")
+    _check(0 <= cfg.min_included <= 1,
+           f"min-included must be a share of the round's clients in [0, 1] (0 = never warn), got {cfg.min_included}")
+    _check(cfg.devices.flops_per_cycle > 0, f"devices.flops_per_cycle must be > 0, got {cfg.devices.flops_per_cycle}")
+    _check(cfg.devices.server_tflops > 0, f"devices.server_tflops must be > 0, got {cfg.devices.server_tflops}")
     for name, (lo, hi) in (("memory_gb", cfg.devices.memory_gb), ("latency_ms", cfg.devices.latency_ms),
                            ("cpu_ghz", cfg.devices.cpu_ghz), ("uplink_mbps", cfg.devices.uplink_mbps),
                            ("downlink_mbps", cfg.devices.downlink_mbps)):
         _check(0 < lo <= hi, f"devices.{name} must be a range 0 < low <= high, got ({lo}, {hi})")
     r = cfg.resources
     _check(r.client_actors >= 1, f"resources.client_actors must be >= 1, got {r.client_actors}")
+    _check(r.clients_per_actor is None or r.clients_per_actor >= 1,
+           f"resources.clients_per_actor must be >= 1 (or unset), got {r.clients_per_actor}")
+    for name in ("num_cpus", "num_gpus"):
+        v = getattr(r, name)
+        _check(v is None or v >= 0, f"resources.{name} must be >= 0 (or unset: what the actors need), got {v}")
     for name in ("client_cpus", "client_gpus", "server_cpus", "server_gpus", "fed_cpus", "fed_gpus"):
         v = getattr(r, name)
         _check(v is None or v >= 0, f"resources.{name} must be >= 0 (or unset: sized to the cluster), got {v}")
@@ -148,6 +246,12 @@ def validate(cfg: Config) -> Config:
     _check(0 <= r.inline_object_kb <= 64 * 1024,
            f"resources.inline_object_kb must be between 0 and 65536 (64 MiB), got {r.inline_object_kb}")
     _check(r.placement_timeout_s > 0, f"resources.placement_timeout_s must be > 0, got {r.placement_timeout_s}")
+    check_name(cfg.name)
+    if cfg.resume:
+        _check(Path(cfg.resume).is_dir(), f"cannot resume '{cfg.resume}': not a directory")
+        _writable_dir(cfg.resume, "run directory")
+    else:
+        _writable_dir(cfg.out, "out")
     check_dataset_args(cfg.dataset, cfg.data_root, cfg.download)
     info = dataset_info(cfg.dataset)
     _check(info.num_train >= cfg.clients,
@@ -169,11 +273,12 @@ def validate(cfg: Config) -> Config:
         _check(cfg.cut in cuts,
                f"cut {cfg.cut} is not valid for model '{cfg.model}'; valid cuts: {cuts[0]}..{cuts[-1]}")
     algo_cls.validate(cfg)
-    from raysfl.faults import check_roles, parse_faults
+    from raysfl.faults import check_roles, check_rounds, parse_faults
 
     faults = parse_faults(cfg.faults)
     protocol = algo_cls(cfg).protocol  # as the params refine it (FLEX-SFL's edge servers)
     check_roles(faults, protocol.servers, cfg.algo, cfg.resources.num_client_actors(cfg.clients))
+    check_rounds(faults, cfg.rounds)
     if protocol.sequential and (cfg.round_deadline_s or cfg.sim_deadline_s):
         raise ConfigError(f"deadlines (--round-deadline-s, --sim-deadline-s) are not supported for the sequential "
                           f"algorithm '{cfg.algo}' (its clients take turns within one round)")

@@ -1,6 +1,10 @@
-"""Bad input and bad conditions: checkpoints, cluster size, diverging training."""
+"""Bad input and bad conditions: every bad value through the CLI (exit status 2, one line,
+no traceback, the value named), resume inputs, checkpoints, the Ray address, cluster size,
+diverging training. docs/reliability.md lists each case with its test."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -71,3 +75,247 @@ def test_diverging_training_stops_with_one_line(quick):
     with pytest.raises(RunFailed, match="training diverged") as e:
         raysfl.run(quick(algo="splitfed_v2", lr=1e12, momentum=0.0, rounds=5))
     assert "\n" not in str(e.value)
+
+
+# ------------------------------------------------------------------ every bad input through the CLI
+# Each case runs `raysfl run` (raysfl.cli.main, in this process: no Ray starts for any of them)
+# and asserts exit status 2, one line on stderr starting "raysfl: error:", no traceback, and the
+# bad value named. docs/reliability.md lists them.
+
+
+def _cli(argv, capsys):
+    from raysfl.cli import main
+
+    code = main(argv)
+    err = capsys.readouterr().err
+    return code, [line for line in err.splitlines() if line.strip()], err
+
+
+def _one_line(argv, capsys, expected, code=2):
+    got, lines, err = _cli(argv, capsys)
+    assert got == code, err
+    assert len(lines) == 1 and lines[0].startswith("raysfl: error: "), err
+    assert "Traceback" not in err
+    assert expected in lines[0], lines[0]
+    return lines[0]
+
+
+BAD_FLAGS = [
+    (["--weight-decay", "-1"], "weight-decay must be >= 0, got -1"),
+    (["--local-epochs", "inf"], "local-epochs must be a finite number, got inf"),
+    (["--lr", "nan"], "lr must be a finite number, got nan"),
+    (["--seed", "-1"], "seed must be an integer in [0, 2^32), got -1"),
+    (["--server-tflops", "0"], "devices.server_tflops must be > 0, got 0"),
+    (["--flops-per-cycle", "0"], "devices.flops_per_cycle must be > 0, got 0"),
+    (["--num-cpus", "-1"], "resources.num_cpus must be >= 0"),
+    (["--num-gpus", "-1"], "resources.num_gpus must be >= 0"),
+    (["--memory-gb", "inf", "inf"], "devices.memory_gb must be a finite number, got (inf, inf)"),
+    (["--clients-per-actor", "-1"], "resources.clients_per_actor must be >= 1"),
+    (["--name", "../../x"], "name must be one directory name inside --out"),
+    (["--algo", "fedprox", "--mu", "nan"], "fedprox.mu (--mu) must be a finite number, got nan"),
+    (["--algo", "splitfed_v1", "--mu", "0.1"], "'fedprox.mu' (--mu) belongs to algorithm 'fedprox'"),
+    (["--rounds", "5", "--faults", "kill:client:round=30"], "'kill:client:round=30' is scheduled after the last round"),
+    (["--faults", "delay:client:p=0.5:seconds=inf"], "seconds=inf must be finite"),
+    (["--faults", "delay:client:p=nan:seconds=1"], "p must be in (0, 1], got nan"),
+    (["--min-included", "2"], "min-included must be a share"),
+    (["--round-deadline-s", "inf"], "round-deadline-s must be a finite number"),
+]
+
+
+@pytest.mark.parametrize("args,expected", BAD_FLAGS, ids=[" ".join(a) for a, _ in BAD_FLAGS])
+def test_bad_flag_is_one_line(args, expected, tmp_path, capsys):
+    _one_line(["run", "--out", str(tmp_path), *args], capsys, expected)
+
+
+def test_out_must_be_a_writable_directory(tmp_path, capsys):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    _one_line(["run", "--out", str(a_file)], capsys, f"'{a_file}' is not a directory")
+    _one_line(["run", "--out", str(a_file / "below")], capsys, "is not a directory")
+    _one_line(["run", "--out", "/proc/raysfl-out"], capsys, "'/proc/raysfl-out' is not a writable directory")
+    assert not list(tmp_path.glob(".raysfl-write-test-*"))  # the write probe leaves nothing behind
+
+
+BAD_FILES = [
+    ("rounds: null\n", "rounds: cannot be null; expected int"),
+    ("seed: null\n", "seed: cannot be null; expected int"),
+    ("devices:\n  memory_gb: null\n", "devices.memory_gb: cannot be null"),
+    ("devices:\n  memory_gb: [1, null]\n", "devices.memory_gb: cannot use [1, None]"),
+    ("rounds: yes\n", "rounds: cannot use True"),
+    ("resource:\n  client_actors: 2\n", "unknown section 'resource' (did you mean 'resources'?)"),
+    ("algo: fedprox\nfed_prox:\n  mu: 0.1\n", "unknown section 'fed_prox' (did you mean 'fedprox'?)"),
+    ("algo: splitfed_v1\nfedprox:\n  mu: 0.1\n", "belongs to algorithm 'fedprox', not to this run's algorithm"),
+    ("mu: 0.1\n", "'mu' is a setting of algorithm 'fedprox'"),
+    ("algo: fedprox\nfedprox: 3\n", "section 'fedprox' must be a mapping"),
+    ("faults:\n  - {action: delay, role: client, p: 0.5, seconds: .inf}\n", "must be finite"),
+]
+
+
+@pytest.mark.parametrize("text,expected", BAD_FILES, ids=[t.splitlines()[0] for t, _ in BAD_FILES])
+def test_bad_config_file_is_one_line(text, expected, tmp_path, capsys):
+    f = tmp_path / "c.yaml"
+    f.write_text(text)
+    _one_line(["run", "--config", str(f), "--out", str(tmp_path)], capsys, expected)
+
+
+def test_null_for_a_paper_setting_means_its_default(tmp_path):
+    """A setting a paper may set (lr, model, ...) is None until resolved: null in a file asks
+    for the default, documented, and is not an error."""
+    from raysfl.cli import build_parser, config_from_args
+    from raysfl.config import RUN_DEFAULTS
+    from raysfl.resolve import validate
+
+    f = tmp_path / "c.yaml"
+    f.write_text("algo: splitfed_v2\nlr: null\nmodel: null\n")
+    cfg = validate(config_from_args(build_parser().parse_args(["run", "--config", str(f)])))
+    assert cfg.lr == RUN_DEFAULTS["lr"] and cfg.model == RUN_DEFAULTS["model"]
+
+
+def test_unreadable_data_files_are_one_line(tmp_path, capsys):
+    raw = tmp_path / "data" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    rng = __import__("numpy").random.default_rng(0)
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                 "t10k-labels-idx1-ubyte"):
+        (raw / name).write_bytes(rng.bytes(5000))
+    out = tmp_path / "runs"
+    _one_line(["run", "--dataset", "mnist", "--data-root", str(tmp_path / "data"), "--out", str(out)], capsys,
+              f"dataset 'mnist' under data root '{tmp_path / 'data'}' cannot be read")
+    assert not out.exists() or not any(out.iterdir())  # checked before the run directory is made
+
+
+def test_config_with_resume_is_refused(tmp_path, capsys):
+    f = tmp_path / "c.yaml"
+    f.write_text("rounds: 3\n")
+    _one_line(["run", "--config", str(f), "--resume", str(tmp_path)], capsys,
+              "--config cannot be combined with --resume")
+
+
+def test_unexpected_error_is_one_line_with_a_log(tmp_path, capsys, monkeypatch):
+    """Anything unanticipated: one line naming the error and the log file holding its traceback."""
+    import raysfl.api
+
+    def boom(cfg):
+        raise RuntimeError("something nobody planned for")
+
+    monkeypatch.setattr(raysfl.api, "run", boom)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    line = _one_line(["run", "--out", str(tmp_path)], capsys, "unexpected RuntimeError: something nobody planned",
+                     code=1)
+    log = Path(line.split("traceback in ")[1].rstrip(")"))
+    assert log.is_file() and "Traceback" in log.read_text() and "boom" in log.read_text()
+
+
+# ------------------------------------------------------------------ resume inputs
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, ray_session):
+    """A short finished run to resume (2 rounds, checkpoint every round)."""
+    out = tmp_path_factory.mktemp("resume")
+    return raysfl.run(raysfl.config_from_kwargs(algo="splitfed_v2", clients=4, rounds=2, local_steps=2,
+                                                batch_size=16, out=str(out), progress=False, name="r",
+                                                resources={"client_actors": 2})).run_dir
+
+
+def _copy(run_dir, tmp_path):
+    import shutil
+
+    dst = tmp_path / "copy"
+    shutil.copytree(run_dir, dst)
+    return dst
+
+
+@pytest.mark.parametrize("damage,expected", [
+    (lambda d: (d / "config.json").write_text(""), "its config.json is unreadable"),
+    (lambda d: (d / "config.json").write_text((d / "config.json").read_text()[:40]), "its config.json is unreadable"),
+    (lambda d: (d / "config.json").write_text("[1, 2]"), "is not a raysfl run configuration"),
+    (lambda d: (d / "metrics.parquet").write_bytes(b"PAR1 not really"), "metrics.parquet is unreadable"),
+    (lambda d: (d / "clients.parquet").write_bytes((d / "clients.parquet").read_bytes()[:50]),
+     "clients.parquet is unreadable"),
+    (lambda d: [f.unlink() for f in (d / "checkpoints").glob("*.pt")], "no checkpoints/round_*.pt"),
+], ids=["empty config", "truncated config", "config not a mapping", "corrupt metrics", "truncated clients",
+        "no checkpoints"])
+def test_damaged_resume_inputs_are_one_line(finished_run, tmp_path, capsys, damage, expected):
+    d = _copy(finished_run, tmp_path)
+    damage(d)
+    before = {f.name: f.read_bytes() for f in d.iterdir() if f.is_file()}
+    _one_line(["run", "--resume", str(d), "--rounds", "3"], capsys, expected)
+    assert {f.name: f.read_bytes() for f in d.iterdir() if f.is_file()} == before  # nothing changed
+
+
+def test_stray_checkpoint_file_is_ignored_with_a_warning(finished_run, tmp_path, capsys):
+    import shutil
+
+    d = _copy(finished_run, tmp_path)
+    shutil.copy(d / "checkpoints" / "round_0002.pt", d / "checkpoints" / "round_0002 (copy).pt")
+    (d / "checkpoints" / "notes.txt").write_text("mine")
+    state = checkpoint.load_latest(d, None)
+    assert state["round"] == 2
+    err = capsys.readouterr().err
+    assert "ignoring 2 file(s)" in err and "round_0002 (copy).pt" in err and "\n" not in err.strip()
+
+
+def test_resume_may_change_fault_handling(finished_run, tmp_path):
+    """Retries, restarts, deadlines and the fault schedule may change on resume (a run that gave
+    up can go on); what the run computes may not."""
+    d = _copy(finished_run, tmp_path)
+    cfg = raysfl.resume_config(d, {"rounds": 3, "max_round_retries": 5, "max_restarts": 4, "faults": "",
+                                   "round_deadline_s": 30.0, "sim_deadline_s": 100.0, "min_included": 0.2})
+    assert (cfg.max_round_retries, cfg.max_restarts, cfg.faults, cfg.round_deadline_s) == (5, 4, "", 30.0)
+    assert checkpoint.load_latest(d, cfg.to_dict())["round"] == 2  # the checkpoint accepts them
+    with pytest.raises(ConfigError, match="cannot change 'lr'"):
+        raysfl.resume_config(d, {"lr": 0.5})
+
+
+def test_old_checkpoint_fingerprints_are_still_accepted(tmp_path):
+    """Checkpoints written before the fault settings became resumable carry a fingerprint
+    over them (and without min_included): still accepted."""
+    import hashlib
+    import json
+
+    from raysfl.config import Config
+
+    cfg = Config().to_dict()
+    old = {k: v for k, v in cfg.items() if k not in checkpoint._LEGACY_FREE and k != "min_included"}
+    legacy = hashlib.sha256(json.dumps(old, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    state = _state(1)
+    state["config_fingerprint"] = legacy
+    (tmp_path / "checkpoints").mkdir()
+    torch.save(checkpoint._encode(state), tmp_path / "checkpoints" / "round_0001.pt")
+    assert checkpoint.load_latest(tmp_path, cfg)["round"] == 1
+
+
+# ------------------------------------------------------------------ Ray address (a fresh process each)
+
+
+def _run_cli(args, env_extra, cwd, timeout=120):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, **env_extra}
+    return subprocess.run([sys.executable, "-m", "raysfl", "run", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout, env=env)
+
+
+@pytest.mark.parametrize("address,expected", [
+    ("not-a-host", "RAY_ADDRESS='not-a-host' is not a Ray address"),
+    ("not-a-host.invalid:6379", "host 'not-a-host.invalid' does not resolve"),
+    ("127.0.0.1:1", "no Ray cluster answers at 127.0.0.1:1"),
+])
+def test_bad_ray_address_fails_fast_with_one_line(address, expected, tmp_path):
+    import time
+
+    t0 = time.monotonic()
+    proc = _run_cli(["--out", str(tmp_path / "runs"), "--rounds", "1"], {"RAY_ADDRESS": address}, tmp_path)
+    took = time.monotonic() - t0
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("raysfl: error: ") and expected in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert took < 30, f"took {took:.0f} s"  # includes starting Python and importing torch
+    assert not (tmp_path / "runs").exists()  # refused before anything was written

@@ -1,9 +1,11 @@
-"""A dead actor stops the run with one clear line; finished rounds are kept and resumable."""
+"""A dead actor stops the run with one clear line naming a command that continues it; finished
+rounds are kept and resumable; a killed driver leaves no Ray processes behind."""
 
 from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -48,3 +50,80 @@ def test_killed_server_gives_run_failed_and_resume_continues(quick, ray_session,
     assert len(done) >= 2 and [r["round"] for r in done] == list(range(1, len(done) + 1))
     resumed = raysfl.run(raysfl.resume_config(run_dir, {"rounds": len(done) + 1}))
     assert [r["round"] for r in resumed.metrics] == list(range(1, len(done) + 2))
+
+
+def test_give_up_names_a_resume_command_that_works(quick):
+    """A run that gives up after a lost server names the command that continues it; that
+    command (more retries; the same fault fires again and is survived) works."""
+    import shlex
+
+    from raysfl.cli import main
+
+    cfg = quick(algo="splitfed_v2", rounds=3, faults="kill:server:round=2", max_round_retries=0, name="gives-up")
+    with pytest.raises(raysfl.errors.RunFailed) as e:
+        raysfl.run(cfg)
+    msg = str(e.value)
+    assert "\n" not in msg and "giving up" in msg
+    argv = shlex.split(msg.split("continue from its last checkpoint with: ")[1])
+    assert argv[:3] == ["raysfl", "run", "--resume"] and "--max-round-retries" in argv
+    assert main(argv[1:] + ["--no-progress"]) == 0
+    rows = _rows(Path(argv[3]) / "metrics.parquet")
+    assert [r["round"] for r in rows] == [1, 2, 3] and rows[1]["retries"] == 1
+
+
+DRIVER = """
+import sys, time
+from raysfl import config_from_kwargs
+from raysfl.resolve import validate
+from raysfl.runtime.placement import init_ray
+init_ray(validate(config_from_kwargs(algo="splitfed_v2", resources={"num_cpus": 2})), 2, 1)
+print("READY", flush=True)
+time.sleep(600)
+"""
+
+
+def test_killed_driver_leaves_no_ray_processes(tmp_path):
+    """SIGKILL a driver that started its local Ray: within seconds no process of that Ray is
+    left (Ray's agents would otherwise wait a minute or more on the dead GCS)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    marker = tempfile.mkdtemp(prefix="rsfk", dir="/tmp")  # short: Ray's socket paths have a length limit
+    env = {**os.environ, "RAY_TMPDIR": marker, "RAYSFL_TEST_MARKER": marker}
+    env.pop("RAY_ADDRESS", None)
+
+    def leftovers() -> list[str]:
+        out = []
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit() and int(proc.name) != os.getpid():
+                try:
+                    if marker.encode() in (proc / "environ").read_bytes():
+                        out.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:80])
+                except OSError:
+                    pass
+        return out
+
+    try:
+        driver = subprocess.Popen([sys.executable, "-c", DRIVER], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        assert driver.stdout.readline().strip() == "READY"
+        deadline = time.time() + 240  # a loaded machine starts them slowly
+        while time.time() < deadline and not any("Agent" in p for p in leftovers()):
+            time.sleep(0.5)  # the raylet's agents are up
+        assert any("Agent" in p for p in leftovers()), leftovers()
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+        deadline = time.time() + 30
+        while time.time() < deadline and leftovers():
+            time.sleep(0.5)
+        assert not leftovers(), leftovers()
+    finally:
+        for proc in Path("/proc").iterdir():  # whatever is left (never `ray stop`: others' Rays)
+            try:
+                if proc.name.isdigit() and marker.encode() in (proc / "environ").read_bytes():
+                    os.kill(int(proc.name), signal.SIGKILL)
+            except OSError:
+                pass

@@ -79,11 +79,11 @@ class ClientActor:
     def ping(self) -> str:
         return self.incarnation
 
-    def warm_up(self) -> float:
+    def warm_up(self, batch: int) -> float:
         """Before round 1 (:func:`raysfl.runtime.probe.warm_up`); seconds taken."""
         from raysfl.runtime.probe import warm_up
 
-        return warm_up(self.model, self.ds.input_shape, self.device)
+        return warm_up(self.model, self.ds.input_shape, batch, self.device)
 
     def where(self) -> dict:
         """Node, GPU ids and device of this actor (``placement.json``)."""
@@ -124,11 +124,15 @@ class ClientActor:
         global one; receiving it counts as a download for the clients in "charged" (the
         client-side part only: a client-side classifier, ``head.*`` keys, never travels).
         ``plan[c]["delay_s"]`` makes client c a real straggler: the actor sleeps (the longest
-        delay of its clients) before any of them starts.
+        delay of its clients) before any of them starts -- until the round's deadline at the
+        latest, after which its work would be dropped anyway (unless the algorithm applies late
+        updates), so that a straggler is ready for the next round when it starts.
         """
         self.active = {}
         self.deadline = max((p.get("deadline") or 0.0 for p in plan.values()), default=0.0) or None
         delay = max((p.get("delay_s", 0.0) for p in plan.values()), default=0.0)
+        if delay > 0 and self.deadline is not None and not self.algo.protocol.late_updates:
+            delay = min(delay, max(0.0, self.deadline - time.time()))
         if delay > 0:
             time.sleep(delay)
         for c, p in sorted(plan.items()):

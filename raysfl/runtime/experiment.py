@@ -27,22 +27,86 @@ from raysfl.metrics import RunLogger
 
 def run_experiment(cfg) -> tuple[Path, list[dict]]:
     """Run (or resume, if ``cfg.resume`` is set) the validated config ``cfg``; return the run
-    directory and its metrics rows."""
-    from raysfl.data import hold_out, label_histograms, load_dataset, partition
+    directory and its metrics rows.
+
+    Everything that can be checked without Ray is checked before the run directory is written:
+    the Ray address, the checkpoint and metrics files of a resumed run, the data set. An error
+    raised once the run directory exists carries it (``raysfl_run_dir``), so the CLI can put the
+    traceback of an unexpected one there.
+    """
+    import ray
+
+    from raysfl.algorithms import get_algorithm as _algo
+    from raysfl.runtime.placement import check_ray_address
+
+    if _algo(cfg.algo)(cfg).protocol.distributed and not ray.is_initialized():
+        check_ray_address()
+    if cfg.resume:
+        run_dir = Path(cfg.resume)
+        state = checkpoint.load_latest(run_dir, cfg.to_dict())
+        if state["round"] >= cfg.rounds:
+            raise ConfigError(f"run '{run_dir}' already finished {state['round']} rounds; pass --rounds > "
+                              f"{state['round']} to continue")
+        _check_recorded(run_dir, state["round"])
+    else:
+        run_dir, state = None, None
+    stages = StartupClock(None, cfg.progress)  # the run directory is known once the data loads
+    ds = _load_data(cfg)
+    if run_dir is None:
+        run_dir = _new_run_dir(cfg)
+    try:
+        return _run_in(cfg, run_dir, state, ds, stages)
+    except BaseException as e:
+        try:
+            e.raysfl_run_dir = run_dir
+        except AttributeError:  # an exception type without a __dict__
+            pass
+        raise
+
+
+def _load_data(cfg):
+    """The data set, or a one-line ConfigError when its files cannot be read (a truncated
+    download, random bytes under --data-root)."""
+    from raysfl.data import load_dataset
+
+    try:
+        return load_dataset(cfg.dataset, cfg.data_root, cfg.download)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever the reader raised: it names no value the user can fix
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        why = f"{type(e).__name__}: {first}" if first else f"{type(e).__name__} in its reader"
+        where = f" under data root '{cfg.data_root}'" if cfg.data_root else ""
+        raise ConfigError(f"dataset '{cfg.dataset}'{where} cannot be read ({why}); "
+                          f"replace its files (or pass --download to fetch them again)") from None
+
+
+def _check_recorded(run_dir: Path, done: int) -> None:
+    """The metrics files a resume appends to must be readable: refuse (and change nothing)
+    rather than lose the rounds they hold."""
+    import pyarrow.parquet as pq
+
+    for name in ("metrics.parquet", "clients.parquet"):
+        path = run_dir / name
+        if not path.exists():
+            continue
+        try:
+            pq.read_table(path)
+        except Exception as e:  # noqa: BLE001 - pyarrow's errors for a damaged file vary
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+            raise ConfigError(f"cannot resume '{run_dir}': {name} is unreadable ({first}); move it away to resume "
+                              f"without the {name.split('.')[0]} of rounds 1..{done}") from None
+
+
+def _run_in(cfg, run_dir: Path, state: dict | None, ds, stages: "StartupClock") -> tuple[Path, list[dict]]:
+    from raysfl.data import hold_out, label_histograms, partition
     from raysfl.devices import sample_profiles
     from raysfl.faults import parse_faults
     from raysfl.models import build_model
     from raysfl.runtime.rounds import Experiment, new_counters
 
-    if cfg.resume:
-        run_dir = Path(cfg.resume)
-        state = checkpoint.load_latest(run_dir, cfg.to_dict())
-    else:
-        run_dir, state = _new_run_dir(cfg), None
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
-
-    stages = StartupClock(run_dir, cfg.progress)
-    ds = load_dataset(cfg.dataset, cfg.data_root, cfg.download)
+    stages.run_dir = run_dir
     parts = partition(ds.y_train, cfg.clients, cfg.partition, alpha=cfg.alpha,
                       classes_per_client=cfg.classes_per_client, shards_per_client=cfg.shards_per_client,
                       quantity_skew=cfg.quantity_skew or None, seed=cfg.seed)
@@ -61,8 +125,6 @@ def run_experiment(cfg) -> tuple[Path, list[dict]]:
         write_clients(run_dir, ctx, algo)
 
     start = state["round"] if state else 0
-    if start >= cfg.rounds:
-        raise ConfigError(f"run '{run_dir}' already finished {start} rounds; pass --rounds > {start} to continue")
     logger = RunLogger(run_dir, start_round=start, progress=cfg.progress, total_rounds=cfg.rounds)
     exp = Experiment(cfg, algo, ds, parts, ctx, run_dir, logger, local_tests=local_tests,
                      faults=parse_faults(cfg.faults),
@@ -76,7 +138,29 @@ def run_experiment(cfg) -> tuple[Path, list[dict]]:
             run_centralized(exp, state)
     finally:
         logger.close()
+    _warn_thin_rounds(cfg, logger.rows)
     return run_dir, logger.rows
+
+
+def _warn_thin_rounds(cfg, rows: list[dict]) -> None:
+    """One closing line when rounds included fewer clients than --min-included asks for."""
+    import sys
+
+    thin = [r["round"] for r in rows if r.get("below_min_included")]
+    if thin:
+        print(f"raysfl: warning: {len(thin)} of {len(rows)} rounds included fewer than {cfg.min_included:.0%} of "
+              f"their selected clients (rounds {_ranges(thin)}; column below_min_included)", file=sys.stderr)
+
+
+def _ranges(xs: list[int]) -> str:
+    out, start = [], None
+    for i, x in enumerate(xs):
+        if start is None:
+            start = x
+        if i + 1 == len(xs) or xs[i + 1] != x + 1:
+            out.append(str(start) if start == x else f"{start}-{x}")
+            start = None
+    return ", ".join(out[:10]) + (" ..." if len(out) > 10 else "")
 
 
 def _new_run_dir(cfg) -> Path:
@@ -85,7 +169,10 @@ def _new_run_dir(cfg) -> Path:
     d, i = base, 1
     while d.exists():
         d, i = Path(f"{base}-{i}"), i + 1
-    d.mkdir(parents=True)
+    try:
+        d.mkdir(parents=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create the run directory '{d}' in --out '{cfg.out}': {e.strerror or e}") from None
     return d
 
 
@@ -101,7 +188,11 @@ def calibrate(exp, fed) -> None:
     resumed run uses the same numbers (and so the same split points)."""
     path = exp.run_dir / "calibration.json"
     if path.is_file():
-        profile = {int(k): tuple(v) for k, v in json.loads(path.read_text()).items()}
+        try:
+            profile = {int(k): tuple(v) for k, v in json.loads(path.read_text()).items()}
+        except (ValueError, TypeError, AttributeError) as e:
+            raise ConfigError(f"{path} is unreadable ({e}); move it away to measure the clients again (their "
+                              f"split points may then differ from the rounds already run)") from None
     else:
         print("raysfl: measuring client devices (memory, latency to the server) ...", flush=True)
         profile = fed.measure(exp.cfg.batch_size)
@@ -117,8 +208,8 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock") -> None:
     import ray
 
     from raysfl.runtime.federation import Federation
-    from raysfl.runtime.placement import check_capacity, fit_resources, init_ray
-    from raysfl.runtime.rounds import run_round
+    from raysfl.runtime.placement import check_capacity, fit_resources, init_ray, shutdown_ray
+    from raysfl.runtime.rounds import resume_hint, run_round
 
     cfg, algo = exp.cfg, exp.algo
     num_actors = cfg.resources.num_client_actors(cfg.clients)
@@ -147,23 +238,27 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock") -> None:
             if state:
                 fed.load_state(state["federation"])
             fed.snapshot = state["federation"] if state else fed.get_state()
+            fed.snapshot_round = start
             stages.done("state", f"{'resumed at round ' + str(start) if state else 'initial model'} in place; "
                                  f"rounds {start + 1}..{cfg.rounds} to go")
             stages.write()
             for rnd in range(start + 1, cfg.rounds + 1):
                 run_round(exp, fed, rnd)
         except ray.exceptions.RayError as e:  # an actor died for good, the cluster went away, ...
+            from raysfl.runtime.refs import is_death
+
+            if isinstance(e, ray.exceptions.RayTaskError) and not is_death(e):
+                raise  # an error in our own code, not a failure of the cluster: its traceback is wanted
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             rows = exp.logger.rows
             done = rows[-1]["round"] if rows else 0
             raise RunFailed(f"round {rnd} failed ({type(e).__name__}: {first}); metrics of rounds 1..{done} "
-                            f"are in {exp.run_dir}; continue from its last checkpoint with --resume {exp.run_dir}"
-                            ) from e
+                            f"are in {exp.run_dir}; {resume_hint(exp)}") from e
     finally:
         if fed is not None:
             fed.shutdown()
         if started:
-            ray.shutdown()
+            shutdown_ray()
 
 
 class StartupClock:
@@ -171,8 +266,8 @@ class StartupClock:
     in the run directory's ``startup.json`` (seconds per stage, and in all), so that round 1's
     ``wall_time_s`` is training only."""
 
-    def __init__(self, run_dir: Path, verbose: bool):
-        self.run_dir, self.verbose = Path(run_dir), verbose
+    def __init__(self, run_dir: Path | None, verbose: bool):
+        self.run_dir, self.verbose = run_dir, verbose
         self.t0 = self.last = time.perf_counter()
         self.seconds: dict[str, float] = {}
 
@@ -185,4 +280,4 @@ class StartupClock:
 
     def write(self) -> None:
         total = round(self.last - self.t0, 3)
-        (self.run_dir / "startup.json").write_text(json.dumps({**self.seconds, "total": total}, indent=1) + "\n")
+        (Path(self.run_dir) / "startup.json").write_text(json.dumps({**self.seconds, "total": total}, indent=1) + "\n")

@@ -70,11 +70,11 @@ class FedActor:
     def ping(self) -> str:
         return self.incarnation
 
-    def warm_up(self) -> float:
+    def warm_up(self, batch: int) -> float:
         """Before round 1 (:func:`raysfl.runtime.probe.warm_up`); seconds taken."""
         from raysfl.runtime.probe import warm_up
 
-        return warm_up(self.model, self.ds.input_shape, self.device)
+        return warm_up(self.model, self.ds.input_shape, batch, self.device)
 
     def where(self) -> dict:
         """Node, GPU ids and device of this actor (``placement.json``)."""

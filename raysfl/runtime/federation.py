@@ -48,12 +48,27 @@ class RoundResult:
     server_metrics: dict[str, float] = field(default_factory=dict)  # round means of ServerState.record
 
 
+def step_window(cfg) -> float | None:
+    """How long (real seconds) a server step waits for the other clients' smashed data once the
+    first batch of the step is in: ``--step-deadline-s``, else a quarter of
+    ``--round-deadline-s`` (so a straggler costs the others a quarter of the round at most),
+    else no limit."""
+    if cfg.step_deadline_s:
+        return cfg.step_deadline_s
+    return cfg.round_deadline_s / 4 if cfg.round_deadline_s else None
+
+
 def _as_list(refs, n: int) -> list:
     return [refs] if n == 1 else list(refs)
 
 
 class FedServerLost(Exception):
-    """The fed server died during a round: the round's aggregation is lost (retry it)."""
+    """The fed server (or a single-server round's server) died during a round: the round's
+    aggregation is lost (retry it). ``counted``: the death is already in the round's failures."""
+
+    def __init__(self, what: str, counted: bool = False):
+        super().__init__(what)
+        self.counted = counted
 
 
 class Federation:
@@ -93,16 +108,17 @@ class Federation:
                          ClientViews(local_tests or [], histograms))
         self.incarnations = ray.get([a.ping.remote() for a in self._all()])
         self.snapshot: dict | None = None  # the state to go back to after a failure
+        self.snapshot_round: int | None = None  # the round the snapshot is the end of (0: the start)
         self.died: set[int] = set()  # client actors that died last round (restarting now)
         self._carry: list = []  # late update refs waiting for the next aggregation (protocol.late_updates)
-        self._late_now: list = []
+        self.late_now: list = []
         self.late_applied = 0
 
     def warm_up(self) -> None:
         """Every actor's first forward/backward, before round 1 (all at once)."""
         import ray
 
-        ray.get([a.warm_up.remote() for a in self._all()])
+        ray.get([a.warm_up.remote(self.cfg.batch_size) for a in self._all()])
 
     def placement(self) -> list[dict]:
         """Where each actor runs: role, actor name, node, GPU ids, device (``placement.json``)."""
@@ -194,6 +210,19 @@ class Federation:
             self.load_state(self.snapshot)
         return restarted
 
+    def restore(self) -> int:
+        """Put the servers and the fed server back to the snapshot, without waiting for the
+        client actors: they hold nothing across rounds, and may still be busy with a straggler's
+        work (a round that included nobody, a simulated-clock replay). Returns how many of them
+        were found restarted."""
+        n = len(self.clients)
+        now = ping_all(self.servers + [self.fed])  # waits for restarts
+        restarted = sum(a != b for a, b in zip(self.incarnations[n:], now))
+        self.incarnations[n:] = now
+        if self.snapshot is not None:
+            self.load_state(self.snapshot)
+        return restarted
+
     def kill(self, role: str, index: int) -> None:
         """Fault injection: ``ray.kill`` one actor, letting Ray restart it."""
         import ray
@@ -204,13 +233,18 @@ class Federation:
 
     # ------------------------------------------------------------------ one round
     def run_round(self, rnd: int, plans: dict[int, ClientPlan], server_of: dict[int, int],
-                  kills: list[tuple[str, int, int]] = (), deadline: float | None = None, on_step=None) -> RoundResult:
+                  kills: list[tuple[str, int, int]] = (), deadline: float | None = None, on_step=None,
+                  timed: bool = True) -> RoundResult:
         """Submit round ``rnd`` and collect its statistics (aggregation is :meth:`finish_round`).
 
         ``kills`` = (role, actor index, after step) faults to inject; ``deadline`` (epoch s)
-        drops clients whose results are not in by then.
+        drops clients whose results are not in by then; ``timed=False`` turns the step
+        deadlines off too (a replay of a round's in-time clients, :mod:`raysfl.runtime.rounds`).
         """
         import ray
+
+        window = step_window(self.cfg) if timed else None
+        deadline = deadline if timed else None
 
         self._pending_updates: list = []
         self._aux: list = []  # calls whose result is not needed but whose errors must surface
@@ -218,9 +252,10 @@ class Federation:
             p.deadline = deadline
         self._weights = {c: float(p.steps * p.batch) for c, p in plans.items()}
         for j, srv in enumerate(self.servers):
+            mine = {c: p for c, p in plans.items() if server_of[c] == j and not p.local}
             self._aux.append(srv.begin_round.remote(
-                {c: p.cut for c, p in plans.items() if server_of[c] == j and not p.local},
-                self.cfg.server_lr_at(rnd), deadline, rnd))
+                {c: p.cut for c, p in mine.items()}, self.cfg.server_lr_at(rnd), deadline, rnd,
+                {c: (self.actor_of(c), p.steps) for c, p in mine.items()}, window))
         turns = [[c] for c in plans] if self.algo.protocol.sequential else ([list(plans)] if plans else [])
         stats_refs, stats_actor, markers = [], [], []
         for turn in turns:
@@ -290,16 +325,24 @@ class Federation:
                 result.failed.add(c)
         self._agg_weights = {c: st.agg_weight for c, st in result.stats.items() if st.agg_weight == st.agg_weight}
         self._late_actors = late_actors
-        self._late_now = [u for a, u in self._pending_updates if a in late_actors]
+        self.late_now = [u for a, u in self._pending_updates if a in late_actors]
         return result
 
-    def finish_round(self, rnd: int, include: list[int] | None, evaluate: bool):
+    def finish_round(self, rnd: int, include: list[int] | None, evaluate: bool, void: bool = False):
         """Aggregate the round's completed updates of ``include`` clients; evaluate.
 
-        Returns (acc, loss, extras) or None. Raises :class:`FedServerLost` if the fed server
-        died (the caller rolls back and retries the round).
+        ``void``: the round included nobody; the servers and the fed server go back to the
+        snapshot (the round's start state) and nothing is aggregated. Returns (acc, loss,
+        extras) or None. Raises :class:`FedServerLost` if the fed server died (the caller rolls
+        back and retries the round).
         """
         import ray
+
+        if void:
+            self.restore()
+            self.late_applied = 0
+            self._carry = self.late_now if self.algo.protocol.late_updates else []
+            return self.evaluate(evaluate)
 
         updates = [u for a, u in self._pending_updates if a not in self._late_actors]
         states = self._server_states if self._sync else []
@@ -322,8 +365,26 @@ class Federation:
         if ping_until_alive(self.fed) != self.incarnations[-1]:
             raise FedServerLost("the fed server was restarted during the round")
         fetch(loads)  # a dead edge server is fine here (restored next round); a bug is not
-        self._carry = self._late_now if self.algo.protocol.late_updates else []  # only once aggregation succeeded
+        self._carry = self.late_now if self.algo.protocol.late_updates else []  # only once aggregation succeeded
         return result
+
+    def evaluate(self, evaluate: bool):
+        """Evaluation without aggregation (a round that included nobody): (acc, loss, extras) or None."""
+        import ray
+
+        if not evaluate:
+            return None
+        try:
+            return ray.get(self.fed.evaluate.remote())
+        except Exception as e:  # noqa: BLE001 - classified
+            if is_death(e):
+                raise FedServerLost(str(e).splitlines()[0] if str(e) else type(e).__name__) from e
+            raise
+
+    @property
+    def carrying(self) -> bool:
+        """Late updates of earlier rounds wait to be aggregated (``protocol.late_updates``)."""
+        return bool(self._carry)
 
     def _run_group(self, plans: dict[int, ClientPlan], server_of: dict[int, int]):
         by_actor: dict[int, dict[int, ClientPlan]] = {}
@@ -356,7 +417,8 @@ class Federation:
                         sends[(i, d)] = ref
                 for d in sorted({d for _, d in sends}):
                     srcs = sorted(i for (i, dd) in sends if dd == d)
-                    grads = self.servers[d].step.options(num_returns=len(srcs)).remote(s, [sends[(i, d)] for i in srcs])
+                    grads = self.servers[d].step.options(num_returns=len(srcs)).remote(
+                        s, [sends[(i, d)] for i in srcs], srcs)
                     for i, g in zip(srcs, _as_list(grads, len(srcs))):
                         prev[i].append(g)
                 markers.append([g for i in actors for g in prev[i]] + local_refs)

@@ -41,18 +41,75 @@ def device_for_actor(gpus: float) -> torch.device:
 INLINE_ENV = "RAY_max_direct_call_object_size"
 
 
+CONNECT_TIMEOUT_S = 10.0  # how long a TCP connection to RAY_ADDRESS may take before it counts as unreachable
+
+
+def check_ray_address(address: str | None = None, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Refuse a ``RAY_ADDRESS`` that cannot work, with one line, before Ray is asked to connect
+    (Ray itself retries "Failed to connect to GCS" for minutes): a malformed address, a host
+    that does not resolve, a port nothing listens on. ``auto`` and ``local`` are Ray's own and
+    pass. A port that answers but is not a Ray cluster is not detected here."""
+    import socket
+
+    from raysfl.errors import ConfigError
+
+    address = os.environ.get("RAY_ADDRESS") if address is None else address
+    if not address or address.strip() in ("auto", "local"):
+        return
+    text = address.strip()
+    rest = text
+    for scheme in ("ray://", "http://", "https://"):
+        if rest.startswith(scheme):
+            rest = rest[len(scheme):]
+            break
+    rest = rest.rstrip("/")
+    host, sep, port_s = rest.rpartition(":")
+    host = host.strip("[]")
+    allowed = "allowed: HOST:PORT (the head node's GCS, e.g. 10.0.0.5:6379), ray://HOST:PORT, auto, or unset"
+    if not sep or not host or not port_s.isdigit() or not 0 < int(port_s) < 65536 or "/" in host:
+        raise ConfigError(f"RAY_ADDRESS={text!r} is not a Ray address; {allowed}")
+    port = int(port_s)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as e:
+        raise ConfigError(f"RAY_ADDRESS={text!r}: host '{host}' does not resolve ({e.strerror or e}); "
+                          f"{allowed}") from None
+    last = None
+    for family, socktype, proto, _, sockaddr in infos:
+        try:
+            with socket.socket(family, socktype, proto) as s:
+                s.settimeout(timeout)
+                s.connect(sockaddr)
+            return
+        except OSError as e:
+            last = e
+    why = "timed out" if isinstance(last, (socket.timeout, TimeoutError)) else (getattr(last, "strerror", None) or last)
+    raise ConfigError(f"RAY_ADDRESS={text!r}: no Ray cluster answers at {host}:{port} ({why}); start one there "
+                      f"(ray start --head --port={port}) or unset RAY_ADDRESS to run on a local Ray")
+
+
 def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
     """Connect to the cluster in RAY_ADDRESS, or start a local one sized for this run.
 
-    Returns True when this call started Ray (the caller then shuts it down).
+    Returns True when this call started Ray (the caller then shuts it down with
+    :func:`shutdown_ray`). A local Ray gets a reaper (:mod:`raysfl.runtime.reaper`) that
+    removes its processes if this driver dies without shutting it down.
     """
     import ray
+
+    from raysfl.errors import ConfigError
 
     if ray.is_initialized():
         return False
     if os.environ.get("RAY_ADDRESS"):
-        # a submitted job brings its own runtime_env (--working-dir); don't override it
-        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
+        check_ray_address()
+        try:
+            # a submitted job brings its own runtime_env (--working-dir); don't override it
+            ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
+        except (ConnectionError, ValueError, RuntimeError) as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            raise ConfigError(f"cannot connect to the Ray cluster at RAY_ADDRESS={os.environ['RAY_ADDRESS']!r}: "
+                              f"{first}") from None
         return True
     env = {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [_project_root(), os.environ.get("PYTHONPATH")]))}}
     r = cfg.resources
@@ -75,7 +132,37 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
     finally:
         if user_inline is None:
             del os.environ[INLINE_ENV]
+    _start_reaper()
     return True
+
+
+def _start_reaper() -> None:
+    """Hand the local Ray's processes to the reaper: the ones Ray started for this driver,
+    and the raylet's children (its agents and workers) as they appear."""
+    try:
+        import ray
+
+        from raysfl.runtime import reaper
+
+        node = ray._private.worker._global_node  # Ray's own record of the processes it started
+        procs = {kind: [info.process.pid for info in infos if getattr(info, "process", None) is not None]
+                 for kind, infos in node.all_processes.items()}
+        reaper.start(sorted(pid for pids in procs.values() for pid in pids), procs.get("raylet", []))
+    except Exception as e:  # noqa: BLE001 - without the reaper the run still works; say so once
+        import sys
+
+        print(f"raysfl: warning: no clean-up watchdog for the local Ray ({type(e).__name__}: {e}); if this "
+              "process is killed, Ray's agents may linger for a minute", file=sys.stderr)
+
+
+def shutdown_ray() -> None:
+    """Shut down the Ray this process started, then let its reaper go."""
+    import ray
+
+    from raysfl.runtime import reaper
+
+    ray.shutdown()
+    reaper.stop()
 
 
 DEFAULT_CPUS = {"client": 0.5, "server": 1.0, "fed": 0.5}  # per actor, where the user sets none

@@ -53,10 +53,12 @@ def referenced_object_bytes() -> int:
     return int(total)
 
 
-def warm_up(model, input_shape: tuple[int, ...], device) -> float:
-    """One forward and backward pass of a throw-away copy of ``model`` on a dummy batch, so that
-    torch's first-call set-up (kernels, thread pools, allocator) is not counted in round 1.
-    Touches neither the model nor any random stream. Returns the seconds it took."""
+def warm_up(model, input_shape: tuple[int, ...], batch: int, device) -> float:
+    """One forward and backward pass of a throw-away copy of ``model`` on a batch of zeros of the
+    run's batch size, so that torch's first-call set-up (kernels, thread pools, allocator) is not
+    counted in round 1 -- nor against a timed round's deadline (``--round-deadline-s``): cold
+    actors on a loaded machine can take seconds for their first step. Touches neither the model
+    nor any random stream. Returns the seconds it took."""
     import copy
     import time
 
@@ -65,5 +67,5 @@ def warm_up(model, input_shape: tuple[int, ...], device) -> float:
     t0 = time.perf_counter()
     with torch.random.fork_rng(devices=[]):
         m = copy.deepcopy(model).to(device).train()
-        m(torch.zeros((2, *input_shape), device=device)).float().sum().backward()
+        m(torch.zeros((batch, *input_shape), device=device)).float().sum().backward()
     return time.perf_counter() - t0

@@ -65,6 +65,46 @@ def fetch(refs: list, deadline: float | None = None) -> list:
     return out
 
 
+def gather(refs: list, expected: list[bool], deadline: float | None = None,
+           window: float | None = None) -> list:
+    """The values of a server step's payloads as they arrive in time.
+
+    Waits for the first of the ``expected`` refs (until ``deadline``, epoch s), then at most
+    ``window`` seconds more for the other expected ones, never past ``deadline``. An expected
+    ref still running then is LATE, a dead producer's is DEAD; refs not expected are not
+    waited for or fetched (None). So one slow sender costs the others at most ``window``.
+    """
+    import ray
+
+    refs = list(refs)
+    waiting = [r for r, e in zip(refs, expected) if e]
+    ready: set = set()
+    if waiting:
+        first, _ = ray.wait(waiting, num_returns=1, fetch_local=False,
+                            timeout=None if deadline is None else max(0.0, deadline - time.time()))
+        if first:
+            ends = [t for t in (deadline, time.time() + window if window is not None else None) if t is not None]
+            end = min(ends) if ends else None
+            done, _ = ray.wait(waiting, num_returns=len(waiting), fetch_local=False,
+                               timeout=None if end is None else max(0.0, end - time.time()))
+            ready = set(done)
+    out = []
+    for r, e in zip(refs, expected):
+        if not e:
+            out.append(None)
+            continue
+        if r not in ready:
+            out.append(LATE)
+            continue
+        try:
+            out.append(ray.get(r))
+        except Exception as err:  # noqa: BLE001 - classified below
+            if not is_death(err):
+                raise
+            out.append(DEAD)
+    return out
+
+
 def ping_all(actors: list) -> list[str]:
     """Incarnation ids of ``actors``: one round trip when all answer at once (the usual case),
     otherwise :func:`ping_until_alive` for each, waiting for restarts."""

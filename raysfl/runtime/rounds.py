@@ -9,7 +9,9 @@ keep the state to roll back to, checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,12 +59,20 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
     server rolls the round back to the last snapshot and retries it (``--max-round-retries``),
     unless the algorithm's clients survive their server (``protocol.survives_server_loss``:
     SuperSFL's fallback), in which case the round goes on and the restarted server is restored.
+
+    Stragglers cost only themselves (docs/reliability.md): on the real clock a server step
+    goes on without smashed data that missed the step's deadline (``step_window``); on the
+    simulated clock (``--sim-deadline-s``) the round is replayed from its start with only the
+    clients it includes (:func:`without_sim_stragglers`), so that a dropped client contributes
+    nothing, on the client side or the server side. A round that includes nobody changes
+    nothing (:func:`finish`).
     """
     cfg, algo, ctx, logger = exp.cfg, exp.algo, exp.ctx, exp.logger
     t0 = time.perf_counter()
     events = {k: 0 for k in EVENT_COLUMNS}
     events["restarts"] += fed.recover()["restarts"]
     plans, server_of = plan_round(cfg, algo, rnd, ctx, exp.counters["stream_pos"])
+    selected = len(plans)
     rf = plan_faults(exp.faults, rnd, cfg.seed, sorted(plans), fed.num_actors, len(fed.servers))
     down_servers = set(rf.down_servers) | set(algo.servers_down(rnd))
     down = [c for c in plans if server_of.get(c) in down_servers]
@@ -72,9 +82,9 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
         plans = {c: p for c, p in plans.items() if c not in down or c in keep}
         for c in keep:
             plans[c].local = True  # trains without its server (Algorithm.client_fallback)
-    for c, (secs, clock) in rf.delays.items():
-        if clock == "real" and c in plans:
-            plans[c].delay_s = secs
+    real_delay = {c: secs for c, (secs, clock) in rf.delays.items() if clock == "real" and c in plans}
+    for c, secs in real_delay.items():
+        plans[c].delay_s = secs
     sim_delay = {c: secs for c, (secs, clock) in rf.delays.items() if clock == "sim"}
     evaluate = exp.due(rnd, cfg.eval_every)
     kills = rf.kills
@@ -83,45 +93,151 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
         res = fed.run_round(rnd, plans, server_of, kills=kills, deadline=deadline,
                             on_step=lambda d, t: logger.step_progress(rnd, d, t))
         kills = []  # injected faults fire once, not on the retry
-        events["failures"] += len(res.dead_clients) + len(res.dead_servers) + int(res.fed_restarted)
-        events["restarts"] += res.restarted
-        single_server_lost = (bool(res.dead_servers) and len(fed.servers) == 1
-                              and not algo.protocol.survives_server_loss)
-        include = included(exp, res, sim_delay)
         try:
-            if single_server_lost or res.fed_restarted:
-                raise FedServerLost("server" if single_server_lost else "fed server")
-            result = fed.finish_round(rnd, include, evaluate)
+            _count_losses(exp, fed, res, events)
+            include = included(exp, res, sim_delay)
+            res, include = without_sim_stragglers(exp, fed, rnd, plans, server_of, res, include, sim_delay, events)
+            result = finish(exp, fed, rnd, include, evaluate)
             events["late_applied"] = fed.late_applied
             break
         except FedServerLost as e:
             if attempt == cfg.max_round_retries:
-                raise RunFailed(f"round {rnd}: the {e} died {attempt + 1} times; giving up (raise "
-                                f"--max-round-retries or --max-restarts); finished rounds are in {exp.run_dir}"
+                raise RunFailed(f"round {rnd}: the {e} died {attempt + 1} time(s) and --max-round-retries is "
+                                f"{cfg.max_round_retries}; giving up. Metrics of rounds 1..{rnd - 1} are in "
+                                f"{exp.run_dir}; {resume_hint(exp, f'--max-round-retries {cfg.max_round_retries + 2}')}"
                                 ) from None
             events["retries"] += 1
-            if not (single_server_lost or res.fed_restarted):
+            if not e.counted:
                 events["failures"] += 1  # the fed server died while aggregating (not counted above)
             events["restarts"] += fed.rollback()
     events["dropped"] = len(res.late | {c for c in res.stats if c not in include and c not in res.failed})
     events["fallbacks"] = sum(1 for st in res.stats.values() if st.fallback_steps)
     bad = sorted(c for c, st in res.stats.items() if st.loss_count and not math.isfinite(st.loss_sum))
     if not bad:  # the state to go back to if a later round fails (a diverged one is not kept)
-        if cfg.max_round_retries or exp.due(rnd, cfg.checkpoint_every):
-            fed.snapshot = fed.get_state()
+        if cfg.max_round_retries or exp.due(rnd, cfg.checkpoint_every) or deadlines(cfg):
+            fed.snapshot, fed.snapshot_round = fed.get_state(), rnd
     wall = time.perf_counter() - t0  # the whole round, snapshot included (logging runs on its own thread)
     for c, p in plans.items():
         exp.counters["stream_pos"][c] = p.stream_pos + p.steps * p.batch
+    delays = {**sim_delay, **real_delay}
     row, client_rows = round_metrics(exp, rnd, res, result, wall, sim_delay=sim_delay, included=set(include),
-                                     events=events)
+                                     events=events, delays=delays, selected=selected)
     logger.log_round(row, client_rows)
+    if row["below_min_included"]:
+        _warn_thin(exp, rnd, res, set(include), selected, events)
     if bad:  # stop before this round's state reaches a checkpoint; the previous one resumes
         raise RunFailed(f"training diverged: the loss of client(s) {bad[:5]} became NaN/inf in round {rnd} "
-                        f"(lr {cfg.lr_at(rnd):g}); lower --lr or --lr-decay; rounds 1..{rnd - 1} are in {exp.run_dir}")
+                        f"(lr {cfg.lr_at(rnd):g}); start a new run with a lower --lr (or --lr-decay); metrics of "
+                        f"rounds 1..{rnd - 1} are in {exp.run_dir}")
     if exp.due(rnd, cfg.checkpoint_every):
         logger.flush()  # the rounds this checkpoint covers are on disk before it is
         checkpoint.save(exp.run_dir, rnd, {"round": rnd, "counters": exp.counters, "federation": fed.snapshot},
                         cfg.to_dict())
+
+
+def deadlines(cfg) -> bool:
+    """Whether any deadline is set (then the round's start state is kept: a round that includes
+    nobody goes back to it, and a simulated-clock replay starts from it)."""
+    return bool(cfg.round_deadline_s or cfg.step_deadline_s or cfg.sim_deadline_s is not None)
+
+
+def resume_hint(exp: Experiment, flags: str = "") -> str:
+    """The command that continues a stopped run, or what to do when nothing can be resumed."""
+    import shlex
+
+    extra = f" {flags}" if flags else ""
+    if checkpoint.checkpoint_files(exp.run_dir):
+        return f"continue from its last checkpoint with: raysfl run --resume {shlex.quote(str(exp.run_dir))}{extra}"
+    return (f"no checkpoint was written to resume from (--checkpoint-every {exp.cfg.checkpoint_every}): "
+            f"start it again{extra and ' with' + extra}")
+
+
+def _count_losses(exp: Experiment, fed: Federation, res: RoundResult, events: dict) -> None:
+    """Count a pass's dead actors and restarts; raise FedServerLost when the round lost its only
+    server (and its clients cannot go on without it) or the fed server."""
+    events["failures"] += len(res.dead_clients) + len(res.dead_servers) + int(res.fed_restarted)
+    events["restarts"] += res.restarted
+    single_server_lost = (bool(res.dead_servers) and len(fed.servers) == 1
+                          and not exp.algo.protocol.survives_server_loss)
+    if single_server_lost or res.fed_restarted:
+        raise FedServerLost("server" if single_server_lost else "fed server", counted=True)
+
+
+def without_sim_stragglers(exp: Experiment, fed: Federation, rnd: int, plans: dict, server_of: dict,
+                           res: RoundResult, include: list[int], sim_delay: dict[int, float],
+                           events: dict) -> tuple[RoundResult, list[int]]:
+    """Make clients the simulated deadline drops contribute nothing.
+
+    Whether a client is in time on the simulated clock is known only from what it did (its
+    FLOPs, bytes and messages, through ``Algorithm.client_sim_time``), and by then the servers
+    have trained on its smashed data. So when the deadline drops a client that ran, the round
+    is replayed from its start state with exactly the clients it includes -- the same plans,
+    stream positions and cuts, untimed, without delays or kills -- and the replay is what gets
+    aggregated. A client in time alone may take longer in the replay (a FedPairing client whose
+    partner was dropped trains alone); the replay is repeated until everyone in it is in time.
+    Rows of the dropped clients keep what they did in the pass they ran in.
+
+    Deterministic for a fixed seed: the replay depends only on the plans and the start state.
+    Costs a second pass of the round when the deadline drops someone.
+    """
+    cfg = exp.cfg
+    if cfg.sim_deadline_s is None:
+        return res, include
+    stats = dict(res.stats)
+    failed, late = set(res.failed), set(res.late)
+    late_now = fed.late_now  # real-time stragglers' updates of the first pass (protocol.late_updates)
+    while include and _sim_dropped(res, include):
+        assert fed.snapshot_round == rnd - 1, "a simulated-clock replay needs the round's start state"
+        events["restarts"] += fed.restore()
+        kept = _only(plans, include, exp.ctx.num_blocks)
+        res = fed.run_round(rnd, kept, server_of, timed=False)
+        _count_losses(exp, fed, res, events)
+        stats.update(res.stats)
+        failed |= res.failed
+        late |= res.late
+        include = included(exp, res, sim_delay)
+    res.stats, res.failed, res.late = dict(sorted(stats.items())), failed, late
+    fed.late_now = late_now
+    return res, include
+
+
+def _sim_dropped(res: RoundResult, include: list[int]) -> bool:
+    """Whether a client that ran (and did not fail or miss the real deadline) was dropped."""
+    keep = set(include)
+    return any(c not in keep and c not in res.failed and c not in res.late for c in res.stats)
+
+
+def _only(plans: dict, clients: list[int], num_blocks: int) -> dict:
+    """The round's plans for ``clients`` alone, for a replay: no real delay; a client whose
+    partner is not among them trains alone (PEER: partner None, the whole model)."""
+    keep = set(clients)
+    out = {}
+    for c in clients:
+        p = dataclasses.replace(plans[c], delay_s=0.0, deadline=None, overlap=list(plans[c].overlap))
+        if p.partner is not None and p.partner not in keep:
+            p.partner, p.overlap, p.cut = None, [], num_blocks
+        out[c] = p
+    return out
+
+
+def finish(exp: Experiment, fed: Federation, rnd: int, include: list[int], evaluate: bool):
+    """Aggregate and evaluate the round. A round that includes nobody (everyone dropped, failed
+    or sat out) leaves the model as it was: the servers and the fed server go back to the
+    round's start state (when it is kept: with retries or deadlines; the default) and nothing
+    is aggregated; it is still evaluated."""
+    void = not include and not fed.carrying and fed.snapshot_round == rnd - 1
+    return fed.finish_round(rnd, include, evaluate, void=void)
+
+
+def _warn_thin(exp: Experiment, rnd: int, res: RoundResult, include: set[int], selected: int, events: dict) -> None:
+    """One line for a round that included fewer than --min-included of its selected clients."""
+    why = [f"{n} {what}" for n, what in (
+        (events["dropped"], "dropped as stragglers"),
+        (len({c for c in res.failed if c not in include}), "failed"),
+        (events["skipped"], "sat out (server unavailable)")) if n]
+    print(f"raysfl: warning: round {rnd}: {len(include)} of {selected} selected clients included"
+          f"{' (' + ', '.join(why) + ')' if why else ''}; below --min-included {exp.cfg.min_included:g}",
+          file=sys.stderr, flush=True)
 
 
 def included(exp: Experiment, res: RoundResult, sim_delay: dict[int, float]) -> list[int]:
@@ -141,17 +257,21 @@ def included(exp: Experiment, res: RoundResult, sim_delay: dict[int, float]) -> 
 
 
 def round_metrics(exp: Experiment, rnd: int, res: RoundResult, result, wall: float, sim_delay=None,
-                  included=None, events=None) -> tuple[dict, list[dict]]:
+                  included=None, events=None, delays=None, selected=None) -> tuple[dict, list[dict]]:
     """The metrics.parquet row and clients.parquet rows of one round.
 
     ``result``: the evaluation (accuracy, loss, extras) or None; ``sim_delay``: simulated
-    straggler delay per client; ``included``: clients whose update was aggregated (default:
-    all); ``events``: fault counts (EVENT_COLUMNS). The servers' recorded figures
+    straggler delay per client (added to its simulated time); ``delays``: the injected delay
+    per client on either clock (the ``delay_s`` column; default: ``sim_delay``); ``included``:
+    clients whose update was aggregated (default: all); ``events``: fault counts
+    (EVENT_COLUMNS); ``selected``: clients the algorithm selected (``below_min_included``:
+    fewer than ``--min-included`` of them included). The servers' recorded figures
     (``Algorithm.server_metric_names``) come from ``res.server_metrics``.
     """
     cfg, algo, ctx, counters, stats = exp.cfg, exp.algo, exp.ctx, exp.counters, res.stats
     server_speed = cfg.devices.server_tflops * 1e12
     sim_delay = sim_delay or {}
+    delays = sim_delay if delays is None else delays
     included = set(stats) if included is None else included
     client_rows, times = [], []
     for c in sorted(stats):
@@ -166,7 +286,7 @@ def round_metrics(exp: Experiment, rnd: int, res: RoundResult, result, wall: flo
             "bytes_grad_down": tr.grad_down, "bytes_params_up": tr.params_up, "bytes_params_down": tr.params_down,
             "client_flops": st.client_flops, "server_flops": st.server_flops, "sim_time_s": t,
             "train_loss": st.loss_sum / st.loss_count if st.loss_count else float("nan"),
-            "delay_s": sim_delay.get(c, 0.0), "failed": bool(st.failed), "included": c in included,
+            "delay_s": delays.get(c, 0.0), "failed": bool(st.failed), "included": c in included,
             "fallback_steps": st.fallback_steps,
             "agg_weight": float(st.agg_weight) if st.agg_weight == st.agg_weight else None,  # null: none set
         })
@@ -195,6 +315,7 @@ def round_metrics(exp: Experiment, rnd: int, res: RoundResult, result, wall: flo
         "completed": len(included & set(stats)),
         "fallback_steps": sum(s.fallback_steps for s in stats.values()),
         **{k: int((events or {}).get(k, 0)) for k in EVENT_COLUMNS},
+        "below_min_included": int(bool(selected) and len(included & set(stats)) < cfg.min_included * selected),
     }
     row.update(algo.round_info(rnd))
     row.update({k: float(res.server_metrics.get(k, nan)) for k in algo.server_metric_names()})

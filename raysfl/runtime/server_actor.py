@@ -9,7 +9,6 @@ returns one gradient payload per source client actor.
 from __future__ import annotations
 
 import copy
-import time
 import uuid
 
 import numpy as np
@@ -18,7 +17,7 @@ import torch
 from raysfl.aggregation import weighted_average
 from raysfl.optim import build_optimizer
 from raysfl.runtime.placement import device_for_actor, set_threads
-from raysfl.runtime.refs import fetch
+from raysfl.runtime.refs import LATE, fetch, gather
 from raysfl.transport import ClientRoundStats, GradReply, pack, state_to_wire, unpack, wire_to_state
 
 
@@ -47,7 +46,7 @@ class ServerActor:
         from raysfl.models import build_model
 
         set_threads(cfg.resources.server_cpus)
-        self.index, self.cfg, self.algo = index, cfg, algo
+        self.index, self.cfg, self.algo, self.input_shape = index, cfg, algo, tuple(input_shape)
         self.lr = cfg.server_lr if cfg.server_lr is not None else cfg.lr
         device = device_for_actor(gpus)
         model = build_model(cfg.model, input_shape, num_classes, seed=cfg.seed).to(device)
@@ -59,6 +58,9 @@ class ServerActor:
         self.lo: int | None = None  # lowest block this server has run (its server-side part starts there)
         self.stats: dict[int, ClientRoundStats] = {}
         self.deadline: float | None = None  # epoch seconds: smashed data later than this is dropped
+        self.window: float | None = None  # how long a step waits for the others once its first batch is in
+        self.routes: dict[int, tuple[int, int]] = {}  # client -> (its client actor, its steps) this round
+        self.dropped: set[int] = set()  # clients whose smashed data missed a step's deadline this round
         self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
 
     def _optimizer(self, params):
@@ -67,11 +69,11 @@ class ServerActor:
     def ping(self) -> str:
         return self.incarnation
 
-    def warm_up(self) -> float:
+    def warm_up(self, batch: int) -> float:
         """Before round 1 (:func:`raysfl.runtime.probe.warm_up`); seconds taken."""
         from raysfl.runtime.probe import warm_up
 
-        return warm_up(self.s.model, self.s.model.input_shape, self.s.device)
+        return warm_up(self.s.model, self.input_shape, batch, self.s.device)
 
     def where(self) -> dict:
         """Node, GPU ids and device of this actor (``placement.json``)."""
@@ -90,10 +92,16 @@ class ServerActor:
         return int(activation.nbytes)
 
     def begin_round(self, cuts: dict[int, int], lr: float | None = None, deadline: float | None = None,
-                    rnd: int = 0) -> None:
-        """Note the round's clients and cuts; give each client its own copy if V1-style."""
+                    rnd: int = 0, routes: dict[int, tuple[int, int]] | None = None,
+                    window: float | None = None) -> None:
+        """Note the round's clients and cuts; give each client its own copy if V1-style.
+
+        ``deadline`` (epoch s) and ``window`` (s; :func:`raysfl.runtime.federation.step_window`)
+        bound how long a step waits for smashed data; ``routes`` gives each client's client
+        actor and step count, so that a late sender's clients are known."""
         self.cuts = dict(cuts)
-        self.deadline = deadline
+        self.deadline, self.window = deadline, window
+        self.routes, self.dropped = dict(routes or {}), set()
         self.s.round, self.s.metrics = rnd, {}
         if lr is not None:  # the round's learning rate (--lr-decay)
             self.lr = lr
@@ -109,24 +117,41 @@ class ServerActor:
                 self.s.client_models[c] = m
                 self.s.client_opts[c] = self._optimizer(m.parameters())
 
-    def _step_deadline(self) -> float | None:
-        """When to stop waiting for this step's smashed data (round and per-step deadlines)."""
-        limits = [d for d in (self.deadline, time.time() + self.cfg.step_deadline_s if self.cfg.step_deadline_s
-                              else None) if d is not None]
-        return min(limits) if limits else None
+    def _receive(self, step: int, payload_refs: list, sources: list[int] | None) -> list:
+        """This step's payloads. Without deadlines: all of them, however long they take. With
+        them (``--round-deadline-s``, ``--step-deadline-s``): the step waits for the senders
+        that still have clients in the round until the first payload is in plus the step
+        window (never past the round deadline), then goes on without the rest. The clients of a
+        late sender are dropped from the step and, for the rest of the round, from this server:
+        it does not wait for them again, so a straggler costs the others one window at most."""
+        if self.window is None and self.deadline is None:
+            return fetch(payload_refs)
+        sources = list(sources) if sources is not None else list(range(len(payload_refs)))
+        waiting_on = {a for c, (a, steps) in self.routes.items() if steps > step and c not in self.dropped}
+        expected = [src in waiting_on for src in sources] if self.routes else [True] * len(payload_refs)
+        payloads = gather(payload_refs, expected, self.deadline, self.window)
+        for src, got in zip(sources, payloads):
+            if got is LATE:
+                for c, (a, steps) in self.routes.items():
+                    if a == src and steps > step and c not in self.dropped:
+                        self.dropped.add(c)
+                        if c in self.stats and not self.algo.protocol.survives_server_loss:
+                            self.stats[c].late = True  # a straggler, not a failure (its algorithm's rule
+                                                       # decides: fallback clients go on alone)
+        return payloads
 
-    def step(self, step: int, payload_refs: list):
+    def step(self, step: int, payload_refs: list, sources: list[int] | None = None):
         """One group step over the smashed batches that arrived: payload_refs[i] (an ObjectRef
-        of {client: Smashed}) from client actor i of the group. A dead or late sender's
-        clients get no gradient (they drop out of the round); everyone else goes on."""
-        payloads = fetch(payload_refs, self._step_deadline())
+        of {client: Smashed}) from client actor ``sources[i]`` of the group. A dead or late
+        sender's clients get no gradient (they drop out of the round); everyone else goes on."""
+        payloads = self._receive(step, payload_refs, sources)
         batches, owner = [], {}
         for i, payload in enumerate(payloads):
             if not payload:
                 continue
             for c, sm in payload.items():
-                if c not in self.stats:
-                    continue  # not this server's client this round (stale sender after a restart)
+                if c not in self.stats or c in self.dropped:
+                    continue  # not this server's client this round (stale sender after a restart), or dropped
                 owner[c] = i
                 x = unpack(sm.activations, self.s.device)
                 y = torch.from_numpy(np.array(sm.labels)).to(self.s.device)
@@ -159,7 +184,8 @@ class ServerActor:
         empty when ``export`` is False (the algorithm does not sync servers this round) or
         the server has not served any client yet.
         """
-        chosen = self.algo.server_weights(self.s, {c: weights.get(c, 1.0) for c in self.stats})
+        # clients dropped at a step deadline take no part in what the server hands on
+        chosen = self.algo.server_weights(self.s, {c: weights.get(c, 1.0) for c in self.stats if c not in self.dropped})
         if chosen is not None:  # the algorithm's own aggregation weights (BESplit's EA), reported per client
             weights = chosen
             for c, w in chosen.items():
@@ -167,7 +193,7 @@ class ServerActor:
                     self.stats[c].agg_weight = float(w)
         if self.algo.protocol.per_client_server and self.s.client_models:
             states = [(state_to_wire(self.s.client_models[c].state_dict()), weights.get(c, 1.0))
-                      for c in sorted(self.s.client_models) if weights.get(c, 1.0) > 0]
+                      for c in sorted(self.s.client_models) if weights.get(c, 1.0) > 0 and c not in self.dropped]
             merged = weighted_average(states, base=state_to_wire(self.s.model.state_dict()))
             self.s.model.load_state_dict(wire_to_state(merged, self.s.device))
             self.s.client_models, self.s.client_opts = {}, {}
