@@ -62,6 +62,11 @@ _SHORT_HELP = {
     "noise_w": "FedPairing: noise power sigma^2 (W)",
     "gain_ref": "FedPairing: channel gain h0 at 1 m",
     "path_loss_exp": "FedPairing: path-loss exponent delta",
+    "checkpoint_every": "checkpoint every N rounds and at the last (0 = never)",
+    "keep_checkpoints": "keep the newest N checkpoints (default 2; 0 = every one)",
+    "keep_best": "also keep the checkpoint of the best test accuracy",
+    "mlflow": "log params, per-round metrics and the run's files to this MLflow tracking URI "
+              "(e.g. sqlite:///mlflow.db or file:./mlruns; pip install 'raysfl[mlflow]')",
     "faults": "fault schedule, comma-separated ACTION:ROLE[:key=value...] items, e.g. "
               "kill:client:round=3,delay:client:p=0.3:seconds=2 (docs/reliability.md)",
 }

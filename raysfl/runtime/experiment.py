@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,21 +25,26 @@ from raysfl.errors import ConfigError, RunFailed
 from raysfl.metrics import RunLogger
 
 
-def run_experiment(cfg) -> tuple[Path, list[dict]]:
-    """Run (or resume, if ``cfg.resume`` is set) the validated config ``cfg``; return the run
-    directory and its metrics rows."""
+@dataclass
+class Prepared:
+    """What a run computes before any actor starts, from its config alone (and the seed):
+    the data and its partition, the device profiles, the initial model, the set-up algorithm."""
+
+    ds: object                 # raysfl.data.DatasetArrays
+    parts: list                # each client's training indices
+    local_tests: list          # each client's local test indices (--local-test-fraction)
+    model: object              # the initial raysfl.models.SplitModel (every actor starts from a copy)
+    ctx: FederationContext
+    algo: object               # the algorithm instance, set up
+
+
+def prepare(cfg) -> Prepared:
+    """Load and partition the data, sample the device profiles, build the model once (its
+    shapes and FLOPs) and set the algorithm up (``algo.setup``), as the run does; also used
+    to rebuild a finished run's algorithm (``raysfl.api.load_run``)."""
     from raysfl.data import hold_out, label_histograms, load_dataset, partition
     from raysfl.devices import sample_profiles
-    from raysfl.faults import parse_faults
     from raysfl.models import build_model
-    from raysfl.runtime.rounds import Experiment, new_counters
-
-    if cfg.resume:
-        run_dir = Path(cfg.resume)
-        state = checkpoint.load_latest(run_dir, cfg.to_dict())
-    else:
-        run_dir, state = _new_run_dir(cfg), None
-    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
 
     ds = load_dataset(cfg.dataset, cfg.data_root, cfg.download)
     parts = partition(ds.y_train, cfg.clients, cfg.partition, alpha=cfg.alpha,
@@ -53,26 +59,72 @@ def run_experiment(cfg) -> tuple[Path, list[dict]]:
                             block_flops=model.block_flops(), conv_blocks=model.leading_conv_blocks())
     algo = get_algorithm(cfg.algo)(cfg)
     algo.setup(ctx)
-    if not algo.wants_calibration():
-        write_clients(run_dir, ctx, algo)
+    return Prepared(ds, parts, local_tests, model, ctx, algo)
+
+
+def run_experiment(cfg, callbacks=None) -> tuple[Path, list[dict], "object", "object", bool]:
+    """Run (or resume, if ``cfg.resume`` is set) the validated config ``cfg``; return the run
+    directory, its metrics rows, the set-up algorithm, the initial model and whether a
+    callback stopped the run early (``callbacks``: :class:`raysfl.callbacks.Callbacks`)."""
+    from raysfl.callbacks import Callbacks
+    from raysfl.faults import parse_faults
+    from raysfl.runtime.rounds import Experiment, new_counters
+
+    callbacks = callbacks if isinstance(callbacks, Callbacks) else Callbacks(callbacks)
+    if cfg.mlflow is not None:  # --mlflow URI: the MLflow tracker, as if passed as a callback
+        from raysfl.trackers import MLflowLogger
+
+        callbacks.items.append(MLflowLogger(cfg.mlflow))
+    if cfg.resume:
+        run_dir = Path(cfg.resume)
+        state = checkpoint.load_latest(run_dir, cfg.to_dict())
+    else:
+        run_dir, state = _new_run_dir(cfg), None
+    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+
+    p = prepare(cfg)
+    if state:
+        check_same_model(state, p.model, run_dir)
+    if not p.algo.wants_calibration():
+        write_clients(run_dir, p.ctx, p.algo)
 
     start = state["round"] if state else 0
     if start >= cfg.rounds:
         raise ConfigError(f"run '{run_dir}' already finished {start} rounds; pass --rounds > {start} to continue")
-    logger = RunLogger(run_dir, start_round=start, progress=cfg.progress, total_rounds=cfg.rounds)
-    exp = Experiment(cfg, algo, ds, parts, ctx, run_dir, logger, local_tests=local_tests,
+    logger = RunLogger(run_dir, start_round=start, progress=cfg.progress, total_rounds=cfg.rounds, config=cfg.to_dict())
+    exp = Experiment(cfg, p.algo, p.ds, p.parts, p.ctx, run_dir, logger, local_tests=p.local_tests,
                      faults=parse_faults(cfg.faults),
-                     counters=state["counters"] if state else new_counters())
+                     counters=state["counters"] if state else new_counters(), model=p.model, callbacks=callbacks)
+    error = None
+    callbacks.start(run_dir, cfg.to_dict())
     try:
-        if algo.protocol.distributed:
+        if p.algo.protocol.distributed:
             _run_federated(exp, state)
         else:
             from raysfl.runtime.centralized import run_centralized
 
             run_centralized(exp, state)
+    except BaseException as e:
+        error = e
+        raise
     finally:
-        logger.close()
-    return run_dir, logger.rows
+        try:
+            logger.close(stopped=exp.stopped)
+        finally:
+            callbacks.end(run_dir, logger.rows, error)
+    return run_dir, logger.rows, p.algo, p.model, exp.stopped
+
+
+def check_same_model(state: dict, model, run_dir: Path) -> None:
+    """A resumed run's model has the checkpoint's parameter names and shapes (your own model
+    given again may not)."""
+    saved = state["federation"]["fed"]["global"] if "federation" in state else state.get("model", {})
+    have = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    got = {k: tuple(np.shape(v)) for k, v in saved.items()}
+    diff = sorted(k for k in have if got.get(k) != have[k])
+    if diff:
+        raise ConfigError(f"the model does not match the checkpoint of '{run_dir}' (first difference: "
+                          f"{diff[0]}); resume with the model the run started with")
 
 
 def _new_run_dir(cfg) -> Path:
@@ -114,7 +166,7 @@ def _run_federated(exp, state: dict | None) -> None:
 
     from raysfl.runtime.federation import Federation
     from raysfl.runtime.placement import check_capacity, init_ray
-    from raysfl.runtime.rounds import run_round
+    from raysfl.runtime.rounds import run_round, save_checkpoint
 
     cfg, algo = exp.cfg, exp.algo
     num_actors = cfg.resources.num_client_actors(cfg.clients)
@@ -125,7 +177,7 @@ def _run_federated(exp, state: dict | None) -> None:
             # cluster (RAY_ADDRESS set) may autoscale: the placement groups wait for it instead
             check_capacity(cfg, num_actors, algo.protocol.servers)
         fed = Federation(cfg, algo, exp.ds, exp.parts, num_actors, exp.ctx.block_flops, run_name=exp.run_dir.name,
-                         local_tests=exp.local_tests, histograms=exp.ctx.histograms)
+                         local_tests=exp.local_tests, histograms=exp.ctx.histograms, model=exp.model)
         (exp.run_dir / "placement.json").write_text(json.dumps(fed.placement(), indent=1))
         if algo.wants_calibration():
             calibrate(exp, fed)
@@ -136,6 +188,12 @@ def _run_federated(exp, state: dict | None) -> None:
             fed.snapshot = state["federation"] if state else fed.get_state()
             for rnd in range(start + 1, cfg.rounds + 1):
                 run_round(exp, fed, rnd)
+                if exp.callbacks.round(exp.logger.rows[-1]):  # a callback asked to stop here
+                    exp.stopped = True
+                    if cfg.checkpoint_every and not exp.due(rnd, cfg.checkpoint_every):
+                        fed.snapshot = fed.get_state()
+                        save_checkpoint(exp, fed, rnd)
+                    break
         except ray.exceptions.RayError as e:  # an actor died for good, the cluster went away, ...
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             rows = exp.logger.rows
