@@ -20,6 +20,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from raysfl.algorithms import get_algorithm
 from raysfl.config import Config
 from raysfl.errors import ConfigError
 from raysfl.resolve import from_dict, validate
@@ -89,7 +90,9 @@ class RunResult:
         state = self._checkpoint(round)
         if "model" in state:  # the centralised run: one model
             return _tensors(state["model"])
-        weights = self._algorithm().global_model_state(FedState.from_dict(state["federation"]["fed"]))
+        # the protocol decides it, no set-up needed: a run of your own model and data exports without them
+        algo = self._algo or get_algorithm(self.config.algo)(self.config)
+        weights = algo.global_model_state(FedState.from_dict(state["federation"]["fed"]))
         if weights is None:
             raise ConfigError(f"'{self.config.algo}' keeps no single global model (each client runs its own); "
                               f"use client_models() / raysfl export --clients")

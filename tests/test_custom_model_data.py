@@ -60,6 +60,12 @@ def test_two_algorithms_learn_on_your_mlp_and_arrays_and_the_models_come_back(qu
     # the same from the run directory, given the model again (it is not stored there)
     again = raysfl.load_run(results["splitfed_v2"].run_dir, model=net, data=(x, y))
     assert all(torch.equal(a, b) for a, b in zip(again.model().state_dict().values(), m.state_dict().values()))
+    # raysfl export needs neither: the weights are in the checkpoint
+    from raysfl.cli import main
+
+    assert main(["export", str(again.run_dir), "--out", str(again.run_dir / "net.pt")]) == 0
+    exported = torch.load(again.run_dir / "net.pt", weights_only=True)
+    assert all(torch.equal(exported[k], v) for k, v in m.state_dict().items())
     # resuming needs them again, and says so
     with pytest.raises(ConfigError, match=r"model 'custom-model' is your own model: pass it again"):
         raysfl.run(raysfl.resume_config(results["splitfed_v2"].run_dir, {"rounds": 5}), data=(x, y))
@@ -132,3 +138,17 @@ def test_your_model_on_a_built_in_data_set_validates_its_cuts():
         assert validate(cfg).model == "custom-model"
     with pytest.raises(ConfigError, match="is your own model: pass it again"):
         validate(cfg)  # outside the run, the name means nothing
+
+
+@pytest.mark.slow
+def test_the_example_runs_as_written(ray_session, tmp_path):
+    """examples/custom_model_data.py (synthetic data, nothing downloaded), shortened."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "custom_model_data.py"
+    spec = importlib.util.spec_from_file_location("custom_model_data_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    accs = example.main(["--rounds", "3", "--out", str(tmp_path)])
+    assert accs["splitfed_v2"] > 0.6 and accs["psl"] > 0.5  # 4 classes: chance 0.25

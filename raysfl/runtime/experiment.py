@@ -96,8 +96,8 @@ def run_experiment(cfg, callbacks=None) -> tuple[Path, list[dict], "object", "ob
                      faults=parse_faults(cfg.faults),
                      counters=state["counters"] if state else new_counters(), model=p.model, callbacks=callbacks)
     error = None
-    callbacks.start(run_dir, cfg.to_dict())
     try:
+        callbacks.start(run_dir, cfg.to_dict())
         if p.algo.protocol.distributed:
             _run_federated(exp, state)
         else:
