@@ -169,3 +169,17 @@ def test_the_model_of_clients_that_keep_their_own(quick):
     # load_run: the same from the directory alone
     again = raysfl.load_run(res.run_dir).client_state_dicts()
     assert all(torch.equal(again[2][k], v) for k, v in own[2].items())
+
+
+def test_a_run_without_checkpoints_says_why_it_has_no_model(tmp_path):
+    import json
+
+    from raysfl.resolve import validate
+
+    (tmp_path / "config.json").write_text(json.dumps(validate(raysfl.config_from_kwargs(checkpoint_every=0)).to_dict()))
+    res = raysfl.load_run(tmp_path)
+    assert res.config.checkpoint_every == 0 and res.metrics == []
+    with pytest.raises(ConfigError, match="has no checkpoint to take the model from .*--checkpoint-every 0"):
+        res.model()
+    with pytest.raises(ConfigError, match="is not a run directory"):
+        raysfl.load_run(tmp_path / "nope")
