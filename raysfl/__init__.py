@@ -16,16 +16,18 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "run": "raysfl.api", "RunResult": "raysfl.api", "config_from_kwargs": "raysfl.api",
-    "resume_config": "raysfl.api",
+    "resume_config": "raysfl.api", "load_run": "raysfl.api",
+    "Callback": "raysfl.callbacks", "SplitModel": "raysfl.models", "split_sequential": "raysfl.models",
+    "custom_dataset": "raysfl.data",
     "Config": "raysfl.config", "DeviceConfig": "raysfl.config", "ResourceConfig": "raysfl.config",
     "ConfigError": "raysfl.errors", "RunFailed": "raysfl.errors",
 }
-__all__ = sorted(_LAZY) + ["errors", "__version__"]
+__all__ = sorted(_LAZY) + ["errors", "trackers", "__version__"]
 
 
 def __getattr__(name: str):
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if name == "errors":
-        return importlib.import_module("raysfl.errors")
+    if name in ("errors", "trackers", "callbacks"):
+        return importlib.import_module(f"raysfl.{name}")
     raise AttributeError(f"module 'raysfl' has no attribute {name!r}")

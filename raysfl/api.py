@@ -1,14 +1,26 @@
 """The Python API: ``raysfl.run(Config(...))`` runs one experiment end to end; config in,
 result out. How a run proceeds is :mod:`raysfl.runtime.experiment` and
 :mod:`raysfl.runtime.rounds`.
+
+    result = raysfl.run(cfg, model=my_blocks, data=(x, y), callbacks=[stop_at_90])
+    net = result.model()               # the trained global SplitModel (an nn.Module)
+    own = result.client_models()       # {client: SplitModel} where clients keep their own (PSL, GAPSL, FLEX-SFL)
+
+Your own model and data (``model=``, ``data=``; docs/custom-model-data.md) reach the actors
+as objects; callbacks (:mod:`raysfl.callbacks`) see every round's metrics row and may stop
+the run. :func:`load_run` gives the same :class:`RunResult` for a run directory.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
-from dataclasses import dataclass
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from raysfl.algorithms import get_algorithm
 from raysfl.config import Config
 from raysfl.errors import ConfigError
 from raysfl.resolve import from_dict, validate
@@ -18,36 +30,142 @@ from raysfl.resolve import from_dict, validate
 # retries or restarts, other deadlines, another fault schedule (``faults=""``: none).
 RESUMABLE_OVERRIDES = {"rounds", "progress", "checkpoint_every", "eval_every", "resume", "out", "name",
                        "max_round_retries", "max_restarts", "round_deadline_s", "step_deadline_s", "sim_deadline_s",
-                       "faults", "min_included"}
+                       "faults", "min_included", "keep_checkpoints", "keep_best", "mlflow"}
 
 
 @dataclass
 class RunResult:
+    """A run: its directory, its metrics rows (one dict per round, as in ``metrics.parquet``),
+    its config, whether a callback stopped it early, and its trained models (from its
+    checkpoints: the newest one, or that of a ``round`` still kept)."""
+
     run_dir: Path
     metrics: list[dict]
+    config: Config | None = None
+    stopped: bool = False
+    _model: object = field(default=None, repr=False)   # the initial SplitModel: the architecture
+    _algo: object = field(default=None, repr=False)    # the set-up algorithm (client models)
+    _inputs: tuple = field(default=(None, None), repr=False)  # (model, data) given to load_run
 
     @property
     def final(self) -> dict:
         return self.metrics[-1]
 
+    # ----------------------------------------------------------------- the models back
+    def _checkpoint(self, round: int | None) -> dict:
+        from raysfl import checkpoint
 
-def resume_config(run_dir: str | Path, overrides: dict | None = None) -> Config:
-    """The config of an existing run, with the few settings a resume may change."""
+        if round is not None:
+            return checkpoint.load_round(self.run_dir, round)
+        if not checkpoint.rounds_saved(self.run_dir):
+            raise ConfigError(f"run '{self.run_dir}' has no checkpoint to take the model from "
+                              f"(it ran with --checkpoint-every 0)")
+        return checkpoint.load_latest(self.run_dir)
+
+    def _algorithm(self):
+        """The run's algorithm, set up as in the run (FLEX-SFL's clusters decide its clients' models)."""
+        if self._algo is None:
+            from raysfl.runtime.experiment import prepare
+
+            cfg = copy.deepcopy(self.config)
+            with custom_objects(cfg, *self._inputs):
+                self._algo = prepare(validate(cfg)).algo
+        return self._algo
+
+    def _architecture(self):
+        if self._model is None:
+            from raysfl.data import dataset_info
+            from raysfl.models import build_model
+
+            cfg = copy.deepcopy(self.config)
+            with custom_objects(cfg, *self._inputs):
+                info = dataset_info(cfg.dataset)
+                self._model = build_model(cfg.model, info.input_shape, info.num_classes, seed=cfg.seed)
+        return copy.deepcopy(self._model)
+
+    def state_dict(self, round: int | None = None) -> dict:
+        """The trained global model as a plain ``state_dict`` (torch tensors; keys
+        ``blocks.<i>.<name>`` of the :class:`~raysfl.models.SplitModel`). ConfigError where the
+        algorithm keeps no single global model (PSL, GAPSL, FLEX-SFL: see :meth:`client_state_dicts`)."""
+        from raysfl.runtime.fed_actor import FedState
+
+        state = self._checkpoint(round)
+        if "model" in state:  # the centralised run: one model
+            return _tensors(state["model"])
+        # the protocol decides it, no set-up needed: a run of your own model and data exports without them
+        algo = self._algo or get_algorithm(self.config.algo)(self.config)
+        weights = algo.global_model_state(FedState.from_dict(state["federation"]["fed"]))
+        if weights is None:
+            raise ConfigError(f"'{self.config.algo}' keeps no single global model (each client runs its own); "
+                              f"use client_models() / raysfl export --clients")
+        return _tensors(weights)
+
+    def model(self, round: int | None = None):
+        """The trained global :class:`~raysfl.models.SplitModel` (an ``nn.Module``, in eval mode)."""
+        return _load(self._architecture(), self.state_dict(round))
+
+    def client_state_dicts(self, round: int | None = None) -> dict[int, dict]:
+        """{client: state_dict} of the model each client would run, where it is not the global
+        one (``Algorithm.client_model_state``: PSL's and GAPSL's own client sides with the shared
+        server side, FLEX-SFL's cluster models); {} where every client runs the global model."""
+        from raysfl.runtime.fed_actor import FedState
+
+        state = self._checkpoint(round)
+        if "model" in state:
+            return {}
+        algo = self._algorithm()
+        fed = FedState.from_dict(state["federation"]["fed"])
+        out = {}
+        for c in range(self.config.clients):
+            s = algo.client_model_state(fed, c)
+            if s is not fed.global_state:
+                out[c] = _tensors(s)
+        return out
+
+    def client_models(self, round: int | None = None) -> dict:
+        """{client: SplitModel} for :meth:`client_state_dicts` (one model per client: memory grows with clients)."""
+        arch = self._architecture()
+        return {c: _load(copy.deepcopy(arch), s) for c, s in self.client_state_dicts(round).items()}
+
+
+def _tensors(weights: dict) -> dict:
+    import numpy as np
+    import torch
+
+    return {k: torch.from_numpy(np.array(v)) for k, v in weights.items()}
+
+
+def _load(model, state: dict):
+    model.load_state_dict(state, strict=True)
+    return model.eval()
+
+
+def saved_config(run_dir: str | Path) -> dict:
+    """A run directory's ``config.json`` as settings for :func:`raysfl.resolve.from_dict`
+    (its ``algo_params`` under the algorithm's own section)."""
     path = Path(run_dir) / "config.json"
     if not path.is_file():
-        raise ConfigError(f"cannot resume '{run_dir}': no config.json in it")
+        raise ConfigError(f"'{run_dir}' is not a run directory (no config.json in it)")
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"cannot resume '{run_dir}': its config.json is unreadable ({e}); it is written when "
+        raise ConfigError(f"'{run_dir}': its config.json is unreadable ({e}); it is written when "
                           f"the run starts, so this run directory was damaged") from None
     if not isinstance(data, dict) or not isinstance(data.get("algo"), str):
-        raise ConfigError(f"cannot resume '{run_dir}': its config.json is not a raysfl run configuration "
+        raise ConfigError(f"'{run_dir}': its config.json is not a raysfl run configuration "
                           f"(a mapping with 'algo')")
     algo_params = data.pop("algo_params", {}) or {}
     if not isinstance(algo_params, dict):
         raise ConfigError(f"cannot resume '{run_dir}': 'algo_params' in its config.json is not a mapping")
     data[data["algo"]] = algo_params
+    return data
+
+
+def resume_config(run_dir: str | Path, overrides: dict | None = None) -> Config:
+    """The config of an existing run, with the few settings a resume may change."""
+    if not (Path(run_dir) / "config.json").is_file():
+        raise ConfigError(f"cannot resume '{run_dir}': no config.json in it")
+    data = saved_config(run_dir)
     overrides = dict(overrides or {})
     # Where actors run does not change what they compute: resources may change on resume.
     data["resources"] = {**data.get("resources", {}), **overrides.pop("resources", {})}
@@ -61,16 +179,63 @@ def resume_config(run_dir: str | Path, overrides: dict | None = None) -> Config:
     return cfg
 
 
-def run(cfg: Config) -> RunResult:
-    """Run (or resume, if ``cfg.resume`` is set) one experiment and return its metrics.
+def load_run(run_dir: str | Path, *, model=None, data=None) -> RunResult:
+    """The :class:`RunResult` of an existing run directory (finished or not): its config, its
+    metrics and, from its checkpoints, its models. A run of your own model or data needs them
+    again (``model=``, ``data=``) for :meth:`RunResult.model` and the clients' models."""
+    from raysfl.metrics import read_rows
 
-    The config is validated before anything starts; the run itself is
+    run_dir = Path(run_dir)
+    cfg = from_dict(saved_config(run_dir))
+    return RunResult(run_dir, read_rows(run_dir / "metrics.parquet"), config=cfg, _inputs=(model, data))
+
+
+@contextmanager
+def custom_objects(cfg: Config, model=None, data=None):
+    """Your own data and model, if given, registered in this process for the block under
+    ``custom-<name>`` (cfg.dataset / cfg.model are set to it; a ``custom-...`` name already in
+    the config, e.g. of a run being resumed, is kept), so validation and the driver find them
+    like built-in ones (:mod:`raysfl.data.custom`, :mod:`raysfl.models.custom`)."""
+    from raysfl.data import custom as custom_data
+    from raysfl.data import dataset_info
+    from raysfl.models import custom as custom_model
+
+    with ExitStack() as stack:
+        if data is not None:
+            ds = custom_data.as_dataset(data)
+            if custom_data.is_custom(cfg.dataset) and ds.name != cfg.dataset:
+                ds = dataclasses.replace(ds, name=cfg.dataset)
+            cfg.dataset = ds.name
+            stack.enter_context(custom_data.registered(ds))
+        if model is not None:
+            info = dataset_info(cfg.dataset)
+            split = custom_model.as_split_model(model, info.input_shape, info.num_classes)
+            if custom_model.is_custom(cfg.model):
+                split.name = cfg.model
+            cfg.model = split.name
+            stack.enter_context(custom_model.registered(split))
+        yield cfg
+
+
+def run(cfg: Config, *, model=None, data=None, callbacks=None) -> RunResult:
+    """Run (or resume, if ``cfg.resume`` is set) one experiment and return its result.
+
+    ``model``: your own model (a SplitModel, a list of blocks or an nn.Sequential) instead of
+    ``cfg.model``; ``data``: your own data ((x, y), (x_train, y_train, x_test, y_test), a torch
+    Dataset or a (train, test) pair of them) instead of ``cfg.dataset``
+    (docs/custom-model-data.md). ``callbacks``: functions of each round's metrics row, or
+    :class:`raysfl.callbacks.Callback` objects; one returning True stops the run after that
+    round. The config is validated before anything starts; the run itself is
     :func:`raysfl.runtime.experiment.run_experiment`.
     """
+    from raysfl.callbacks import Callbacks
     from raysfl.runtime.experiment import run_experiment
 
-    run_dir, rows = run_experiment(validate(cfg))
-    return RunResult(run_dir, rows)
+    hooks = Callbacks(callbacks)  # a bad callback is refused before anything starts
+    with custom_objects(cfg, model, data):
+        cfg = validate(cfg)
+        run_dir, rows, algo, initial, stopped = run_experiment(cfg, hooks)
+    return RunResult(run_dir, rows, config=cfg, stopped=stopped, _model=initial, _algo=algo)
 
 
 def config_from_kwargs(**kwargs) -> Config:
@@ -78,4 +243,4 @@ def config_from_kwargs(**kwargs) -> Config:
     return from_dict(kwargs)
 
 
-__all__ = ["Config", "RunResult", "run", "resume_config", "config_from_kwargs"]
+__all__ = ["Config", "RunResult", "run", "resume_config", "config_from_kwargs", "load_run"]

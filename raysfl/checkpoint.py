@@ -1,5 +1,9 @@
 """Checkpoints in the run directory: ``checkpoints/round_XXXX.pt``; the newest one resumes.
 
+Only the newest ``--keep-checkpoints`` (2 by default: the newest may be unreadable after a
+crash mid-write of the disk, then the one before resumes) are kept, plus, with
+``--keep-best``, the one of the best test accuracy so far (:func:`prune`).
+
 A checkpoint holds the fed server's global (and per-client) models, every server actor's
 model and optimizer state, the driver's counters (round, sample-stream positions,
 cumulative times) and a fingerprint of the run's config.
@@ -32,11 +36,11 @@ _ND = "__ndarray__"
 # runs, and how it survives faults and stragglers (a resume may change those: raysfl.api).
 _FREE = {"rounds", "progress", "checkpoint_every", "eval_every", "resume", "out", "name", "resources",
          "max_round_retries", "max_restarts", "round_deadline_s", "step_deadline_s", "sim_deadline_s", "faults",
-         "min_included"}
+         "min_included", "keep_checkpoints", "keep_best", "mlflow"}
 # What _FREE was before the fault settings joined it, and the settings added since: checkpoints
 # written then carry a fingerprint over these, which is still accepted.
 _LEGACY_FREE = {"rounds", "progress", "checkpoint_every", "eval_every", "resume", "out", "name", "resources"}
-_ADDED = {"min_included"}
+_ADDED = {"min_included", "keep_checkpoints", "keep_best", "mlflow"}
 _NAME = re.compile(r"round_(\d+)\.pt")
 
 
@@ -100,6 +104,48 @@ def save(run_dir: Path, rnd: int, state: dict, cfg_dict: dict | None = None) -> 
     torch.save(_encode(payload), tmp)
     os.replace(tmp, path)
     return path
+
+
+def rounds_saved(run_dir: Path) -> list[int]:
+    """The rounds that have a checkpoint file, oldest first."""
+    return sorted(int(f.stem.split("_")[1]) for f in (Path(run_dir) / "checkpoints").glob("round_*.pt")
+                  if f.stem.split("_")[1].isdigit())
+
+
+def prune(run_dir: Path, keep: int, best: int | None = None) -> list[int]:
+    """Delete all but the newest ``keep`` checkpoints (0: keep every one) and the one of
+    round ``best``; returns the rounds deleted."""
+    if keep <= 0:
+        return []
+    saved = rounds_saved(run_dir)
+    protect = set(saved[-keep:]) | ({best} if best is not None else set())
+    gone = [r for r in saved if r not in protect]
+    for r in gone:
+        (Path(run_dir) / "checkpoints" / f"round_{r:04d}.pt").unlink(missing_ok=True)
+    return gone
+
+
+def best_round(rows: list[dict], saved: list[int], metric: str = "test_accuracy") -> int | None:
+    """The round with the highest ``metric`` among the rounds in ``saved`` (None if none was evaluated)."""
+    have = set(saved)
+    scored = [(r[metric], r["round"]) for r in rows if r["round"] in have and r.get(metric) == r.get(metric)
+              and r.get(metric) is not None]
+    return max(scored, key=lambda t: (t[0], -t[1]))[1] if scored else None
+
+
+def disk_usage(path: Path) -> int:
+    """Bytes of the files under ``path``."""
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def load_round(run_dir: Path, rnd: int) -> dict:
+    """The checkpoint of round ``rnd`` (ConfigError naming the rounds kept if it is not)."""
+    path = Path(run_dir) / "checkpoints" / f"round_{rnd:04d}.pt"
+    if not path.is_file():
+        kept = rounds_saved(run_dir)
+        raise ConfigError(f"run '{run_dir}' has no checkpoint of round {rnd}; kept: "
+                          f"{', '.join(map(str, kept)) or 'none'} (--keep-checkpoints, --keep-best)")
+    return _decode(torch.load(path, weights_only=True, map_location="cpu"))
 
 
 def load_latest(run_dir: Path, cfg_dict: dict | None = None) -> dict:

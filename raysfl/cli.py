@@ -1,4 +1,4 @@
-"""Command line: ``raysfl run``, ``raysfl list`` (also ``python -m raysfl``).
+"""Command line: ``raysfl run``, ``compare``, ``plot``, ``export``, ``list`` (also ``python -m raysfl``).
 
 Flags are generated from the config dataclasses, so every field is a flag
 (``clients_per_round`` -> ``--clients-per-round``; ``resources.client_actors`` ->
@@ -128,8 +128,55 @@ def build_parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="draw accuracy against rounds, simulated time and bytes from run directories")
     plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     plot.add_argument("--out", default=".", metavar="DIR", help="where the PNGs go (default: here)")
+    plot.add_argument("--metric", default="test_accuracy", metavar="COLUMN",
+                      help="metrics.parquet column on the y axis (default test_accuracy; e.g. train_loss, "
+                           "test_accuracy_local, acc_mix)")
+    plot.add_argument("--band", choices=("std", "minmax", "none"), default="std",
+                      help="band over the seeds of a group: mean ± std (default), min-max, or none")
+    plot.add_argument("--formats", default="png,pdf", metavar="EXT,...",
+                      help="file formats to write (default png,pdf)")
+    exp = sub.add_parser("export", help="write a run's trained model as a plain PyTorch state_dict file")
+    exp.add_argument("run_dir", metavar="RUN_DIR")
+    exp.add_argument("--out", default=None, metavar="FILE",
+                     help="where the state_dict goes (default RUN_DIR/model.pt; with --clients a directory, "
+                          "default RUN_DIR/client_models)")
+    exp.add_argument("--round", type=int, default=None, metavar="N",
+                     help="the checkpoint of round N (default: the newest; see --keep-checkpoints)")
+    exp.add_argument("--clients", action="store_true",
+                     help="the model each client runs, one file per client, where clients keep their own "
+                          "(psl, gapsl, flex_sfl)")
     sub.add_parser("list", help="list algorithms, data sets, models (with their valid cuts) and partitioners")
     return p
+
+
+def _export(ns: argparse.Namespace) -> int:
+    """``raysfl export``: the global model (or each client's) as ``torch.save(state_dict)``."""
+    from pathlib import Path
+
+    import torch
+
+    from raysfl.api import load_run
+
+    res = load_run(ns.run_dir)
+    if ns.clients:
+        states = res.client_state_dicts(ns.round)
+        if not states:
+            raise ConfigError(f"'{res.config.algo}' has no models of the clients' own (every client runs the "
+                              f"global model): export without --clients")
+        out = Path(ns.out or Path(ns.run_dir) / "client_models")
+        out.mkdir(parents=True, exist_ok=True)
+        for c, state in states.items():
+            torch.save(state, out / f"client_{c:04d}.pt")
+        print(f"{len(states)} client models ({res.config.model}) -> {out}/client_NNNN.pt")
+        return 0
+    out = Path(ns.out or Path(ns.run_dir) / "model.pt")
+    state = res.state_dict(ns.round)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(state, out)
+    print(f"{out}: state_dict of model '{res.config.model}' ({len(state)} tensors, "
+          f"{sum(v.numel() for v in state.values()):,} values); load it with "
+          f"model.load_state_dict(torch.load('{out}', weights_only=True))")
+    return 0
 
 
 def _flags(ns: argparse.Namespace, skip=("command", "config_file")) -> dict:
@@ -281,9 +328,12 @@ def _main(argv: list[str] | None = None) -> int:
     if ns.command == "plot":
         from raysfl.plots import plot_runs
 
-        for path in plot_runs(ns.run_dirs, ns.out):
+        for path in plot_runs(ns.run_dirs, ns.out, metric=ns.metric, band=ns.band,
+                              formats=[f.strip() for f in ns.formats.split(",") if f.strip()]):
             print(path)
         return 0
+    if ns.command == "export":
+        return _export(ns)
     if ns.command != "run":
         parser.print_help()
         return 2

@@ -118,6 +118,9 @@ class Config:
     transfer_dtype: str = "float32"
     eval_every: int = 1
     checkpoint_every: int = 1
+    keep_checkpoints: int = 2  # the newest N checkpoints are kept (0: every one)
+    keep_best: bool = False    # ... and the one of the best test accuracy
+    mlflow: str | None = None  # MLflow tracking URI to log the run to (raysfl[mlflow]; raysfl.trackers)
     out: str = "runs"
     name: str | None = None
     resume: str | None = None

@@ -55,6 +55,10 @@ SETTINGS: dict[str, tuple[str, str]] = {
     # evaluation, output and resume
     "eval_every": ("evaluation", "evaluate every K rounds (and at the last)"),
     "checkpoint_every": ("evaluation", "checkpoint every K rounds (and at the last; 0 = never)"),
+    "keep_checkpoints": ("evaluation", "keep the newest N checkpoints (0 = every one)"),
+    "keep_best": ("evaluation", "also keep the checkpoint of the best test accuracy"),
+    "mlflow": ("evaluation", "log params, per-round metrics and the run's files to this MLflow tracking URI "
+                             "(e.g. sqlite:///mlflow.db or file:./mlruns; pip install 'raysfl[mlflow]')"),
     "out": ("evaluation", "parent directory of run directories"),
     "name": ("evaluation", "run directory name under --out (default: algo-dataset-model-seed-time)"),
     "resume": ("evaluation", "continue the run in RUN_DIR from its latest checkpoint"),

@@ -1,5 +1,13 @@
 """Per-round metrics: TensorBoard events, ``metrics.parquet`` and ``clients.parquet``.
 
+TensorBoard (``tb/``): every numeric column at step = round, under a group per kind
+(:func:`tb_tag`: ``accuracy/``, ``loss/``, ``bytes/``, ``time/``, ``faults/``, ``compute/``,
+``clients/``, ``algorithm/``); the run's config as text; test accuracy against simulated
+time (``tb/by_sim_time``, step = simulated milliseconds) and against bytes sent
+(``tb/by_bytes``, step = bytes up + down so far), as runs of their own so that a resume
+purges each at its own step; and at the end hparams (``tb/hparams``: the settings and the
+final figures, to compare runs in TensorBoard's HPARAMS tab).
+
 Both Parquet files are rewritten atomically after every round (write to a temporary file,
 then rename), so a crash never leaves a half-written file. The rewrite runs on a writer
 thread, off the round's critical path; :meth:`RunLogger.flush` waits for it, and the run
@@ -10,6 +18,7 @@ events past that step, so a resumed run reads exactly like an uninterrupted one.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -33,8 +42,53 @@ def read_rows(path: Path) -> list[dict]:
     return pq.read_table(path).to_pylist() if path.exists() else []
 
 
+_GROUPS = (  # TensorBoard group of a metrics column: the first rule that matches
+    ("accuracy", lambda k: "acc" in k),
+    ("loss", lambda k: "loss" in k),
+    ("bytes", lambda k: k.startswith("bytes")),
+    ("time", lambda k: "time" in k),
+    ("faults", lambda k: k in ("failures", "restarts", "retries", "dropped", "late_applied", "skipped", "fallbacks",
+                               "fallback_steps")),
+    ("compute", lambda k: k.endswith("flops")),
+    ("clients", lambda k: k in ("participants", "completed")),
+)
+
+
+def tb_tag(column: str) -> str:
+    """The TensorBoard tag of a metrics column: ``accuracy/test_accuracy``, ``bytes/bytes_up``, ...;
+    an algorithm's own columns go under ``algorithm/``."""
+    for group, match in _GROUPS:
+        if match(column):
+            return f"{group}/{column}"
+    return f"algorithm/{column}"
+
+
+def _sent(row: dict) -> int:
+    return int(row.get("bytes_up", 0) or 0) + int(row.get("bytes_down", 0) or 0)
+
+
+def _sim_ms(row: dict) -> int:
+    return int(round(1000 * float(row.get("sim_time_total_s", 0.0) or 0.0)))
+
+
+def hparam_values(config: dict, prefix: str = "") -> dict:
+    """The config flattened for TensorBoard's hparams (numbers, strings and booleans; None dropped)."""
+    out = {}
+    for k, v in config.items():
+        if isinstance(v, dict):
+            out.update(hparam_values(v, f"{prefix}{k}."))
+        elif v is None:
+            continue
+        elif isinstance(v, (bool, int, float, str)):
+            out[f"{prefix}{k}"] = v
+        else:
+            out[f"{prefix}{k}"] = str(v)
+    return out
+
+
 class RunLogger:
-    def __init__(self, run_dir: Path, start_round: int = 0, progress: bool = True, total_rounds: int = 0):
+    def __init__(self, run_dir: Path, start_round: int = 0, progress: bool = True, total_rounds: int = 0,
+                 config: dict | None = None):
         from torch.utils.tensorboard import SummaryWriter
 
         self.run_dir = Path(run_dir)
@@ -42,9 +96,18 @@ class RunLogger:
         self.clients_path = self.run_dir / "clients.parquet"
         self.rows = [r for r in read_rows(self.metrics_path) if r["round"] <= start_round]
         self.client_rows = [r for r in read_rows(self.clients_path) if r["round"] <= start_round]
+        self.config = config or {}
+        self._bytes_sent = sum(_sent(r) for r in self.rows)
         # TensorBoard's own thread writes the events every 2 s (and at close): no flush per round
         self.tb = SummaryWriter(str(self.run_dir / "tb"), purge_step=start_round + 1 if start_round else None,
                                 flush_secs=2)
+        last_ms = _sim_ms(self.rows[-1]) if self.rows else None
+        self.tb_time = SummaryWriter(str(self.run_dir / "tb" / "by_sim_time"), flush_secs=2,
+                                     purge_step=last_ms + 1 if start_round and last_ms is not None else None)
+        self.tb_bytes = SummaryWriter(str(self.run_dir / "tb" / "by_bytes"), flush_secs=2,
+                                      purge_step=self._bytes_sent + 1 if start_round else None)
+        if config and not start_round:
+            self.tb.add_text("config", "    " + json.dumps(config, indent=2).replace("\n", "\n    "), 0)
         self.progress, self.total_rounds = progress, total_rounds
         self._walls: list[float] = []  # wall seconds of the rounds this process ran (for the ETA)
         self._cv = threading.Condition()
@@ -92,7 +155,12 @@ class RunLogger:
         step = int(row["round"])
         for k, v in row.items():
             if isinstance(v, (int, float)) and k != "round" and v == v:  # skip NaN
-                self.tb.add_scalar(k, v, step)
+                self.tb.add_scalar(tb_tag(k), v, step)
+        self._bytes_sent += _sent(row)
+        acc = row.get("test_accuracy")
+        if isinstance(acc, float) and acc == acc:
+            self.tb_time.add_scalar("accuracy_vs_sim_time/test_accuracy", acc, _sim_ms(row))
+            self.tb_bytes.add_scalar("accuracy_vs_bytes/test_accuracy", acc, self._bytes_sent)
         if self.progress:
             clear = "\r\033[K" if sys.stderr.isatty() else ""
             self._walls.append(float(row.get("wall_time_s", 0.0)))
@@ -107,7 +175,7 @@ class RunLogger:
             print(f"\rround {rnd:>4}/{self.total_rounds} step {done}/{total} [{bar:<{width}}]",
                   end="", file=sys.stderr, flush=True)
 
-    def close(self) -> None:
+    def close(self, stopped: bool = False) -> None:
         try:
             self.flush()
         finally:
@@ -116,8 +184,37 @@ class RunLogger:
                 self._cv.notify_all()
             self._writer.join()
             self.tb.close()
+            self.tb_time.close()
+            self.tb_bytes.close()
+            if self.rows and self.config:
+                self._hparams()
         if self.progress and self.rows:
-            print(summary_table(self.rows), file=sys.stderr, flush=True)
+            print(summary_table(self.rows, self.run_dir, stopped), file=sys.stderr, flush=True)
+
+    def _hparams(self) -> None:
+        """``tb/hparams``: the settings and the final figures (rewritten whole on a resume)."""
+        import shutil
+
+        from torch.utils.tensorboard import SummaryWriter
+
+        d = self.run_dir / "tb" / "hparams"
+        shutil.rmtree(d, ignore_errors=True)
+        last = self.rows[-1]
+        evaluated = [r["test_accuracy"] for r in self.rows if r["test_accuracy"] == r["test_accuracy"]]
+        final = {"hparams/final_test_accuracy": evaluated[-1] if evaluated else float("nan"),
+                 "hparams/best_test_accuracy": max(evaluated) if evaluated else float("nan"),
+                 "hparams/rounds": float(last["round"]),
+                 "hparams/bytes_sent_mb": sum(_sent(r) for r in self.rows) / 1e6,
+                 "hparams/sim_time_total_s": float(last["sim_time_total_s"])}
+        if "test_accuracy_local" in last:
+            final["hparams/final_test_accuracy_local"] = float(last["test_accuracy_local"])
+        with SummaryWriter(str(d)) as w:
+            from torch.utils.tensorboard.summary import hparams
+
+            for summary in hparams(hparam_values(self.config), final):
+                w.file_writer.add_summary(summary)
+            for k, v in final.items():
+                w.add_scalar(k, v, int(last["round"]))
 
 
 def _mb(b: float) -> str:
@@ -154,7 +251,7 @@ def progress_line(row: dict, total: int, eta_s: float | None = None) -> str:
     return line + (f" | {events}" if events else "")
 
 
-def summary_table(rows: list[dict]) -> str:
+def summary_table(rows: list[dict], run_dir: Path | None = None, stopped: bool = False) -> str:
     last = rows[-1]
     evaluated = [r for r in rows if r["test_accuracy"] == r["test_accuracy"]]
     best = max(evaluated, key=lambda r: r["test_accuracy"]) if evaluated else last
@@ -172,4 +269,12 @@ def summary_table(rows: list[dict]) -> str:
         f"{'wall time':<22}{last['wall_time_total_s']:.2f} s (rounds only)",
         f"{'faults, fallbacks':<22}{_events(totals) or 'none'}",
     ]
+    if stopped:
+        lines.insert(3, f"{'stopped':<22}by a callback after round {last['round']}")
+    if run_dir is not None:
+        from raysfl.checkpoint import disk_usage, rounds_saved
+
+        kept = rounds_saved(run_dir)
+        lines.append(f"{'disk used':<22}{disk_usage(run_dir) / 1e6:.1f} MB in {run_dir} ({len(kept)} checkpoint"
+                     f"{'s' if len(kept) != 1 else ''}{': rounds ' + ', '.join(map(str, kept)) if kept else ''})")
     return "\n".join(lines)

@@ -20,7 +20,9 @@ from raysfl.algorithms import ALGORITHMS, get_algorithm
 from raysfl.config import RUN_DEFAULTS, SECTIONS, TRANSFER_DTYPES, Config, coerce
 from raysfl.data import DATASETS, PARTITIONERS, check_dataset_args, dataset_info
 from raysfl.errors import ConfigError
+from raysfl.data import custom as custom_data
 from raysfl.models import MODELS, build_model
+from raysfl.models import custom as custom_model
 from raysfl.optim import OPTIMIZERS
 
 
@@ -182,8 +184,14 @@ def validate(cfg: Config) -> Config:
     _check_finite(cfg.devices, "devices.", flags=False)
     _check_finite(cfg.resources, "resources.", flags=False)
     _check_algo_params(cfg)
-    _check(cfg.dataset in DATASETS, f"unknown dataset '{cfg.dataset}'; allowed: {', '.join(DATASETS)}")
-    _check(cfg.model in MODELS, f"unknown model '{cfg.model}'; allowed: {', '.join(MODELS)}")
+    if custom_data.is_custom(cfg.dataset):  # your own data (raysfl.run(cfg, data=...)): given to this run?
+        _check(custom_data.lookup(cfg.dataset) is not None, str(custom_data.missing(cfg.dataset)))
+    else:
+        _check(cfg.dataset in DATASETS, f"unknown dataset '{cfg.dataset}'; allowed: {', '.join(DATASETS)}")
+    if custom_model.is_custom(cfg.model):  # your own model (raysfl.run(cfg, model=...))
+        _check(custom_model.lookup(cfg.model) is not None, str(custom_model.missing(cfg.model)))
+    else:
+        _check(cfg.model in MODELS, f"unknown model '{cfg.model}'; allowed: {', '.join(MODELS)}")
     _check(cfg.partition in PARTITIONERS,
            f"unknown partition '{cfg.partition}'; allowed: {', '.join(PARTITIONERS)}")
     _check(cfg.rounds >= 1, f"rounds must be >= 1, got {cfg.rounds}")
@@ -212,6 +220,12 @@ def validate(cfg: Config) -> Config:
            f"unknown transfer-dtype '{cfg.transfer_dtype}'; allowed: {', '.join(TRANSFER_DTYPES)}")
     _check(cfg.eval_every >= 1, f"eval-every must be >= 1, got {cfg.eval_every}")
     _check(cfg.checkpoint_every >= 0, f"checkpoint-every must be >= 0 (0 = never), got {cfg.checkpoint_every}")
+    _check(cfg.keep_checkpoints >= 0,
+           f"keep-checkpoints must be >= 0 (the newest N are kept; 0 = every one), got {cfg.keep_checkpoints}")
+    if cfg.mlflow is not None:
+        from raysfl.trackers import check_mlflow
+
+        check_mlflow(cfg.mlflow)
     _check(cfg.max_restarts >= 0, f"max-restarts must be >= 0, got {cfg.max_restarts}")
     _check(cfg.max_round_retries >= 0, f"max-round-retries must be >= 0, got {cfg.max_round_retries}")
     for name in ("round_deadline_s", "step_deadline_s", "sim_deadline_s"):

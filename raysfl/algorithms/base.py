@@ -48,6 +48,9 @@ hook                           called by            when / what for
 ``aggregate``
 ``fed_evaluate``,              fed server           evaluation rounds: the reported accuracy
 ``eval_metric_names``                               and its extra columns
+``client_model_state``,        fed server, driver   the model a client runs (local test splits,
+``global_model_state``                              ``RunResult.client_models``); the global model
+                                                    (``RunResult.model``, ``raysfl export``)
 =============================  ===================  ==============================================
 
 Hooks run inside Ray actors, so an algorithm instance must pickle (keep it to the config and
@@ -462,6 +465,17 @@ class Algorithm:
         if self.protocol.aggregate_clients:
             return fed.global_state
         return {**fed.global_state, **fed.own.get(client, {})}
+
+    def global_model_state(self, fed) -> dict[str, np.ndarray] | None:
+        """The trained global model as one full state dict (``RunResult.model()``, ``raysfl
+        export``), or None where the algorithm has no single global model. Default: the fed
+        server's global model where every client runs it (clients aggregated and
+        ``client_model_state`` not overridden); None where clients run models of their own
+        (PSL's and GAPSL's own client sides, FLEX-SFL's cluster models): their models are
+        ``client_model_state``."""
+        if self.protocol.aggregate_clients and type(self).client_model_state is Algorithm.client_model_state:
+            return fed.global_state
+        return None
 
     def aggregate(self, global_state: dict[str, np.ndarray],
                   updates: list[ClientUpdate]) -> dict[str, np.ndarray]:

@@ -27,6 +27,13 @@ _CATALOG = {
 
 
 def dataset_info(name: str) -> DatasetInfo:
+    from raysfl.data import custom
+
+    if custom.is_custom(name):  # your own data (raysfl.run(cfg, data=...)), registered for the run
+        ds = custom.lookup(name)
+        if ds is None:
+            raise custom.missing(name)
+        return DatasetInfo(name, ds.input_shape, ds.num_classes, ds.num_train, ds.num_test)
     if name not in _CATALOG:
         raise ConfigError(f"unknown dataset '{name}'; allowed: {', '.join(_CATALOG)}")
     return _CATALOG[name]

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from raysfl.data import custom
 from raysfl.errors import ConfigError
 
 DATASETS: tuple[str, ...] = ("digits", "mnist5k", "mnist", "fashion_mnist", "cifar10", "cifar100")
@@ -91,6 +92,8 @@ class DatasetArrays:
         """Normalise a batch ``(N,C,H,W)`` (or one sample ``(C,H,W)``) to a float32 tensor."""
         x = torch.from_numpy(np.asarray(x_np, dtype=np.float32).copy() if not np.asarray(x_np).flags.writeable
                              else np.asarray(x_np, dtype=np.float32))
+        if not self.mean:  # your own data without normalisation (raysfl.data.custom_dataset): as given
+            return x / float(self.scale) if self.scale != 1.0 else x
         c = len(self.mean)
         if x.ndim < 3 or x.shape[-3] != c:
             raise ConfigError(
@@ -103,6 +106,10 @@ class DatasetArrays:
 # ----------------------------------------------------------------------------- validation
 
 def _check_name(name) -> None:
+    if custom.is_custom(name):
+        if custom.lookup(name) is None:
+            raise custom.missing(name)
+        return
     if not isinstance(name, str) or name not in DATASETS:
         raise ConfigError(f"unknown dataset {name!r}; allowed: {', '.join(DATASETS)}")
 
@@ -116,7 +123,7 @@ def check_dataset_args(name: str, data_root=None, download: bool = False) -> Non
     exist.
     """
     _check_name(name)
-    if name == "digits":
+    if name == "digits" or custom.is_custom(name):
         return
     if name == "mnist5k":
         _mnist5k_file()
@@ -143,6 +150,8 @@ def load_dataset(name: str, data_root=None, download: bool = False, seed: int = 
     root, missing files, or a failed download.
     """
     check_dataset_args(name, data_root, download)
+    if custom.is_custom(name):
+        return custom.lookup(name)
     if name == "digits":
         return _load_digits()
     if name == "mnist5k":

@@ -12,6 +12,7 @@ initialisation a pure function of the seed.
 
 from __future__ import annotations
 
+import copy
 import math
 import operator
 from collections.abc import Callable
@@ -20,6 +21,7 @@ import torch
 from torch import nn
 
 from raysfl.errors import ConfigError
+from raysfl.models import custom
 from raysfl.models.splittable import SplitModel
 
 Builder = Callable[[tuple[int, int, int], int], SplitModel]
@@ -243,7 +245,16 @@ def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int, 
 
     Seeding happens inside ``torch.random.fork_rng`` on the CPU generator only, so the caller's
     RNG state is left exactly as it was and CUDA is never initialised here.
+
+    A model of your own (``custom-<name>``, registered by ``raysfl.run(cfg, model=...)`` for
+    the run, :mod:`raysfl.models.custom`) comes back as a copy with its own weights; the
+    other arguments are then not used.
     """
+    if custom.is_custom(name):
+        model = custom.lookup(name)
+        if model is None:
+            raise custom.missing(name)
+        return copy.deepcopy(model)
     if name not in MODELS:
         raise ConfigError(f"unknown model {name!r}; allowed: {', '.join(MODELS)}")
     try:
@@ -261,3 +272,12 @@ def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int, 
     with torch.random.fork_rng(devices=[]):
         torch.random.default_generator.manual_seed(operator.index(seed))
         return MODELS[name](shape, classes)
+
+
+def initial_model(model: SplitModel | None, cfg, input_shape, num_classes: int) -> SplitModel:
+    """An actor's own copy of the run's initial model: ``model``, the object the driver built
+    for the run (a zoo model from the seed, or yours) and sent to the actor, or, without one,
+    the zoo model ``cfg.model`` built from ``cfg.seed`` (the same weights)."""
+    if model is not None:
+        return copy.deepcopy(model)
+    return build_model(cfg.model, input_shape, num_classes, seed=cfg.seed)

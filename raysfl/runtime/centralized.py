@@ -6,6 +6,7 @@ local steps), drawn from one seeded stream over the pooled training set.
 
 from __future__ import annotations
 
+import copy
 import time
 
 import numpy as np
@@ -13,11 +14,11 @@ import torch
 
 from raysfl import checkpoint
 from raysfl.evaluation import evaluate
-from raysfl.models import build_model
 from raysfl.optim import build_optimizer
 from raysfl.runtime.client_actor import sample_stream
 from raysfl.runtime.placement import set_threads
 from raysfl.runtime.planning import plan_round
+from raysfl.runtime.rounds import prune_checkpoints
 from raysfl.transport import state_to_wire, wire_to_state
 
 
@@ -29,7 +30,7 @@ def run_centralized(exp, state: dict | None) -> None:
     """Train ``exp``'s model on the pooled data round by round (resuming from ``state``)."""
     cfg, algo, ds, ctx, logger = exp.cfg, exp.algo, exp.ds, exp.ctx, exp.logger
     set_threads(cfg.resources.num_cpus or torch.get_num_threads())
-    model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
+    model = copy.deepcopy(exp.model)  # the run's initial model (a zoo model from the seed, or yours)
     model.train()
     opt = build_optimizer(model.parameters(), cfg, cfg.lr)
     pooled = np.sort(np.concatenate(exp.parts))
@@ -78,7 +79,12 @@ def run_centralized(exp, state: dict | None) -> None:
             "retries": 0, "dropped": 0, "late_applied": 0, "skipped": 0, "fallbacks": 0,
         }
         logger.log_round(row, [])
-        if exp.due(rnd, cfg.checkpoint_every):
+        stop = exp.callbacks is not None and exp.callbacks.round(row)  # a callback may end the run here
+        if exp.due(rnd, cfg.checkpoint_every) or (stop and cfg.checkpoint_every):
             logger.flush()
             checkpoint.save(exp.run_dir, rnd, cfg_dict=cfg.to_dict(), state={"round": rnd, "counters": counters,
                                            "model": state_to_wire(model.state_dict()), "opt": opt.state_dict()})
+            prune_checkpoints(exp)
+        if stop:
+            exp.stopped = True
+            break

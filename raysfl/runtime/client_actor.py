@@ -64,13 +64,13 @@ class _Active:
 
 class ClientActor:
     def __init__(self, index: int, cfg, algo, dataset, parts: dict[int, np.ndarray], block_flops: list[int],
-                 gpus: float = 0.0):
-        from raysfl.models import build_model
+                 gpus: float = 0.0, model=None):
+        from raysfl.models import initial_model
 
         set_threads(cfg.resources.client_cpus)
         self.index, self.cfg, self.algo, self.ds, self.parts = index, cfg, algo, dataset, parts
         self.device = device_for_actor(gpus)
-        self.model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, seed=cfg.seed)
+        self.model = initial_model(model, cfg, dataset.input_shape, dataset.num_classes)  # the run's model object (Federation), or by name
         self.flops = block_flops  # measured once by the driver (FLOP counting is slow to start)
         self.active: dict[int, _Active] = {}
         self.deadline: float | None = None  # epoch seconds (--round-deadline-s)

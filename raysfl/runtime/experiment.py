@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,9 +26,23 @@ from raysfl.errors import ConfigError, RunFailed
 from raysfl.metrics import RunLogger
 
 
-def run_experiment(cfg) -> tuple[Path, list[dict]]:
+@dataclass
+class Prepared:
+    """What a run computes before any actor starts, from its config alone (and the seed):
+    the data and its partition, the device profiles, the initial model, the set-up algorithm."""
+
+    ds: object                 # raysfl.data.DatasetArrays
+    parts: list                # each client's training indices
+    local_tests: list          # each client's local test indices (--local-test-fraction)
+    model: object              # the initial raysfl.models.SplitModel (every actor starts from a copy)
+    ctx: FederationContext
+    algo: object               # the algorithm instance, set up
+
+
+def run_experiment(cfg, callbacks=None) -> tuple[Path, list[dict], "object", "object", bool]:
     """Run (or resume, if ``cfg.resume`` is set) the validated config ``cfg``; return the run
-    directory and its metrics rows.
+    directory, its metrics rows, the set-up algorithm, the initial model and whether a
+    callback stopped the run early (``callbacks``: :class:`raysfl.callbacks.Callbacks`).
 
     Everything that can be checked without Ray is checked before the run directory is written:
     the Ray address, the checkpoint and metrics files of a resumed run, the data set. An error
@@ -36,10 +51,9 @@ def run_experiment(cfg) -> tuple[Path, list[dict]]:
     """
     import ray
 
-    from raysfl.algorithms import get_algorithm as _algo
     from raysfl.runtime.placement import check_ray_address
 
-    if _algo(cfg.algo)(cfg).protocol.distributed and not ray.is_initialized():
+    if get_algorithm(cfg.algo)(cfg).protocol.distributed and not ray.is_initialized():
         check_ray_address()
     if cfg.resume:
         run_dir = Path(cfg.resume)
@@ -55,7 +69,7 @@ def run_experiment(cfg) -> tuple[Path, list[dict]]:
     if run_dir is None:
         run_dir = _new_run_dir(cfg)
     try:
-        return _run_in(cfg, run_dir, state, ds, stages)
+        return _run_in(cfg, run_dir, state, ds, stages, callbacks)
     except BaseException as e:
         try:
             e.raysfl_run_dir = run_dir
@@ -98,15 +112,16 @@ def _check_recorded(run_dir: Path, done: int) -> None:
                               f"without the {name.split('.')[0]} of rounds 1..{done}") from None
 
 
-def _run_in(cfg, run_dir: Path, state: dict | None, ds, stages: "StartupClock") -> tuple[Path, list[dict]]:
+def prepare(cfg, ds=None) -> Prepared:
+    """Load (unless given) and partition the data, sample the device profiles, build the model
+    once (its shapes and FLOPs) and set the algorithm up (``algo.setup``), as the run does; also
+    used to rebuild a finished run's algorithm (``raysfl.api.load_run``)."""
     from raysfl.data import hold_out, label_histograms, partition
     from raysfl.devices import sample_profiles
-    from raysfl.faults import parse_faults
     from raysfl.models import build_model
-    from raysfl.runtime.rounds import Experiment, new_counters
 
-    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
-    stages.run_dir = run_dir
+    if ds is None:
+        ds = _load_data(cfg)
     parts = partition(ds.y_train, cfg.clients, cfg.partition, alpha=cfg.alpha,
                       classes_per_client=cfg.classes_per_client, shards_per_client=cfg.shards_per_client,
                       quantity_skew=cfg.quantity_skew or None, seed=cfg.seed)
@@ -119,27 +134,65 @@ def _run_in(cfg, run_dir: Path, state: dict | None, ds, stages: "StartupClock") 
                             block_flops=model.block_flops(), conv_blocks=model.leading_conv_blocks())
     algo = get_algorithm(cfg.algo)(cfg)
     algo.setup(ctx)
+    return Prepared(ds, parts, local_tests, model, ctx, algo)
+
+
+def _run_in(cfg, run_dir: Path, state: dict | None, ds, stages: "StartupClock", callbacks):
+    from raysfl.callbacks import Callbacks
+    from raysfl.faults import parse_faults
+    from raysfl.runtime.rounds import Experiment, new_counters
+
+    callbacks = callbacks if isinstance(callbacks, Callbacks) else Callbacks(callbacks)
+    if cfg.mlflow is not None:  # --mlflow URI: the MLflow tracker, as if passed as a callback
+        from raysfl.trackers import MLflowLogger
+
+        callbacks.items.append(MLflowLogger(cfg.mlflow))
+    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+    stages.run_dir = run_dir
+    p = prepare(cfg, ds)
+    if state:
+        check_same_model(state, p.model, run_dir)
     stages.done("setup", f"{cfg.dataset} ({ds.num_train} training samples) split among {cfg.clients} clients "
-                         f"({cfg.partition}); model {cfg.model} ({model.num_blocks} blocks); {cfg.algo} set up")
-    if not algo.wants_calibration():
-        write_clients(run_dir, ctx, algo)
+                         f"({cfg.partition}); model {cfg.model} ({p.model.num_blocks} blocks); {cfg.algo} set up")
+    if not p.algo.wants_calibration():
+        write_clients(run_dir, p.ctx, p.algo)
 
     start = state["round"] if state else 0
-    logger = RunLogger(run_dir, start_round=start, progress=cfg.progress, total_rounds=cfg.rounds)
-    exp = Experiment(cfg, algo, ds, parts, ctx, run_dir, logger, local_tests=local_tests,
+    logger = RunLogger(run_dir, start_round=start, progress=cfg.progress, total_rounds=cfg.rounds, config=cfg.to_dict())
+    exp = Experiment(cfg, p.algo, p.ds, p.parts, p.ctx, run_dir, logger, local_tests=p.local_tests,
                      faults=parse_faults(cfg.faults),
-                     counters=state["counters"] if state else new_counters())
+                     counters=state["counters"] if state else new_counters(), model=p.model, callbacks=callbacks)
+    error = None
     try:
-        if algo.protocol.distributed:
+        callbacks.start(run_dir, cfg.to_dict())
+        if p.algo.protocol.distributed:
             _run_federated(exp, state, stages)
         else:
             from raysfl.runtime.centralized import run_centralized
 
             run_centralized(exp, state)
+    except BaseException as e:
+        error = e
+        raise
     finally:
-        logger.close()
+        try:
+            logger.close(stopped=exp.stopped)
+        finally:
+            callbacks.end(run_dir, logger.rows, error)
     _warn_thin_rounds(cfg, logger.rows)
-    return run_dir, logger.rows
+    return run_dir, logger.rows, p.algo, p.model, exp.stopped
+
+
+def check_same_model(state: dict, model, run_dir: Path) -> None:
+    """A resumed run's model has the checkpoint's parameter names and shapes (your own model
+    given again may not)."""
+    saved = state["federation"]["fed"]["global"] if "federation" in state else state.get("model", {})
+    have = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    got = {k: tuple(np.shape(v)) for k, v in saved.items()}
+    diff = sorted(k for k in have if got.get(k) != have[k])
+    if diff:
+        raise ConfigError(f"the model does not match the checkpoint of '{run_dir}' (first difference: "
+                          f"{diff[0]}); resume with the model the run started with")
 
 
 def _warn_thin_rounds(cfg, rows: list[dict]) -> None:
@@ -209,7 +262,7 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock") -> None:
 
     from raysfl.runtime.federation import Federation
     from raysfl.runtime.placement import check_capacity, fit_resources, init_ray, shutdown_ray
-    from raysfl.runtime.rounds import resume_hint, run_round
+    from raysfl.runtime.rounds import resume_hint, run_round, save_checkpoint
 
     cfg, algo = exp.cfg, exp.algo
     num_actors = cfg.resources.num_client_actors(cfg.clients)
@@ -224,7 +277,7 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock") -> None:
             # cluster (RAY_ADDRESS set) may autoscale: the placement groups wait for it instead
             check_capacity(cfg, num_actors, algo.protocol.servers)
         fed = Federation(cfg, algo, exp.ds, exp.parts, num_actors, exp.ctx.block_flops, run_name=exp.run_dir.name,
-                         local_tests=exp.local_tests, histograms=exp.ctx.histograms)
+                         local_tests=exp.local_tests, histograms=exp.ctx.histograms, model=exp.model)
         servers = algo.protocol.servers
         stages.done("actors", f"{num_actors + servers + 1} actors ready ({num_actors} client actors hosting "
                               f"{cfg.clients} clients, {servers} server{'s' * (servers != 1)}, 1 fed server)")
@@ -244,6 +297,12 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock") -> None:
             stages.write()
             for rnd in range(start + 1, cfg.rounds + 1):
                 run_round(exp, fed, rnd)
+                if exp.callbacks.round(exp.logger.rows[-1]):  # a callback asked to stop here
+                    exp.stopped = True
+                    if cfg.checkpoint_every and not exp.due(rnd, cfg.checkpoint_every):
+                        fed.snapshot = fed.get_state()
+                        save_checkpoint(exp, fed, rnd)
+                    break
         except ray.exceptions.RayError as e:  # an actor died for good, the cluster went away, ...
             from raysfl.runtime.refs import is_death
 

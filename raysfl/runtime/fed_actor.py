@@ -54,14 +54,14 @@ class ClientViews:
 
 
 class FedActor:
-    def __init__(self, cfg, algo, dataset, views: ClientViews | None = None, gpus: float = 0.0):
-        from raysfl.models import build_model
+    def __init__(self, cfg, algo, dataset, views: ClientViews | None = None, gpus: float = 0.0, model=None):
+        from raysfl.models import initial_model
 
         set_threads(cfg.resources.fed_cpus)
         self.cfg, self.algo, self.ds = cfg, algo, dataset
         self.views = views or ClientViews([], None)
         self.device = device_for_actor(gpus)
-        self.model = build_model(cfg.model, dataset.input_shape, dataset.num_classes, seed=cfg.seed).to(self.device)
+        self.model = initial_model(model, cfg, dataset.input_shape, dataset.num_classes).to(self.device)  # the run's model object (Federation)
         # a copy: state_to_wire gives views of the model's tensors, and evaluation loads other
         # states into the model -- the initial global model must not change with them
         self.s = FedState({k: v.copy() for k, v in state_to_wire(self.model.state_dict()).items()})

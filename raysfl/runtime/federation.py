@@ -76,14 +76,19 @@ class Federation:
 
     def __init__(self, cfg, algo: Algorithm, dataset, parts: list[np.ndarray], num_actors: int,
                  block_flops: list[int], run_name: str = "run", local_tests: list[np.ndarray] | None = None,
-                 histograms: np.ndarray | None = None):
+                 histograms: np.ndarray | None = None, *, model):
         """Start the actors. They are named ``raysfl:<run>:client-<i>``, ``...:server-<j>``
-        and ``...:fed`` so operators (and tests) can find them with ``ray.get_actor``."""
+        and ``...:fed`` so operators (and tests) can find them with ``ray.get_actor``.
+
+        ``model``: the run's initial :class:`~raysfl.models.SplitModel` (a zoo model built from
+        the seed, or your own); every actor starts from a copy of this object, never from a
+        name, like the data set."""
         import ray
 
         self.cfg, self.algo, self.num_actors = cfg, algo, num_actors
         self.num_blocks = len(block_flops)
         self.ds_ref = ray.put(dataset)  # loaded once, shared; kept alive for actor restarts
+        self.model_ref = ray.put(model)  # likewise
 
         num_servers = algo.protocol.servers
         self.groups = reserve(cfg, num_actors, num_servers, run_name)  # fails here if the cluster is too small
@@ -92,7 +97,7 @@ class Federation:
             res = role_resources(cfg, kind)
             return ray.remote(cls).options(name=f"raysfl:{run_name}:{role}", max_restarts=cfg.max_restarts,
                                            max_task_retries=0, **actor_options(res, pg, bundle)
-                                           ).remote(*args, res.get("GPU", 0.0))
+                                           ).remote(*args, res.get("GPU", 0.0), model=self.model_ref)
 
         self.clients = [
             spawn(ClientActor, f"client-{i}", "client", self.groups[0], i, i, cfg, algo, self.ds_ref,

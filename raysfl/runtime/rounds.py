@@ -46,6 +46,9 @@ class Experiment:
     local_tests: list = field(default_factory=list)  # each client's local test indices (--local-test-fraction)
     faults: list = field(default_factory=list)   # parsed --faults
     counters: dict = field(default_factory=new_counters)
+    model: "object" = None        # the initial SplitModel: every actor starts from a copy of it
+    callbacks: "object" = None    # raysfl.callbacks.Callbacks, called after every round
+    stopped: bool = False         # a callback ended the run early
 
     def due(self, rnd: int, every: int) -> bool:
         """Whether something done every ``every`` rounds (and at the last) happens in ``rnd``."""
@@ -130,9 +133,24 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
                         f"(lr {cfg.lr_at(rnd):g}); start a new run with a lower --lr (or --lr-decay); metrics of "
                         f"rounds 1..{rnd - 1} are in {exp.run_dir}")
     if exp.due(rnd, cfg.checkpoint_every):
-        logger.flush()  # the rounds this checkpoint covers are on disk before it is
-        checkpoint.save(exp.run_dir, rnd, {"round": rnd, "counters": exp.counters, "federation": fed.snapshot},
-                        cfg.to_dict())
+        save_checkpoint(exp, fed, rnd)
+
+
+def save_checkpoint(exp: Experiment, fed: Federation, rnd: int) -> None:
+    """Round ``rnd``'s checkpoint (the federation's snapshot, the driver's counters), then
+    keep only the newest ``--keep-checkpoints`` (and the best with ``--keep-best``)."""
+    exp.logger.flush()  # the rounds this checkpoint covers are on disk before it is
+    checkpoint.save(exp.run_dir, rnd, {"round": rnd, "counters": exp.counters, "federation": fed.snapshot},
+                    exp.cfg.to_dict())
+    prune_checkpoints(exp)
+
+
+def prune_checkpoints(exp: Experiment) -> None:
+    """Keep the newest ``--keep-checkpoints`` checkpoints and, with ``--keep-best``, the one of
+    the highest test accuracy among those saved."""
+    best = (checkpoint.best_round(exp.logger.rows, checkpoint.rounds_saved(exp.run_dir))
+            if exp.cfg.keep_best else None)
+    checkpoint.prune(exp.run_dir, exp.cfg.keep_checkpoints, best)
 
 
 def deadlines(cfg) -> bool:

@@ -42,14 +42,15 @@ class ServerState:
 
 
 class ServerActor:
-    def __init__(self, index: int, cfg, algo, input_shape, num_classes, block_flops: list[int], gpus: float = 0.0):
-        from raysfl.models import build_model
+    def __init__(self, index: int, cfg, algo, input_shape, num_classes, block_flops: list[int], gpus: float = 0.0,
+                 model=None):
+        from raysfl.models import initial_model
 
         set_threads(cfg.resources.server_cpus)
         self.index, self.cfg, self.algo, self.input_shape = index, cfg, algo, tuple(input_shape)
         self.lr = cfg.server_lr if cfg.server_lr is not None else cfg.lr
         device = device_for_actor(gpus)
-        model = build_model(cfg.model, input_shape, num_classes, seed=cfg.seed).to(device)
+        model = initial_model(model, cfg, input_shape, num_classes).to(device)  # the run's model object
         model.train()
         opt = self._optimizer(model.parameters())
         self.s = ServerState(model, opt, device)

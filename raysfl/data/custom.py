@@ -1,0 +1,204 @@
+"""Your own data set: arrays or a torch ``Dataset`` as a :class:`DatasetArrays`.
+
+``raysfl.run(cfg, data=...)`` accepts
+
+* ``(x, y)``: one set of samples; a fixed, stratified 80/20 train/test split is made of it
+  (seed 0, the rule of the embedded ``digits``), so every run tests on the same samples;
+* ``(x_train, y_train, x_test, y_test)``;
+* a ``torch.utils.data.Dataset`` of ``(x, y)`` pairs (split 80/20 likewise), or a pair of
+  them ``(train, test)``;
+* a :class:`DatasetArrays` (e.g. from :func:`custom_dataset`, which also names the data set
+  and can normalise it).
+
+Samples may have any shape (``(features,)`` rows for an MLP, ``(C, H, W)`` images, ...);
+labels are integers ``0 .. num_classes - 1``. Like every raysfl data set the samples are
+held whole in memory (a Dataset is read once, item by item) and shipped to the actors once,
+as one object. Your data are used as given: no normalisation unless you ask
+:func:`custom_dataset` for one.
+
+While a run with your data is going on, its name (``custom-<name>``) is registered in this
+process (:func:`registered`), so the driver's validation (``dataset_info``, the
+algorithms' ``validate``) sees it like a built-in data set; the actors never look it up by
+name, they receive the arrays.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from contextlib import contextmanager
+
+import numpy as np
+
+from raysfl.errors import ConfigError
+
+PREFIX = "custom-"
+_TEST_FRACTION = 0.2
+_SPLIT_SEED = 0
+_LOCK = threading.Lock()
+_REGISTERED: dict[str, tuple[object, int]] = {}  # name -> (DatasetArrays, runs using it)
+
+
+def _labels(y, what: str) -> np.ndarray:
+    y = np.asarray(y.numpy() if hasattr(y, "numpy") else y)
+    if y.ndim != 1:
+        raise ConfigError(f"{what} must be a 1-D array of integer class labels, got shape {y.shape}")
+    if y.size and not np.issubdtype(y.dtype, np.integer):
+        if not np.all(np.equal(np.mod(y, 1), 0)):
+            raise ConfigError(f"{what} must hold integer class labels, got dtype {y.dtype} with fractions")
+    y = y.astype(np.int64)
+    if y.size and y.min() < 0:
+        raise ConfigError(f"{what} must hold class labels 0, 1, 2, ...; got {int(y.min())}")
+    return y
+
+
+def _samples(x, what: str) -> np.ndarray:
+    x = np.asarray(x.numpy() if hasattr(x, "numpy") else x)
+    if x.ndim < 2:
+        raise ConfigError(f"{what} must be an array of samples (N, ...), got shape {x.shape}")
+    if not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
+        raise ConfigError(f"{what} must be numeric, got dtype {x.dtype}")
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def _name(name: str) -> str:
+    clean = re.sub(r"[^A-Za-z0-9_.]+", "_", str(name)).strip("_") or "data"
+    return clean if clean.startswith(PREFIX) else PREFIX + clean
+
+
+def custom_dataset(x_train, y_train, x_test=None, y_test=None, *, name: str = "data",
+                   num_classes: int | None = None, mean=None, std=None, scale: float = 1.0):
+    """Arrays as a raysfl data set named ``custom-<name>``.
+
+    Without ``x_test``/``y_test`` a fixed stratified 20 % of the samples is the test set.
+    ``num_classes`` defaults to the largest label + 1. ``mean``/``std`` (one value per
+    channel, i.e. per entry of the samples' first axis) and ``scale`` normalise every batch
+    as ``(x / scale - mean) / std``, like the built-in image sets; by default samples are
+    used as given.
+    """
+    from raysfl.data.datasets import DatasetArrays, _stratified_test_indices
+
+    x = _samples(x_train, "x_train" if x_test is not None else "x")
+    y = _labels(y_train, "y_train" if x_test is not None else "y")
+    if len(x) != len(y):
+        raise ConfigError(f"data has {len(x)} samples but {len(y)} labels")
+    if (x_test is None) != (y_test is None):
+        raise ConfigError("give both x_test and y_test, or neither (then 20% of the samples are the test set)")
+    if x_test is None:
+        if len(y) < 2:
+            raise ConfigError(f"data needs at least 2 samples to split into train and test, got {len(y)}")
+        is_test = np.zeros(len(y), dtype=bool)
+        is_test[_stratified_test_indices(y, _TEST_FRACTION, _SPLIT_SEED)] = True
+        x, y, xt, yt = x[~is_test], y[~is_test], x[is_test], y[is_test]
+    else:
+        xt, yt = _samples(x_test, "x_test"), _labels(y_test, "y_test")
+        if len(xt) != len(yt):
+            raise ConfigError(f"test data has {len(xt)} samples but {len(yt)} labels")
+        if xt.shape[1:] != x.shape[1:]:
+            raise ConfigError(f"test samples have shape {xt.shape[1:]} but training samples {x.shape[1:]}")
+    if not len(y) or not len(yt):
+        raise ConfigError(f"data needs training and test samples, got {len(y)} and {len(yt)}")
+    top = int(max(y.max(), yt.max())) + 1
+    classes = top if num_classes is None else int(num_classes)
+    if classes < 2:
+        raise ConfigError(f"data needs at least 2 classes, got {classes}")
+    if top > classes:
+        raise ConfigError(f"labels go up to {top - 1} but num_classes is {classes}")
+    if (mean is None) != (std is None):
+        raise ConfigError("give both mean and std (one value per channel), or neither")
+    mean = tuple(float(v) for v in np.atleast_1d(mean)) if mean is not None else ()
+    std = tuple(float(v) for v in np.atleast_1d(std)) if std is not None else ()
+    if mean and (x.ndim < 3 or len(mean) != x.shape[1] or len(std) != len(mean)):
+        raise ConfigError(f"mean/std need one value per channel of samples shaped (C, ...), got "
+                          f"{len(mean)}/{len(std)} values for samples of shape {x.shape[1:]}")
+    if not scale > 0:
+        raise ConfigError(f"scale must be > 0, got {scale}")
+    return DatasetArrays(_name(name), x, y, xt, yt, classes, tuple(int(s) for s in x.shape[1:]),
+                         mean, std, float(scale))
+
+
+def _from_torch(ds, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every (x, y) item of a torch Dataset, stacked."""
+    try:
+        n = len(ds)
+    except TypeError:
+        raise ConfigError(f"{what} must be a map-style torch Dataset (with __len__)") from None
+    xs, ys = [], []
+    for i in range(n):
+        item = ds[i]
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise ConfigError(f"{what}[{i}] must be an (x, y) pair, got {type(item).__name__}")
+        x, y = item
+        xs.append(np.asarray(x.numpy() if hasattr(x, "numpy") else x, dtype=np.float32))
+        ys.append(int(y.item() if hasattr(y, "item") else y))
+    if not xs:
+        raise ConfigError(f"{what} is empty")
+    try:
+        return np.stack(xs), np.asarray(ys, dtype=np.int64)
+    except ValueError as e:
+        raise ConfigError(f"{what}'s samples do not all have the same shape ({e})") from None
+
+
+def _is_torch_dataset(obj) -> bool:
+    try:
+        from torch.utils.data import Dataset
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return False
+    return isinstance(obj, Dataset)
+
+
+def as_dataset(data, name: str = "data"):
+    """``data`` in any of the accepted forms (module docstring) as a DatasetArrays."""
+    from raysfl.data.datasets import DatasetArrays
+
+    if isinstance(data, DatasetArrays):
+        if not data.name.startswith(PREFIX):
+            raise ConfigError(f"data set '{data.name}' is built in: use dataset='{data.name}' instead of data=")
+        return data
+    if _is_torch_dataset(data):
+        return custom_dataset(*_from_torch(data, "data"), name=name)
+    if isinstance(data, (tuple, list)):
+        if len(data) == 2 and all(_is_torch_dataset(d) for d in data):
+            return custom_dataset(*_from_torch(data[0], "train dataset"), *_from_torch(data[1], "test dataset"),
+                                  name=name)
+        if len(data) in (2, 4):
+            return custom_dataset(*data, name=name)
+    raise ConfigError(f"data must be (x, y), (x_train, y_train, x_test, y_test), a torch Dataset, a pair of "
+                      f"Datasets (train, test) or raysfl.data.custom_dataset(...); got {type(data).__name__}"
+                      + (f" of {len(data)}" if isinstance(data, (tuple, list)) else ""))
+
+
+@contextmanager
+def registered(ds):
+    """Make ``ds`` known by its name in this process while the block runs (nested and
+    concurrent runs with the same data are fine; another data set under the same name is not)."""
+    with _LOCK:
+        held = _REGISTERED.get(ds.name)
+        if held is not None and held[0] is not ds:
+            raise ConfigError(f"another run in this process uses a different data set named '{ds.name}'; "
+                              f"give this one another name (raysfl.data.custom_dataset(..., name=...))")
+        _REGISTERED[ds.name] = (ds, (held[1] if held else 0) + 1)
+    try:
+        yield ds
+    finally:
+        with _LOCK:
+            obj, n = _REGISTERED[ds.name]
+            if n == 1:
+                del _REGISTERED[ds.name]
+            else:
+                _REGISTERED[ds.name] = (obj, n - 1)
+
+
+def lookup(name: str):
+    """The registered data set ``name``, or None."""
+    held = _REGISTERED.get(name)
+    return held[0] if held else None
+
+
+def is_custom(name) -> bool:
+    return isinstance(name, str) and name.startswith(PREFIX)
+
+
+def missing(name: str) -> ConfigError:
+    """The error for a custom data set that is not given to this run (e.g. a resumed one)."""
+    return ConfigError(f"dataset '{name}' is your own data: pass it again, raysfl.run(cfg, data=...)")

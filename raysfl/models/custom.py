@@ -1,0 +1,159 @@
+"""Your own model: a :class:`SplitModel`, a list of blocks, or an ``nn.Sequential``.
+
+``raysfl.run(cfg, model=...)`` accepts
+
+* a :class:`SplitModel` (its ``input_shape``/``num_classes`` must match the data);
+* a list of modules, the blocks in order: cut k runs blocks ``[0, k)`` on the client;
+* an ``nn.Sequential``, split into blocks by :func:`split_sequential`.
+
+The model is checked once on the driver (it runs one zero sample through each block, which
+also measures the FLOPs and activation shapes that cut validation, the simulated clock and
+byte counts use) and then travels to every actor as one object. Its weights are the initial
+weights of the run: ``--seed`` does not re-initialise a model you give (build it under
+``torch.manual_seed`` for a seeded initialisation); the object you pass is never trained
+itself, the trained model comes back from :meth:`raysfl.api.RunResult.model`.
+
+While the run is going on the model is registered in this process under ``custom-<name>``
+(:func:`registered`), so validation on the driver (``build_model``, the algorithms'
+``validate``) finds it like a zoo model; the actors never look it up by name.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import threading
+from collections.abc import Sequence
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from raysfl.errors import ConfigError
+from raysfl.models.splittable import SplitModel
+
+PREFIX = "custom-"
+_LOCK = threading.Lock()
+_REGISTERED: dict[str, tuple[SplitModel, int]] = {}  # name -> (model, runs using it)
+
+
+def _has_params(m: nn.Module) -> bool:
+    return any(True for _ in m.parameters()) or any(True for _ in m.buffers())
+
+
+def split_sequential(seq: nn.Sequential, at: Sequence[int] | None = None) -> list[nn.Module]:
+    """The blocks of ``seq`` (its own modules, not copies).
+
+    ``at``: the child indices where a new block starts (``at=[2, 4]`` on six children gives
+    blocks ``[0:2], [2:4], [4:6]``). By default every child with parameters starts a block,
+    and the parameter-free children after it (activations, pooling, dropout, flatten) join
+    it, so ``Linear, ReLU, Linear, ReLU, Linear`` gives three blocks, cut points after each
+    ReLU. Children before the first one with parameters join the first block.
+    """
+    if not isinstance(seq, nn.Sequential):
+        raise ConfigError(f"split_sequential needs an nn.Sequential, got {type(seq).__name__}")
+    children = list(seq.children())
+    n = len(children)
+    if at is None:
+        starts = [i for i, m in enumerate(children) if _has_params(m)]
+        starts = sorted(set([0] + starts[1:])) if starts else [0]
+    else:
+        starts = sorted(set(int(i) for i in at) | {0})
+        bad = [i for i in starts if not 0 <= i < n]
+        if bad:
+            raise ConfigError(f"split_sequential: block starts {bad} are outside the {n} children (0..{n - 1})")
+    bounds = starts + [n]
+    blocks = [nn.Sequential(*children[lo:hi]) for lo, hi in zip(bounds, bounds[1:])]
+    if len(blocks) < 2:
+        raise ConfigError(f"an nn.Sequential with {n} children gives {len(blocks)} block; a split model needs at "
+                          f"least 2 (pass at=[...] to split_sequential, or give a list of blocks)")
+    return blocks
+
+
+def _name(name: str) -> str:
+    clean = re.sub(r"[^A-Za-z0-9_.]+", "_", str(name)).strip("_") or "model"
+    return clean if clean.startswith(PREFIX) else PREFIX + clean
+
+
+def as_split_model(model, input_shape: tuple[int, ...], num_classes: int) -> SplitModel:
+    """``model`` (any accepted form) as a SplitModel named ``custom-<name>`` for data of
+    ``input_shape`` and ``num_classes``, checked to run on it (one-line ConfigError naming
+    the block that fails). A copy: the caller's object is left alone."""
+    if isinstance(model, SplitModel):
+        if tuple(model.input_shape) != tuple(input_shape) or model.num_classes != num_classes:
+            raise ConfigError(f"model '{model.name}' is built for inputs {model.input_shape} and "
+                              f"{model.num_classes} classes, but the data have {tuple(input_shape)} and "
+                              f"{num_classes}")
+        split = copy.deepcopy(model)
+        split.name = _name(model.name)
+    else:
+        if isinstance(model, nn.Sequential):
+            blocks = split_sequential(model)
+        elif isinstance(model, (list, tuple, nn.ModuleList)) and all(isinstance(b, nn.Module) for b in model):
+            blocks = list(model)
+        else:
+            raise ConfigError(f"model must be a raysfl SplitModel, a list of nn.Module blocks or an nn.Sequential; "
+                              f"got {type(model).__name__}")
+        split = SplitModel(_name("model"), copy.deepcopy(blocks), input_shape, num_classes)
+    check_runs(split)
+    return split
+
+
+@torch.no_grad()
+def check_runs(model: SplitModel) -> None:
+    """One zero sample through every block (eval mode): a ConfigError naming the first block
+    that fails, or logits of the wrong shape. Fills the model's FLOP and shape profile."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        x = torch.zeros((1, *model.input_shape))
+        for i, block in enumerate(model.blocks):
+            try:
+                x = block(x)
+            except Exception as e:  # noqa: BLE001 - any failure is a model/data mismatch
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                raise ConfigError(f"model '{model.name}' does not run on the data: block {i} "
+                                  f"({type(block).__name__}) fails on input of shape {tuple(x.shape[1:])}: "
+                                  f"{first}") from None
+            if not isinstance(x, torch.Tensor):
+                raise ConfigError(f"model '{model.name}': block {i} returns {type(x).__name__}, not a tensor")
+    finally:
+        for m, was in modes:
+            m.training = was
+    if tuple(x.shape[1:]) != (model.num_classes,):
+        raise ConfigError(f"model '{model.name}' outputs shape {tuple(x.shape[1:])} per sample; a classifier for "
+                          f"these data must output ({model.num_classes},) logits")
+    model.block_flops()  # measured once here, reused by the run
+
+
+@contextmanager
+def registered(model: SplitModel):
+    """Make ``model`` known by its name in this process while the block runs."""
+    with _LOCK:
+        held = _REGISTERED.get(model.name)
+        if held is not None and held[0] is not model:
+            raise ConfigError(f"another run in this process uses a different model named '{model.name}'; give "
+                              f"this one another name (SplitModel(name, blocks, ...))")
+        _REGISTERED[model.name] = (model, (held[1] if held else 0) + 1)
+    try:
+        yield model
+    finally:
+        with _LOCK:
+            obj, n = _REGISTERED[model.name]
+            if n == 1:
+                del _REGISTERED[model.name]
+            else:
+                _REGISTERED[model.name] = (obj, n - 1)
+
+
+def lookup(name: str) -> SplitModel | None:
+    held = _REGISTERED.get(name)
+    return held[0] if held else None
+
+
+def is_custom(name) -> bool:
+    return isinstance(name, str) and name.startswith(PREFIX)
+
+
+def missing(name: str) -> ConfigError:
+    return ConfigError(f"model '{name}' is your own model: pass it again, raysfl.run(cfg, model=...)")

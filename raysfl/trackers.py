@@ -1,0 +1,125 @@
+"""Experiment trackers as callbacks (:mod:`raysfl.callbacks`): MLflow.
+
+TensorBoard needs no callback: every run writes ``tb/`` itself (:mod:`raysfl.metrics`).
+
+:class:`MLflowLogger` logs a run to an MLflow tracking store: the run's settings as params
+(flattened: ``devices.memory_gb``, ``algo_params.mu``, ...), every numeric column of each
+round's metrics row as a metric at step = round, and at the end ``config.json``,
+``clients.json`` and the Parquet files as artifacts; the MLflow run ends FINISHED, or FAILED
+with the error. It talks to the store through ``MlflowClient`` (no global MLflow state), so
+runs in threads (``raysfl compare``) log side by side. From the command line:
+``raysfl run --mlflow URI`` (experiment "raysfl").
+
+MLflow is an optional extra: ``pip install 'raysfl[mlflow]'``. Any tracking URI works
+(``http://host:5000``, ``sqlite:///mlflow.db`` with the full ``mlflow`` package, a
+directory ``file:./mlruns``); MLflow 3 keeps the directory store in maintenance mode and
+refuses it unless ``MLFLOW_ALLOW_FILE_STORE=true`` is set.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+from raysfl.callbacks import Callback
+from raysfl.errors import ConfigError
+
+_FIX = "pip install 'raysfl[mlflow]'"
+ARTIFACTS = ("config.json", "clients.json", "metrics.parquet", "clients.parquet", "placement.json")
+
+
+def _mlflow():
+    try:
+        import mlflow
+    except ImportError:
+        raise ConfigError(f"MLflow logging needs the mlflow package, which is not installed; fix: {_FIX}") from None
+    return mlflow
+
+
+def _client(uri: str | None):
+    mlflow = _mlflow()
+    try:
+        client = mlflow.MlflowClient(tracking_uri=uri or None)
+        client.search_experiments(max_results=1)  # reaches the store now: a bad URI fails before the run
+    except Exception as e:  # noqa: BLE001 - MLflow raises its own and the store's errors
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        if "MLFLOW_ALLOW_FILE_STORE" in first:
+            raise ConfigError(f"MLflow refuses the directory store '{uri}' (maintenance mode in MLflow 3): set "
+                              f"MLFLOW_ALLOW_FILE_STORE=true, or use a database URI such as sqlite:///mlflow.db"
+                              ) from None
+        raise ConfigError(f"cannot log to MLflow at '{uri}': {first[:300]}") from None
+    return client
+
+
+def check_mlflow(uri: str) -> None:
+    """Before the run: mlflow installed and the tracking store reachable (one-line ConfigError)."""
+    _client(uri)
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, str]:
+    """Nested settings as ``{"devices.memory_gb": "(2.0, 16.0)", ...}`` (strings, as MLflow keeps params)."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = str(v)
+    return out
+
+
+def _chunks(items: list, n: int):
+    for i in range(0, len(items), n):
+        yield items[i:i + n]
+
+
+class MLflowLogger(Callback):
+    """Log a run to MLflow (module docstring). ``tracking_uri`` None: MLflow's own default
+    (``MLFLOW_TRACKING_URI``); ``experiment``: created if missing; ``run_name``: default the
+    run directory's name."""
+
+    def __init__(self, tracking_uri: str | None = None, experiment: str = "raysfl", run_name: str | None = None,
+                 artifacts: bool = True):
+        self.uri, self.experiment, self.run_name, self.artifacts = tracking_uri, experiment, run_name, artifacts
+        self.client = None
+        self.run_id: str | None = None
+
+    def on_run_start(self, run_dir: Path, config: dict) -> None:
+        from mlflow.entities import Param, RunTag
+
+        self.client = _client(self.uri)
+        exp = self.client.get_experiment_by_name(self.experiment)
+        exp_id = exp.experiment_id if exp is not None else self.client.create_experiment(self.experiment)
+        run = self.client.create_run(exp_id, run_name=self.run_name or Path(run_dir).name,
+                                     tags={"raysfl.run_dir": str(run_dir), "raysfl.algo": str(config.get("algo"))})
+        self.run_id = run.info.run_id
+        params = [Param(k, v[:6000]) for k, v in sorted(flatten(config).items())]
+        for chunk in _chunks(params, 100):  # MLflow takes at most 100 params per batch
+            self.client.log_batch(self.run_id, params=chunk)
+        self.client.log_batch(self.run_id, tags=[RunTag("raysfl.resumed", str(bool(config.get("resume"))))])
+
+    def on_round(self, row: dict) -> None:
+        from mlflow.entities import Metric
+
+        if self.run_id is None:
+            return
+        now = int(time.time() * 1000)
+        step = int(row["round"])
+        metrics = [Metric(k, float(v), now, step) for k, v in row.items()
+                   if k != "round" and isinstance(v, (int, float)) and not isinstance(v, bool)
+                   and math.isfinite(float(v))]
+        for chunk in _chunks(metrics, 1000):
+            self.client.log_batch(self.run_id, metrics=chunk)
+
+    def on_run_end(self, run_dir: Path, rows: list[dict], error: BaseException | None) -> None:
+        if self.run_id is None:
+            return
+        try:
+            if self.artifacts:
+                for name in ARTIFACTS:
+                    if (Path(run_dir) / name).is_file():
+                        self.client.log_artifact(self.run_id, str(Path(run_dir) / name))
+            if error is not None:
+                self.client.set_tag(self.run_id, "raysfl.error", f"{type(error).__name__}: {error}"[:5000])
+        finally:
+            self.client.set_terminated(self.run_id, "FAILED" if error is not None else "FINISHED")

@@ -1,0 +1,185 @@
+"""What a run gives back: callbacks (and stopping early), MLflow, TensorBoard, the checkpoints
+it keeps, the disk it used, and the trained model (``RunResult.model``, ``raysfl export``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import raysfl
+from raysfl import checkpoint
+from raysfl.errors import ConfigError
+from raysfl.evaluation import evaluate
+
+
+def _events(path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(path), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    return acc
+
+
+def test_a_callback_stops_the_run_cleanly_and_everything_comes_back(quick, tmp_path, monkeypatch, capsys):
+    seen = []
+
+    class Recorder(raysfl.Callback):
+        def on_run_start(self, run_dir, config):
+            seen.append(("start", config["algo"]))
+
+        def on_round(self, row):
+            seen.append(row["round"])
+
+        def on_run_end(self, run_dir, rows, error):
+            seen.append(("end", len(rows), error))
+
+    callbacks = [Recorder(), lambda row: row["round"] == 3]  # stop after round 3
+    # checkpoints every 2 rounds: round 3 is not due, but a stopped run still leaves its checkpoint
+    cfg = quick(algo="splitfed_v2", rounds=6, checkpoint_every=2, keep_checkpoints=1, keep_best=True, progress=True)
+    res = raysfl.run(cfg, callbacks=callbacks)
+    assert res.stopped and [r["round"] for r in res.metrics] == [1, 2, 3]
+    assert seen == [("start", "splitfed_v2"), 1, 2, 3, ("end", 3, None)]
+    # kept: the newest (3) and the best of those saved (2 or 3); round 1 was never saved
+    kept = checkpoint.rounds_saved(res.run_dir)
+    best = max((r["test_accuracy"], -r["round"]) for r in res.metrics if r["round"] in (2, 3))
+    assert kept == sorted({3, -best[1]})
+    err = capsys.readouterr().err
+    assert "stopped               by a callback after round 3" in err
+    assert f"disk used" in err and f"{len(kept)} checkpoint" in err
+    # the model back: the one the run evaluated last
+    from raysfl.data import load_dataset
+
+    ds = load_dataset("digits")
+    model = res.model()
+    assert evaluate(model, ds.x_test, ds.y_test, ds.to_tensor)[0] == pytest.approx(res.final["test_accuracy"])
+    # raysfl export: the same weights as a plain state_dict file
+    from raysfl.cli import main
+
+    assert main(["export", str(res.run_dir)]) == 0
+    exported = torch.load(res.run_dir / "model.pt", weights_only=True)
+    assert exported.keys() == model.state_dict().keys()
+    assert all(torch.equal(exported[k], v) for k, v in model.state_dict().items())
+    assert main(["export", str(res.run_dir), "--clients"]) == 2
+    assert "has no models of the clients' own" in capsys.readouterr().err
+    assert main(["export", str(res.run_dir), "--round", "1"]) == 2
+    assert "no checkpoint of round 1; kept: " in capsys.readouterr().err
+    # TensorBoard: grouped tags, the config, accuracy against simulated time and bytes, hparams
+    tb = _events(res.run_dir / "tb")
+    tags = set(tb.Tags()["scalars"])
+    assert {"accuracy/test_accuracy", "loss/train_loss", "bytes/bytes_up", "time/sim_time_s", "faults/failures",
+            "clients/participants", "compute/client_flops"} <= tags
+    assert not [t for t in tags if "/" not in t]
+    assert "config/text_summary" in tb.Tags()["tensors"]
+    by_time = _events(res.run_dir / "tb" / "by_sim_time").Scalars("accuracy_vs_sim_time/test_accuracy")
+    assert [e.step for e in by_time] == [round(1000 * r["sim_time_total_s"]) for r in res.metrics]
+    sent = np.cumsum([r["bytes_up"] + r["bytes_down"] for r in res.metrics])
+    by_bytes = _events(res.run_dir / "tb" / "by_bytes").Scalars("accuracy_vs_bytes/test_accuracy")
+    assert [e.step for e in by_bytes] == sent.tolist()
+    assert [e.value for e in by_bytes] == pytest.approx([r["test_accuracy"] for r in res.metrics])
+    hp = _events(res.run_dir / "tb" / "hparams")
+    assert hp.Scalars("hparams/final_test_accuracy")[-1].value == pytest.approx(res.final["test_accuracy"])
+    assert set(hp.PluginTagToContent("hparams")) >= {"_hparams_/experiment", "_hparams_/session_start_info"}
+    # a stopped run resumes from the round it stopped at
+    resumed = raysfl.run(raysfl.resume_config(res.run_dir, {"rounds": 4, "progress": False}))
+    assert [r["round"] for r in resumed.metrics] == [1, 2, 3, 4] and not resumed.stopped
+
+
+def test_mlflow_logs_a_run_to_a_local_file_store(quick, tmp_path, monkeypatch):
+    mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed (pip install 'raysfl[mlflow]')")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3: the directory store is opt-in
+    uri = (tmp_path / "mlruns").as_uri()
+    # --mlflow URI (a config setting, as on the command line) and a logger of your own, side by side
+    res = raysfl.run(quick(algo="fedavg", rounds=2, mlflow=uri),
+                     callbacks=[raysfl.trackers.MLflowLogger(uri, experiment="mine")])
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    for experiment in ("raysfl", "mine"):
+        (run,) = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+        assert run.info.status == "FINISHED" and run.info.run_name == res.run_dir.name
+        assert run.data.params["algo"] == "fedavg" and run.data.params["resources.client_actors"] == "2"
+        history = client.get_metric_history(run.info.run_id, "test_accuracy")
+        assert [(m.step, m.value) for m in history] == [(r["round"], pytest.approx(r["test_accuracy"]))
+                                                        for r in res.metrics]
+        assert {"config.json", "metrics.parquet"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
+
+
+def test_mlflow_is_optional_and_its_mistakes_are_one_line(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # as if not installed
+    with pytest.raises(ConfigError, match=r"needs the mlflow package, which is not installed; fix: pip install "
+                                          r"'raysfl\[mlflow\]'"):
+        raysfl.run(raysfl.config_from_kwargs(mlflow=str(tmp_path / "m"), progress=False, out=str(tmp_path)))
+
+
+def test_mlflow_file_store_without_opt_in_is_refused_before_the_run(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow", reason="the mlflow extra is not installed (pip install 'raysfl[mlflow]')")
+    from raysfl.resolve import validate
+
+    import mlflow
+
+    if int(mlflow.__version__.split(".")[0]) < 3:
+        pytest.skip("MLflow 2 takes a directory store without the opt-in")
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    cfg = raysfl.config_from_kwargs(mlflow=(tmp_path / "m").as_uri(), progress=False)
+    with pytest.raises(ConfigError, match="set MLFLOW_ALLOW_FILE_STORE=true, or use a database URI") as e:
+        validate(cfg)
+    assert "\n" not in str(e.value)
+
+
+def test_callbacks_in_the_centralised_run_and_bad_callbacks(tmp_path):
+    cfg = raysfl.config_from_kwargs(algo="centralized", rounds=5, local_steps=2, out=str(tmp_path), progress=False)
+    res = raysfl.run(cfg, callbacks=lambda row: row["round"] >= 2)
+    assert res.stopped and len(res.metrics) == 2 and checkpoint.rounds_saved(res.run_dir) == [1, 2]
+    assert res.model().num_blocks == 4 and res.client_models() == {}
+    with pytest.raises(ConfigError, match="a callback must be a function of the metrics row"):
+        raysfl.run(cfg, callbacks=[42])
+
+
+def test_keep_checkpoints_prunes_all_but_the_newest_and_the_best(tmp_path):
+    state = {"round": 0, "counters": {}, "federation": {"fed": {"global": {}}}}
+    rows = [{"round": r, "test_accuracy": acc} for r, acc in enumerate([0.5, 0.9, 0.6, float("nan"), 0.7], 1)]
+    for r in range(1, 6):
+        checkpoint.save(tmp_path, r, {**state, "round": r})
+        saved = checkpoint.rounds_saved(tmp_path)
+        checkpoint.prune(tmp_path, 2, checkpoint.best_round(rows[:r], saved))
+    assert checkpoint.rounds_saved(tmp_path) == [2, 4, 5]
+    checkpoint.prune(tmp_path, 1)
+    assert checkpoint.rounds_saved(tmp_path) == [5]
+    assert checkpoint.prune(tmp_path, 0) == []  # 0 keeps every one
+    from raysfl.resolve import validate
+
+    with pytest.raises(ConfigError, match="keep-checkpoints must be >= 0"):
+        validate(raysfl.config_from_kwargs(keep_checkpoints=-1))
+
+
+def test_the_model_of_clients_that_keep_their_own(quick):
+    res = raysfl.run(quick(algo="psl", rounds=2))
+    with pytest.raises(ConfigError, match="'psl' keeps no single global model"):
+        res.state_dict()
+    own = res.client_state_dicts()
+    assert sorted(own) == [0, 1, 2, 3]
+    # clients share the server side and differ in their own client side
+    assert torch.equal(own[0]["blocks.3.weight"], own[1]["blocks.3.weight"])
+    assert not torch.equal(own[0]["blocks.0.0.weight"], own[1]["blocks.0.0.weight"])
+    from raysfl.cli import main
+
+    assert main(["export", str(res.run_dir), "--clients", "--out", str(res.run_dir / "own")]) == 0
+    assert len(list((res.run_dir / "own").glob("client_*.pt"))) == 4
+    # load_run: the same from the directory alone
+    again = raysfl.load_run(res.run_dir).client_state_dicts()
+    assert all(torch.equal(again[2][k], v) for k, v in own[2].items())
+
+
+def test_a_run_without_checkpoints_says_why_it_has_no_model(tmp_path):
+    import json
+
+    from raysfl.resolve import validate
+
+    (tmp_path / "config.json").write_text(json.dumps(validate(raysfl.config_from_kwargs(checkpoint_every=0)).to_dict()))
+    res = raysfl.load_run(tmp_path)
+    assert res.config.checkpoint_every == 0 and res.metrics == []
+    with pytest.raises(ConfigError, match="has no checkpoint to take the model from .*--checkpoint-every 0"):
+        res.model()
+    with pytest.raises(ConfigError, match="is not a run directory"):
+        raysfl.load_run(tmp_path / "nope")
