@@ -179,6 +179,15 @@ ALGO_KNOBS: dict[str, str] = {
     "anneal_rounds": "BESplit eq. 5: T of the KL annealing lambda_t = min(1, t/T)",
     "csr_beta": "BESplit eq. 6: beta of the staleness-aware EMA of client state records",
     "csr_ttl": "BESplit: rounds without a client before its state record is dropped",
+    "csr_model": "BESplit: whose outputs fill the client state records: round_start (the server side as the "
+                 "round began) | training (as it trains, step by step)",
+    "ea_average": "BESplit eqs. 8-9 averaged: sample (per sample) | seen (over the client's seen classes) | "
+                  "all (all N classes, as printed)",
+    "ea_epistemic": "BESplit eq. 9's U_epi: mutual_info | vacuity | entropy (eq. 4 as printed)",
+    "ea_compare": "BESplit eqs. 8-9 compare: per_class (each class among its holders) | pooled (as printed)",
+    "ea_samples": "BESplit eq. 10: multiply s by the client's sample count n_k",
+    "plain_weights": "BESplit weights without EA: samples (FedAvg's n_k) | uniform (the paper's simple average)",
+    "bcc_move": "BESplit eq. 30: lent rows leave the lender's loss (--no-bcc-move: both train on them)",
     "ea": "BESplit: Evidential Aggregation (--no-ea: sample weights, Table 4's w/o EA)",
     "ea_evidence": "BESplit eq. 10: the evidence-concentration factor Q (--no-ea-evidence: w/o E)",
     "ea_ale": "BESplit eq. 10: the aleatoric ratio R_ale (--no-ea-ale: w/o U_ale)",

@@ -44,7 +44,9 @@ def test_tensorboard_has_every_round(quick):
     result = raysfl.run(quick(algo="splitfed_v2", rounds=3))
     acc = EventAccumulator(str(result.run_dir / "tb"))
     acc.Reload()
-    for tag in ("test_accuracy", "bytes_up", "sim_time_s"):
-        assert [e.step for e in acc.Scalars(tag)] == [1, 2, 3]
-    assert [e.value for e in acc.Scalars("test_accuracy")] == pytest.approx(
+    from raysfl.metrics import tb_tag
+
+    for column in ("test_accuracy", "bytes_up", "sim_time_s"):
+        assert [e.step for e in acc.Scalars(tb_tag(column))] == [1, 2, 3]
+    assert [e.value for e in acc.Scalars("accuracy/test_accuracy")] == pytest.approx(
         [r["test_accuracy"] for r in result.metrics])

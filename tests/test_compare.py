@@ -41,7 +41,7 @@ def test_compare_two_algorithms_writes_a_table_matching_the_runs_and_every_png(t
                                                                  for m in metrics))
         hits = [next((x["round"] for x in m if x["test_accuracy"] >= 0.2), None) for m in metrics]
         assert r["reached_target"] == sum(h is not None for h in hits)
-        assert f"| {r['algo']} | 2 | {r['final_accuracy_mean']:.4f} ± {r['final_accuracy_std']:.4f} |" in md
+        assert f"| {r['algo']} | 2 | 4.0 | {r['final_accuracy_mean']:.4f} ± {r['final_accuracy_std']:.4f} |" in md
         # identical data: the same seed gives both algorithms the same clients and partition
         for s in (0, 1):
             a = json.loads((out / "runs" / f"splitfed_v2-s{s}" / "clients.json").read_text())

@@ -187,7 +187,9 @@ def test_evaluating_a_client_model_leaves_the_global_model_alone():
     from raysfl.runtime.fed_actor import FedActor
 
     cfg = validate(raysfl.config_from_kwargs(algo="psl", clients=2))
-    fed = FedActor(cfg, get_algorithm("psl")(cfg), load_dataset("digits"))
+    from raysfl.runtime.fed_actor import ClientViews
+
+    fed = FedActor(cfg, get_algorithm("psl")(cfg), load_dataset("digits"), ClientViews([], np.ones((2, 10))))
     before = {k: v.copy() for k, v in fed.s.global_state.items()}
     fed.s.own[0] = {k: v + 1.0 for k, v in before.items() if k.startswith("blocks.0.")}
     fed.s.last_clients = [0]

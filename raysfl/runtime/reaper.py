@@ -45,13 +45,18 @@ def _start_time(pid: int) -> str | None:
 
 
 def _started_by(raylets: dict[int, str]) -> list[int]:
-    """Processes a watched raylet started (its agents and workers): Ray passes them its pid in
-    ``RAY_RAYLET_PID``, which survives the raylet's death and their adoption by init. Only
-    processes that started after that raylet count (a reused pid never does)."""
+    """Processes a watched raylet started (its agents and workers): its children while it lives
+    (the reaper looks every few seconds), and any process carrying its pid in ``RAY_RAYLET_PID``
+    (which survives the raylet's death and the process's adoption by init). Only processes that
+    started after that raylet count (a reused pid never does)."""
     marks = {f"RAY_RAYLET_PID={pid}".encode(): int(start) for pid, start in raylets.items()}
     out = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
+            continue
+        ppid = _parent(int(name))
+        if ppid in raylets and _start_time(ppid) == raylets[ppid]:  # a child of a live raylet (some Ray
+            out.append(int(name))                                    # versions pass no RAY_RAYLET_PID)
             continue
         try:
             with open(f"/proc/{name}/environ", "rb") as f:
@@ -65,6 +70,16 @@ def _started_by(raylets: dict[int, str]) -> list[int]:
                     out.append(int(name))
                 break
     return out
+
+
+def _parent(pid: int) -> int | None:
+    """The parent's process id (field 4 of /proc/PID/stat), or None if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])
 
 
 def _alive(pid: int, start: str) -> bool:

@@ -382,7 +382,7 @@ def test_flex_sfl_run_two_edge_servers(quick):
 
     cfg = quick(algo="flex_sfl", clients=12, rounds=4, local_steps=None, local_epochs=1,
                 flex_sfl={"edge_servers": 2, "rho": 0.5, "tau_c": 2, "tau_e": 1, "tau_r": 2, "min_cut": 1,
-                          "max_cut": 2})
+                          "max_cut": 2, "das_mode": "spread"})  # spread: one cluster per cut
     res = raysfl.run(cfg)
     info = {c["client"]: c for c in json.loads((res.run_dir / "clients.json").read_text())}
     cluster_cut = {}
