@@ -29,7 +29,9 @@ def test_same_seed_identical_rows(quick):
 
 @pytest.mark.parametrize("algo,extra", [
     ("splitfed_v2", {}), pytest.param("psl", {}, marks=pytest.mark.slow),
-    pytest.param("super_sfl", {"model": "cnn", "super_sfl": {"server_availability": 0.5}}, marks=pytest.mark.slow),
+    # a server answer slower than server_timeout_s (a loaded machine) is a real-time fallback: wait long here
+        pytest.param("super_sfl", {"model": "cnn", "super_sfl": {"server_availability": 0.5, "server_timeout_s": 600}},
+                     marks=pytest.mark.slow),
     # eq. 2's t/T reads T = --rounds, which this test changes on resume (2 -> 4): compare without it
     pytest.param("gapsl", {"partition": "dirichlet", "alpha": 0.3, "gapsl": {"lgi": "random", "time_scaling": False}},
                  marks=pytest.mark.slow),

@@ -197,7 +197,7 @@ def test_gapsl_learns_and_beats_psl_on_non_iid_data(quick):
         g = raysfl.run(quick(algo="gapsl", **kw)).final["test_accuracy"]
         p = raysfl.run(quick(algo="psl", partition="dirichlet", alpha=0.1, cut=1, lr=0.005, server_lr=0.01,
                              **kw)).final["test_accuracy"]
-        assert g > 0.6 and g >= p, (seed, g, p)
+        assert g > 0.6 and g >= p - 1e-9, (seed, g, p)  # level: the same accuracy up to float rounding
 
 
 @pytest.mark.parametrize("params,match", [
