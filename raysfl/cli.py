@@ -244,9 +244,13 @@ def _list() -> None:
     from raysfl.data import DATASETS, PARTITIONERS
     from raysfl.models import MODELS, build_model
 
-    print("algorithms:")
+    from raysfl.flags import paper_settings
+
+    print("algorithms (and the paper settings they default to):")
     for name, cls in ALGORITHMS.items():
         print(f"  {name:<14}{cls.summary}")
+        if cls.config_defaults or cls.dataset_defaults:
+            print(f"  {'':<14}defaults: {paper_settings(cls)}")
     print("datasets:     " + ", ".join(DATASETS))
     print("models (valid --cut values; the blocks before a cut run on the client):")
     for name in MODELS:

@@ -200,3 +200,24 @@ ALGO_KNOBS: dict[str, str] = {
     "kd_lambda_g": "BESplit eq. 18: lambda_G",
     "kd_c_distance": "BESplit eq. 16: KD-C's relational matrices: mean (normalised) | raw (as printed)",
 }
+
+
+def paper_settings(cls, quote: str = "") -> str:
+    """An algorithm's paper setting as flags (``config_defaults``, then each data set's
+    ``dataset_defaults``): what ``raysfl list`` and the README's table show (``quote``: "`"
+    for Markdown)."""
+    def flags(d: dict) -> str:
+        return " ".join(f"{quote}--{k.replace('_', '-')} {v}{quote}" for k, v in d.items())
+
+    parts = [flags(cls.config_defaults)] if cls.config_defaults else []
+    parts += [f"on {ds}: {flags(d)}" for ds, d in cls.dataset_defaults.items()]
+    return "; ".join(parts) or "raysfl's defaults"
+
+
+def paper_settings_table() -> str:
+    """The README's table of every algorithm's paper setting (a test keeps the two equal)."""
+    from raysfl.algorithms import ALGORITHMS
+
+    rows = ["| `--algo` | paper setting (its defaults; any flag you give wins) |", "|---|---|"]
+    rows += [f"| `{name}` | {paper_settings(cls, '`')} |" for name, cls in ALGORITHMS.items()]
+    return "\n".join(rows)

@@ -63,3 +63,15 @@ def test_local_test_splits_are_held_out_and_reported(quick):
     full = json.loads((plain.run_dir / "clients.json").read_text())
     # the held-out quarter is not trained on: each client trains on fewer samples
     assert all(a["samples"] < b["samples"] for a, b in zip(clients, full))
+
+
+def test_readme_lists_every_algorithms_paper_setting():
+    """The README's table of paper settings is the one the code gives (no drift)."""
+    from pathlib import Path
+
+    from raysfl.flags import paper_settings_table
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = text.index("<!-- paper-settings:")
+    body = text[text.index("\n", start) + 1:text.index("<!-- /paper-settings -->")].strip()
+    assert body == paper_settings_table()
