@@ -25,18 +25,16 @@ name, they receive the arrays.
 from __future__ import annotations
 
 import re
-import threading
-from contextlib import contextmanager
 
 import numpy as np
 
 from raysfl.errors import ConfigError
+from raysfl.run_registry import RunRegistry
 
 PREFIX = "custom-"
 _TEST_FRACTION = 0.2
 _SPLIT_SEED = 0
-_LOCK = threading.Lock()
-_REGISTERED: dict[str, tuple[object, int]] = {}  # name -> (DatasetArrays, runs using it)
+_RUNS = RunRegistry("dataset", "raysfl.run(cfg, data=...)", "raysfl.data.custom_dataset(..., name=...)")
 
 
 def _labels(y, what: str) -> np.ndarray:
@@ -168,37 +166,12 @@ def as_dataset(data, name: str = "data"):
                       + (f" of {len(data)}" if isinstance(data, (tuple, list)) else ""))
 
 
-@contextmanager
-def registered(ds):
-    """Make ``ds`` known by its name in this process while the block runs (nested and
-    concurrent runs with the same data are fine; another data set under the same name is not)."""
-    with _LOCK:
-        held = _REGISTERED.get(ds.name)
-        if held is not None and held[0] is not ds:
-            raise ConfigError(f"another run in this process uses a different data set named '{ds.name}'; "
-                              f"give this one another name (raysfl.data.custom_dataset(..., name=...))")
-        _REGISTERED[ds.name] = (ds, (held[1] if held else 0) + 1)
-    try:
-        yield ds
-    finally:
-        with _LOCK:
-            obj, n = _REGISTERED[ds.name]
-            if n == 1:
-                del _REGISTERED[ds.name]
-            else:
-                _REGISTERED[ds.name] = (obj, n - 1)
 
 
-def lookup(name: str):
-    """The registered data set ``name``, or None."""
-    held = _REGISTERED.get(name)
-    return held[0] if held else None
 
 
 def is_custom(name) -> bool:
     return isinstance(name, str) and name.startswith(PREFIX)
 
 
-def missing(name: str) -> ConfigError:
-    """The error for a custom data set that is not given to this run (e.g. a resumed one)."""
-    return ConfigError(f"dataset '{name}' is your own data: pass it again, raysfl.run(cfg, data=...)")
+registered, lookup, missing = _RUNS.registered, _RUNS.lookup, _RUNS.missing

@@ -22,19 +22,17 @@ from __future__ import annotations
 
 import copy
 import re
-import threading
 from collections.abc import Sequence
-from contextlib import contextmanager
 
 import torch
 from torch import nn
 
 from raysfl.errors import ConfigError
+from raysfl.run_registry import RunRegistry
 from raysfl.models.splittable import SplitModel
 
 PREFIX = "custom-"
-_LOCK = threading.Lock()
-_REGISTERED: dict[str, tuple[SplitModel, int]] = {}  # name -> (model, runs using it)
+_RUNS = RunRegistry("model", "raysfl.run(cfg, model=...)", "SplitModel(name, blocks, ...)")
 
 
 def _has_params(m: nn.Module) -> bool:
@@ -126,34 +124,12 @@ def check_runs(model: SplitModel) -> None:
     model.block_flops()  # measured once here, reused by the run
 
 
-@contextmanager
-def registered(model: SplitModel):
-    """Make ``model`` known by its name in this process while the block runs."""
-    with _LOCK:
-        held = _REGISTERED.get(model.name)
-        if held is not None and held[0] is not model:
-            raise ConfigError(f"another run in this process uses a different model named '{model.name}'; give "
-                              f"this one another name (SplitModel(name, blocks, ...))")
-        _REGISTERED[model.name] = (model, (held[1] if held else 0) + 1)
-    try:
-        yield model
-    finally:
-        with _LOCK:
-            obj, n = _REGISTERED[model.name]
-            if n == 1:
-                del _REGISTERED[model.name]
-            else:
-                _REGISTERED[model.name] = (obj, n - 1)
 
 
-def lookup(name: str) -> SplitModel | None:
-    held = _REGISTERED.get(name)
-    return held[0] if held else None
 
 
 def is_custom(name) -> bool:
     return isinstance(name, str) and name.startswith(PREFIX)
 
 
-def missing(name: str) -> ConfigError:
-    return ConfigError(f"model '{name}' is your own model: pass it again, raysfl.run(cfg, model=...)")
+registered, lookup, missing = _RUNS.registered, _RUNS.lookup, _RUNS.missing
