@@ -85,6 +85,8 @@ class Federation:
         name, like the data set."""
         import ray
 
+        from raysfl.runtime.ray_noise import without_line
+
         self.cfg, self.algo, self.num_actors = cfg, algo, num_actors
         self.num_blocks = len(block_flops)
         self.ds_ref = ray.put(dataset)  # loaded once, shared; kept alive for actor restarts
@@ -95,9 +97,10 @@ class Federation:
 
         def spawn(cls, role: str, kind: str, pg, bundle: int, *args):
             res = role_resources(cfg, kind)
-            return ray.remote(cls).options(name=f"raysfl:{run_name}:{role}", max_restarts=cfg.max_restarts,
-                                           max_task_retries=0, **actor_options(res, pg, bundle)
-                                           ).remote(*args, res.get("GPU", 0.0), model=self.model_ref)
+            with without_line():  # Ray's warning about object-store arguments: the refs live as long as we do
+                return ray.remote(cls).options(name=f"raysfl:{run_name}:{role}", max_restarts=cfg.max_restarts,
+                                               max_task_retries=0, **actor_options(res, pg, bundle)
+                                               ).remote(*args, res.get("GPU", 0.0), model=self.model_ref)
 
         self.clients = [
             spawn(ClientActor, f"client-{i}", "client", self.groups[0], i, i, cfg, algo, self.ds_ref,
