@@ -31,7 +31,9 @@ Builder = Callable[[tuple[int, int, int], int], SplitModel]
 
 
 def cnn(input_shape: tuple[int, int, int], num_classes: int) -> SplitModel:
-    """FLEX-SFL's FashionMNIST CNN: two 5x5 conv layers (32, 64 channels) and two fc layers.
+    """A CNN of the shape FLEX-SFL's Table 2 names for FashionMNIST ("2 conv + 2 fc"); the
+    paper gives no sizes, so these are raysfl's: two 5x5 conv layers (32, 64 channels) and two
+    fc layers.
 
     Blocks (L = 4): [conv1+ReLU+pool], [conv2+ReLU+pool], [flatten+fc1(128)+ReLU], [fc2].
     'same' padding keeps every size divisible by the pools: 8->4->2, 28->14->7, 32->16->8.
