@@ -51,17 +51,27 @@ def fetch(refs: list, deadline: float | None = None) -> list:
         done, _ = ray.wait(refs, num_returns=len(refs), timeout=max(0.0, deadline - time.time()),
                            fetch_local=False)
         ready = set(done)
+    return _values(refs, ready)
+
+
+def _values(refs: list, ready: set | None, expected: list[bool] | None = None) -> list:
+    """Each ref's value: None where not ``expected``, LATE where not in ``ready`` (None: every
+    ref is ready), DEAD where its producer died; any other error is raised."""
+    import ray
+
     out = []
-    for r in refs:
-        if ready is not None and r not in ready:
+    for i, r in enumerate(refs):
+        if expected is not None and not expected[i]:
+            out.append(None)
+        elif ready is not None and r not in ready:
             out.append(LATE)
-            continue
-        try:
-            out.append(ray.get(r))
-        except Exception as e:  # noqa: BLE001 - classified below
-            if not is_death(e):
-                raise
-            out.append(DEAD)
+        else:
+            try:
+                out.append(ray.get(r))
+            except Exception as e:  # noqa: BLE001 - classified here
+                if not is_death(e):
+                    raise
+                out.append(DEAD)
     return out
 
 
@@ -88,21 +98,7 @@ def gather(refs: list, expected: list[bool], deadline: float | None = None,
             done, _ = ray.wait(waiting, num_returns=len(waiting), fetch_local=False,
                                timeout=None if end is None else max(0.0, end - time.time()))
             ready = set(done)
-    out = []
-    for r, e in zip(refs, expected):
-        if not e:
-            out.append(None)
-            continue
-        if r not in ready:
-            out.append(LATE)
-            continue
-        try:
-            out.append(ray.get(r))
-        except Exception as err:  # noqa: BLE001 - classified below
-            if not is_death(err):
-                raise
-            out.append(DEAD)
-    return out
+    return _values(refs, ready, expected)
 
 
 def ping_all(actors: list) -> list[str]:
