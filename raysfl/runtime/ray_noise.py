@@ -22,37 +22,65 @@ from contextlib import contextmanager
 ACTOR_ARGS_LINE = "has constructor arguments in the object store and max_restarts > 0"
 
 
+_LOCK = threading.Lock()
+_ACTIVE: dict = {"depth": 0, "filter": None}  # one filter per process, however many threads ask
+
+
 @contextmanager
 def without_line(fragment: str = ACTOR_ARGS_LINE):
-    """Inside the block, lines written to this process's stderr (file descriptor 2, so C++
+    """Inside the block, lines written to this process's stderr (its file descriptor, so C++
     logging too) that contain ``fragment`` are dropped; every other line goes through
-    unchanged. Does nothing where stderr has no file descriptor (e.g. a captured stream)."""
+    unchanged. Threads may nest and overlap blocks (``raysfl compare`` starts runs side by
+    side): the first installs the filter, the last removes it. Does nothing where stderr has
+    no file descriptor (e.g. a captured stream)."""
+    with _LOCK:
+        if _ACTIVE["depth"] == 0:
+            _ACTIVE["filter"] = _install(fragment.encode())
+        _ACTIVE["depth"] += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _ACTIVE["depth"] -= 1
+            if _ACTIVE["depth"] == 0 and _ACTIVE["filter"] is not None:
+                _remove(*_ACTIVE["filter"])
+                _ACTIVE["filter"] = None
+
+
+def _install(needle: bytes):
+    """Point stderr's descriptor at a pipe whose reader forwards every line without ``needle``
+    to the original; returns (descriptor, original's copy, reader) or None."""
     try:
         fd = sys.stderr.fileno()
         sys.stderr.flush()
     except (AttributeError, OSError, ValueError):
-        yield
-        return
+        return None
     saved = os.dup(fd)
     read_end, write_end = os.pipe()
     os.dup2(write_end, fd)
     os.close(write_end)
-    needle = fragment.encode()
 
-    def pump() -> None:
-        with os.fdopen(read_end, "rb") as lines:
-            for line in lines:
-                if needle not in line:
-                    os.write(saved, line)
+    def pump() -> None:  # owns ``saved`` from here on: closes it when the pipe ends
+        try:
+            with os.fdopen(read_end, "rb") as lines:
+                for line in lines:
+                    if needle not in line:
+                        try:
+                            os.write(saved, line)
+                        except OSError:
+                            pass
+        finally:
+            os.close(saved)
 
     reader = threading.Thread(target=pump, name="raysfl-stderr-filter", daemon=True)
     reader.start()
+    return fd, saved, reader
+
+
+def _remove(fd: int, saved: int, reader: threading.Thread) -> None:
     try:
-        yield
-    finally:
-        try:
-            sys.stderr.flush()
-        finally:
-            os.dup2(saved, fd)  # the pipe's last write end closes: the reader sees its end
-            reader.join(timeout=5)
-            os.close(saved)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    os.dup2(saved, fd)  # the pipe's write end closes: the reader forwards what is left and ends
+    reader.join(timeout=5)
