@@ -10,7 +10,10 @@ from raysfl.metrics import TIMING_COLUMNS
 
 
 def _strip(rows):
-    return [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in rows]
+    """Rows without timing columns; NaN (a metric not measured that round, e.g. SuperSFL's
+    server gradient norm in a round without the server) as None, since NaN != NaN."""
+    return [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items() if k not in TIMING_COLUMNS}
+            for r in rows]
 
 
 def _tables(run_dir):
