@@ -197,8 +197,6 @@ def check_same_model(state: dict, model, run_dir: Path) -> None:
 
 def _warn_thin_rounds(cfg, rows: list[dict]) -> None:
     """One closing line when rounds included fewer clients than --min-included asks for."""
-    import sys
-
     thin = [r["round"] for r in rows if r.get("below_min_included")]
     if thin:
         print(f"raysfl: warning: {len(thin)} of {len(rows)} rounds included fewer than {cfg.min_included:.0%} of "

@@ -97,23 +97,23 @@ class Federation:
 
         def spawn(cls, role: str, kind: str, pg, bundle: int, *args):
             res = role_resources(cfg, kind)
-            with without_line():  # Ray's warning about object-store arguments: the refs live as long as we do
-                return ray.remote(cls).options(name=f"raysfl:{run_name}:{role}", max_restarts=cfg.max_restarts,
-                                               max_task_retries=0, **actor_options(res, pg, bundle)
-                                               ).remote(*args, res.get("GPU", 0.0), model=self.model_ref)
+            return ray.remote(cls).options(name=f"raysfl:{run_name}:{role}", max_restarts=cfg.max_restarts,
+                                           max_task_retries=0, **actor_options(res, pg, bundle)
+                                           ).remote(*args, res.get("GPU", 0.0), model=self.model_ref)
 
-        self.clients = [
-            spawn(ClientActor, f"client-{i}", "client", self.groups[0], i, i, cfg, algo, self.ds_ref,
-                  {k: parts[k] for k in range(len(parts)) if k % num_actors == i}, block_flops)
-            for i in range(num_actors)
-        ]
-        self.servers = [
-            spawn(ServerActor, f"server-{j}", "server", self.groups[1], j, j, cfg, algo,
-                  dataset.input_shape, dataset.num_classes, block_flops)
-            for j in range(num_servers)
-        ]
-        self.fed = spawn(FedActor, "fed", "fed", self.groups[1], num_servers, cfg, algo, self.ds_ref,
-                         ClientViews(local_tests or [], histograms))
+        with without_line():  # Ray's warning about object-store arguments: the refs live as long as we do
+            self.clients = [
+                spawn(ClientActor, f"client-{i}", "client", self.groups[0], i, i, cfg, algo, self.ds_ref,
+                      {k: parts[k] for k in range(len(parts)) if k % num_actors == i}, block_flops)
+                for i in range(num_actors)
+            ]
+            self.servers = [
+                spawn(ServerActor, f"server-{j}", "server", self.groups[1], j, j, cfg, algo,
+                      dataset.input_shape, dataset.num_classes, block_flops)
+                for j in range(num_servers)
+            ]
+            self.fed = spawn(FedActor, "fed", "fed", self.groups[1], num_servers, cfg, algo, self.ds_ref,
+                             ClientViews(local_tests or [], histograms))
         self.incarnations = ray.get([a.ping.remote() for a in self._all()])
         self.snapshot: dict | None = None  # the state to go back to after a failure
         self.snapshot_round: int | None = None  # the round the snapshot is the end of (0: the start)
