@@ -95,12 +95,25 @@ def test_killed_driver_leaves_no_ray_processes(tmp_path):
     env = {**os.environ, "RAY_TMPDIR": marker, "RAYSFL_TEST_MARKER": marker}
     env.pop("RAY_ADDRESS", None)
 
+    def ours(proc: Path) -> bool:
+        """A process of the test's Ray: the marker in its environment, or a file of its session
+        open (an agent's process title may overwrite the environment where the marker was)."""
+        if marker.encode() in (proc / "environ").read_bytes():
+            return True
+        for fd in (proc / "fd").iterdir():
+            try:
+                if os.readlink(fd).startswith(marker):
+                    return True
+            except OSError:
+                pass
+        return False
+
     def leftovers() -> list[str]:
         out = []
         for proc in Path("/proc").iterdir():
             if proc.name.isdigit() and int(proc.name) != os.getpid():
                 try:
-                    if marker.encode() in (proc / "environ").read_bytes():
+                    if ours(proc):
                         out.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:80])
                 except OSError:
                     pass
@@ -123,7 +136,7 @@ def test_killed_driver_leaves_no_ray_processes(tmp_path):
     finally:
         for proc in Path("/proc").iterdir():  # whatever is left (never `ray stop`: others' Rays)
             try:
-                if proc.name.isdigit() and marker.encode() in (proc / "environ").read_bytes():
+                if proc.name.isdigit() and int(proc.name) != os.getpid() and ours(proc):
                     os.kill(int(proc.name), signal.SIGKILL)
             except OSError:
                 pass

@@ -10,8 +10,12 @@ more, and longer on a loaded machine.
 This module runs as a separate process (started with the script's path, so it imports
 nothing but the standard library). The driver holds the write end of a pipe to its stdin
 and sends it, one JSON line at a time, the process ids to watch: Ray's processes, and the
-raylet, whose agents and workers it adopts as they appear (they carry the raylet's pid in
-their environment, ``RAY_RAYLET_PID``, so they are found even after init adopted them). When the driver exits,
+raylet, whose agents and workers it adopts as they appear. Adoption must survive the raylet's death
+(its children are then re-parented to init), so a process counts as the raylet's by any of three
+marks: it is a live raylet's child; it carries the raylet's pid in its environment
+(``RAY_RAYLET_PID``; not always readable: a process title may overwrite the environment); or it
+holds the raylet's own log files open (the agents inherit the raylet's stdout and stderr).
+The last mark is what finds the agents of a driver killed in the moment they start. When the driver exits,
 however it exits, the kernel closes the pipe; the reaper then gives the processes a grace
 period to exit on their own (a normal ``ray.shutdown()`` has stopped them already) and
 SIGKILLs what is left -- only the processes it recorded, each checked by its start time so
@@ -26,6 +30,7 @@ import json
 import os
 import select
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -44,19 +49,58 @@ def _start_time(pid: int) -> str | None:
     return stat[stat.rindex(")") + 2:].split()[19]
 
 
-def _started_by(raylets: dict[int, str]) -> list[int]:
-    """Processes a watched raylet started (its agents and workers): its children while it lives
-    (the reaper looks every few seconds), and any process carrying its pid in ``RAY_RAYLET_PID``
-    (which survives the raylet's death and the process's adoption by init). Only processes that
-    started after that raylet count (a reused pid never does)."""
+def _output_files(pid: int) -> list[list[int]]:
+    """[device, inode] of the regular files the process writes its stdout and stderr to (a raylet's
+    log files, which its agents inherit); terminals, /dev/null and pipes are shared too widely to
+    mark anything, so they are left out."""
+    out = []
+    for fd in (1, 2):
+        try:
+            st = os.stat(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            out.append([st.st_dev, st.st_ino])
+    return out
+
+
+def _holds(pid: int, files: set[tuple[int, int]]) -> bool:
+    """Whether the process has one of ``files`` ((device, inode) pairs) open."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            st = os.stat(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in files:
+            return True
+    return False
+
+
+def _started_by(raylets: dict[int, str], outputs: set[tuple[int, int]]) -> list[int]:
+    """Processes a watched raylet started (its agents and workers): its children while it lives,
+    any process carrying its pid in ``RAY_RAYLET_PID``, and any process holding one of its log
+    files open (``outputs``); the last two survive the raylet's death and the process's adoption by
+    init. Only processes that started after the raylet count (a reused pid never does)."""
     marks = {f"RAY_RAYLET_PID={pid}".encode(): int(start) for pid, start in raylets.items()}
+    earliest = min(int(start) for start in raylets.values())
     out = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        ppid = _parent(int(name))
-        if ppid in raylets and _start_time(ppid) == raylets[ppid]:  # a child of a live raylet (some Ray
-            out.append(int(name))                                    # versions pass no RAY_RAYLET_PID)
+        pid = int(name)
+        ppid = _parent(pid)
+        if ppid in raylets and _start_time(ppid) == raylets[ppid]:  # a child of a live raylet
+            out.append(pid)
+            continue
+        st = _start_time(pid)
+        if st is None or int(st) < earliest:
+            continue
+        if outputs and _holds(pid, outputs):
+            out.append(pid)
             continue
         try:
             with open(f"/proc/{name}/environ", "rb") as f:
@@ -65,9 +109,8 @@ def _started_by(raylets: dict[int, str]) -> list[int]:
             continue
         for mark, raylet_start in marks.items():
             if mark in env:
-                st = _start_time(int(name))
-                if st is not None and int(st) >= raylet_start:
-                    out.append(int(name))
+                if int(st) >= raylet_start:
+                    out.append(pid)
                 break
     return out
 
@@ -103,13 +146,14 @@ def watch(stream=None) -> None:
     fd = stream.fileno()
     known: dict[int, str] = {}  # pid -> start time
     raylets: dict[int, str] = {}
+    outputs: set[tuple[int, int]] = set()  # the raylets' log files, as (device, inode)
     buf = b""
     since = time.monotonic()
 
     def adopt() -> None:
         if not raylets:
             return
-        for pid in _started_by(raylets):
+        for pid in _started_by(raylets, outputs):
             if pid not in known:
                 st = _start_time(pid)
                 if st is not None:
@@ -134,6 +178,7 @@ def watch(stream=None) -> None:
                         known[int(pid)] = str(st)
                         if key == "raylets":
                             raylets[int(pid)] = str(st)
+                outputs.update((int(dev), int(ino)) for dev, ino in msg.get("outputs", []))
         adopt()
     adopt()  # what appeared since the last look (found by its raylet's pid, whoever its parent is now)
     deadline = time.monotonic() + GRACE_S
@@ -163,7 +208,8 @@ def start(watch_pids: list[int], raylets: list[int]) -> None:
     def stamped(pids):
         return [[pid, st] for pid in pids if (st := _start_time(pid)) is not None]
 
-    msg = {"watch": stamped(watch_pids), "raylets": stamped(raylets)}
+    msg = {"watch": stamped(watch_pids), "raylets": stamped(raylets),
+           "outputs": [f for pid in raylets for f in _output_files(pid)]}  # read here: the raylet is alive
     _REAPER.stdin.write((json.dumps(msg) + "\n").encode())
     _REAPER.stdin.flush()
 
