@@ -61,11 +61,12 @@ def pairing_table(args) -> tuple[list[dict], str]:
 
 def accuracy_rows(args, seed: int) -> list[dict]:
     rows = []
-    for part_name, part in PARTITIONS.items():
+    for part_name in args.partitions:
+        part = PARTITIONS[part_name]
         for label in args.algos:
             algo, extra = ACCURACY[label]
             metrics = evaluated(run(algo=algo, dataset=args.dataset, rounds=args.rounds or 20, seed=seed,
-                                    **{**COMMON, **part}, **extra))
+                                    **{**COMMON, "model": args.model, **part}, **extra))
             doubled = [r["doubled_layers"] for r in metrics if r.get("doubled_layers", math.nan) == r.get("doubled_layers")]
             rows.append({"partition": part_name, "algo": label, "seed": seed,
                          "final_accuracy": metrics[-1]["test_accuracy"],
@@ -110,6 +111,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=None, help="default: 3 (pairing), 20 (accuracy)")
     ap.add_argument("--algos", nargs="+", default=list(ACCURACY), choices=list(ACCURACY), metavar="LABEL",
                     help="accuracy: the rows to run (default: all)")
+    ap.add_argument("--model", default="cnn", help="accuracy: the model (the paper's is resnet18; default: cnn)")
+    ap.add_argument("--partitions", nargs="+", default=list(PARTITIONS), choices=list(PARTITIONS), metavar="NAME",
+                    help=f"accuracy: the partitions to run (default: all: {', '.join(map(repr, PARTITIONS))})")
     ap.add_argument("--num-cpus", type=int, default=8, help="logical CPUs of the local Ray")
     ap.add_argument("--out", default=None,
                     help="default: docs/results/fed-pairing-<experiment>[-<dataset>].md (no suffix for digits)")
@@ -127,7 +131,7 @@ def main() -> None:
     for i, seed in enumerate(args.seeds):  # the table is rewritten after each seed: a long sweep keeps what it did
         rows += accuracy_rows(args, seed)
         write_tables(rows, out, f"FedPairing vs FedAvg, SL and SplitFed on IID and non-IID {args.dataset} "
-                     f"(Figs. 2-3)", f"seeds {args.seeds[:i + 1]}, {args.rounds or 20} rounds; {intro}",
+                     f"(Figs. 2-3)", f"seeds {args.seeds[:i + 1]}, {args.rounds or 20} rounds, model {args.model}; {intro}",
                      accuracy_table(rows))
 
 

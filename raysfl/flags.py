@@ -183,6 +183,8 @@ ALGO_KNOBS: dict[str, str] = {
                  "round began) | training (as it trains, step by step)",
     "ea_average": "BESplit eqs. 8-9 averaged: sample (per sample) | seen (over the client's seen classes) | "
                   "all (all N classes, as printed)",
+    "ea_q_average": "BESplit eq. 8's Q over: same (as --ea-average) | all (1/N over all N classes, as printed) | "
+                    "seen | sample",
     "ea_epistemic": "BESplit eq. 9's U_epi: mutual_info | vacuity | entropy (eq. 4 as printed)",
     "ea_compare": "BESplit eqs. 8-9 compare: per_class (each class among its holders) | pooled (as printed)",
     "ea_samples": "BESplit eq. 10: multiply s by the client's sample count n_k",

@@ -56,6 +56,7 @@ def _rows(res):
     return [{k: v for k, v in r.items() if "wall_time" not in k and k != "algo"} for r in res.metrics]
 
 
+@pytest.mark.slow  # two whole runs; CI runs the slow tests (`make test` stays near 10 minutes)
 def test_the_worked_example_runs_and_its_knob_matters(quick, registered):
     kw = dict(clients=4, rounds=2, local_steps=3, lr=0.1)
     with pytest.raises(ConfigError, match="mu must be >= 0"):

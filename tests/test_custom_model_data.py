@@ -28,6 +28,7 @@ def mlp(dim: int = 12, classes: int = 3) -> nn.Sequential:
     return nn.Sequential(nn.Linear(dim, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, classes))
 
 
+@pytest.mark.slow  # two whole runs; CI runs the slow tests (`make test` stays near 10 minutes)
 def test_two_algorithms_learn_on_your_mlp_and_arrays_and_the_models_come_back(quick):
     x, y = blobs()
     net = mlp()

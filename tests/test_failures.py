@@ -52,6 +52,7 @@ def test_killed_server_gives_run_failed_and_resume_continues(quick, ray_session,
     assert [r["round"] for r in resumed.metrics] == list(range(1, len(done) + 2))
 
 
+@pytest.mark.slow  # a run that gives up, then its resume; CI runs the slow tests
 def test_give_up_names_a_resume_command_that_works(quick):
     """A run that gives up after a lost server names the command that continues it; that
     command (more retries; the same fault fires again and is survived) works."""

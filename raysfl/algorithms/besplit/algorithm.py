@@ -78,6 +78,8 @@ class BESplitParams:
                                     # i.e. W_S_g) | training (W_S_k as it trains, step by step)
     ea: bool = True                 # Evidential Aggregation (False: Table 4's "w/o EA", see plain_weights)
     ea_average: str = "sample"      # eqs. (8)-(9) per sample | over seen classes | all N classes (as printed)
+    ea_q_average: str = "same"      # eq. (8)'s Q over: same (as ea_average) | all (1/N over all N classes, as
+                                    # printed: unseen classes count 0) | seen | sample
     ea_epistemic: str = "mutual_info"  # U_epi of eq. (9): mutual_info | vacuity | entropy (eq. 4 as printed, <= 0)
     ea_compare: str = "per_class"   # eqs. (8)-(9) compare each class among its holders | pooled (as printed)
     ea_samples: bool = True         # multiply eq. (10)'s s by the client's sample count n_k
@@ -121,7 +123,7 @@ class BESplit(Algorithm):
             raise ConfigError(f"unknown evidence '{p.evidence}'; allowed: {', '.join(EVIDENCE)}")
         if not isinstance(p.anneal_rounds, int) or p.anneal_rounds < 1:
             raise ConfigError(f"anneal_rounds must be an integer >= 1, got {p.anneal_rounds}")
-        for name, allowed in (("ea_average", AVERAGES), ("ea_epistemic", EPISTEMIC), ("csr_model", CSR_MODELS),
+        for name, allowed in (("ea_average", AVERAGES), ("ea_q_average", ("same",) + AVERAGES), ("ea_epistemic", EPISTEMIC), ("csr_model", CSR_MODELS),
                               ("ea_compare", COMPARES),
                               ("plain_weights", PLAIN_WEIGHTS)):
             if getattr(p, name) not in allowed:
@@ -234,7 +236,8 @@ class BESplit(Algorithm):
         if p.ea:
             w = evidential_weights([ClientStateRecord(**x["csr"][c]) for c in trained], p.ea_evidence, p.ea_ale,
                                    p.ea_epi, average=p.ea_average, samples=n if p.ea_samples else None,
-                                   compare=p.ea_compare)
+                                   compare=p.ea_compare,
+                                   q_average=None if p.ea_q_average == "same" else p.ea_q_average)
         elif p.plain_weights == "uniform":
             w = np.full(len(trained), 1.0 / len(trained))
         else:

@@ -107,12 +107,13 @@ def _combine(per_class: np.ndarray, seen: np.ndarray, average: str, counts: np.n
     raise ValueError(f"unknown average '{average}'; allowed: {', '.join(AVERAGES)}")
 
 
-def client_figures(r: ClientStateRecord, average: str = "seen", eps: float = EPS) -> tuple[float, float, float]:
+def client_figures(r: ClientStateRecord, average: str = "seen", eps: float = EPS,
+                   q_average: str | None = None) -> tuple[float, float, float]:
     """(Q, U_ale, U_epi) of one client from its record (eqs. 7-9), combined over classes by
-    ``average`` (module docstring)."""
+    ``average`` (module docstring); Q by ``q_average`` where given."""
     e_bar, seen, u_ale, u_epi = normalise(r)
     q = class_concentration(e_bar, seen, eps)
-    return (_combine(q, seen, average, r.counts, mean=True), _combine(u_ale, seen, average, r.counts, mean=False),
+    return (_combine(q, seen, q_average or average, r.counts, mean=True), _combine(u_ale, seen, average, r.counts, mean=False),
             _combine(u_epi, seen, average, r.counts, mean=False))
 
 
@@ -122,14 +123,15 @@ def uncertainty_ratio(u: np.ndarray, eps: float = EPS) -> np.ndarray:
     return u.sum() / (u + eps)
 
 
-def per_class_factors(records: list[ClientStateRecord], average: str = "seen",
-                      eps: float = EPS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def per_class_factors(records: list[ClientStateRecord], average: str = "seen", eps: float = EPS,
+                      q_average: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(Q, R_ale, R_epi) per client with every class compared among the clients that hold it
     (``compare="per_class"``): for class i and a client k that has seen it,
 
         q_i^(k) / mean_j q_i^(j),   mean_j U_bar_i^(j) / (U_bar_i^(k) + eps)   (j: clients that have seen i)
 
-    then combined over k's seen classes by ``average`` (``seen`` or ``sample``). Eq. (9)'s
+    then combined over k's seen classes by ``average`` (``seen`` or ``sample``; Q by ``q_average``
+    where given, which may also be ``all``: eq. (8)'s 1/N over all N classes). Eq. (9)'s
     ratio "own uncertainty against everyone's", taken class by class: a class that only a
     few clients hold, or that the model has not learnt yet, makes its holders uncertain
     whoever they are; compared within the class, that no longer costs them their weight --
@@ -148,23 +150,26 @@ def per_class_factors(records: list[ClientStateRecord], average: str = "seen",
     rel_q = np.where(seen, q / (peer_mean(q) + eps), 0.0)
     rel_ale = np.where(seen, peer_mean(ale) / (ale + eps), 0.0)
     rel_epi = np.where(seen, peer_mean(epi) / (epi + eps), 0.0)
-    out = [[_combine(x[k], seen[k], average, records[k].counts, mean=True) for k in range(len(records))]
-           for x in (rel_q, rel_ale, rel_epi)]
+    out = [[_combine(x[k], seen[k], how, records[k].counts, mean=True) for k in range(len(records))]
+           for x, how in ((rel_q, q_average or average), (rel_ale, average), (rel_epi, average))]
     return tuple(np.array(o, dtype=np.float64) for o in out)
 
 
 def evidential_weights(records: list[ClientStateRecord], use_evidence: bool = True, use_ale: bool = True,
                        use_epi: bool = True, eps: float = EPS, average: str = "seen",
-                       samples: np.ndarray | None = None, compare: str = "pooled") -> np.ndarray:
+                       samples: np.ndarray | None = None, compare: str = "pooled",
+                       q_average: str | None = None) -> np.ndarray:
     """Eqs. (8)-(10) over the given clients' records: w = s / sum s, s = Q R_ale R_epi (times
     n_k when ``samples`` gives the clients' sample counts). The switches are Table 4's
     ablations (a factor switched off counts as 1); ``average``: see the module docstring;
     ``compare``: ``pooled`` (eq. 9 as printed: a client's figures against everyone's) or
-    ``per_class`` (:func:`per_class_factors`)."""
+    ``per_class`` (:func:`per_class_factors`); ``q_average``: how Q combines its classes, where
+    it differs from ``average``."""
     if compare == "per_class":
-        q, r_ale, r_epi = per_class_factors(records, average, eps)
+        q, r_ale, r_epi = per_class_factors(records, average, eps, q_average)
     elif compare == "pooled":
-        figs = np.array([client_figures(r, average, eps) for r in records], dtype=np.float64).reshape(-1, 3)
+        figs = np.array([client_figures(r, average, eps, q_average) for r in records],
+                        dtype=np.float64).reshape(-1, 3)
         q, r_ale, r_epi = figs[:, 0], uncertainty_ratio(figs[:, 1], eps), uncertainty_ratio(figs[:, 2], eps)
     else:
         raise ValueError(f"unknown compare '{compare}'; allowed: {', '.join(COMPARES)}")

@@ -263,3 +263,18 @@ def test_per_class_comparison_judges_a_client_against_the_holders_of_its_classes
     assert w[0] > w[2] > w[1]
     with pytest.raises(ValueError, match="per-class comparison combines classes by 'seen' or 'sample'"):
         evidential_weights([easy, peer], compare="per_class", average="all")
+
+
+@pytest.mark.parametrize("compare", ["pooled", "per_class"])
+def test_q_over_all_classes_favours_the_client_that_covers_more_of_them(compare):
+    """``q_average="all"``: eq. (8)'s Q = (1/N) sum over all N classes, an unseen class counting
+    q_i = 0 -- with the same evidence per sample, a client that has seen 10 classes gets 5 times
+    the Q of one that has seen 2 ("to prevent biased local data from dominating"), while the
+    uncertainty ratios stay per sample (equal here)."""
+    narrow = _record(*_alphas(2, 20, 10.0, 1.0))
+    wide = _record(*_alphas(10, 4, 10.0, 1.0))
+    w = evidential_weights([narrow, wide], samples=np.array([40.0, 40.0]), average="sample", compare=compare,
+                           q_average="all")
+    assert w.tolist() == pytest.approx([1 / 6, 5 / 6])
+    same = evidential_weights([narrow, wide], samples=np.array([40.0, 40.0]), average="sample", compare=compare)
+    assert same.tolist() == pytest.approx([0.5, 0.5])
