@@ -1,18 +1,18 @@
 """FedPairing's Table I (round time per pairing mechanism) and its accuracy claim against
 vanilla FL, vanilla SL and SplitFed on IID and non-IID data (Figs. 2-3), offline.
 
-    .venv/bin/python benchmarks/fed_pairing_tables.py pairing  [--dataset digits] [--seeds 0 1 2] [--rounds 3]
-    .venv/bin/python benchmarks/fed_pairing_tables.py accuracy [--dataset digits|mnist5k] [--seeds 0 1 2] [--rounds 20]
+    .venv/bin/python benchmarks/fed_pairing_tables.py pairing  [--dataset digits] [--seeds 0 1 2] [--rounds 3] [--model cnn]
+    .venv/bin/python benchmarks/fed_pairing_tables.py accuracy [--dataset digits|mnist5k] [--seeds 0 1 2] [--rounds 20] [--model cnn]
 
 Sec. IV-A scaled down: 20 clients in a 50 m disk, 64 MHz, 1 W, noise 1e-9 W, CPU
-frequencies U[0.1, 2] GHz, the 4-block CNN, SGD with lr 0.1 and no momentum, 2 local
+frequencies U[0.1, 2] GHz, the paper's ResNet-18 (``--model cnn``: the 4-block CNN), SGD with lr 0.1 and no momentum, 2 local
 epochs, batch 32, every client in every round. ``pairing``: FedPairing's greedy pairing
 against random, location-based (nearest partner) and computation-based (largest
 CPU-frequency difference) pairing; the simulated round time is the slowest client's
 compute on its CPU plus its transfers over the partner link and the model over the
 client-server link. ``accuracy``: FedPairing with its defaults (``--pair-weights fedavg``,
 eq. 7's doubled step), its ablations (without eq. 7; the literal ``--pair-weights paper``)
-against FedAvg, vanilla SL and SplitFed V1 / V2 (cut 2 of 4) with the same optimiser,
+against FedAvg, vanilla SL and SplitFed V1 / V2 (cut after block 2) with the same optimiser,
 data, partitions and seeds, on IID and non-IID (2 classes per client) partitions; the
 global model's test accuracy after the last round (what Figs. 2-3 plot at their end).
 """
@@ -25,7 +25,7 @@ import statistics
 
 from sweep import evaluated, mean_std, run, start_ray, write_tables
 
-COMMON = dict(model="cnn", clients=20, lr=0.1, momentum=0.0, local_epochs=2, batch_size=32)
+COMMON = dict(clients=20, lr=0.1, momentum=0.0, local_epochs=2, batch_size=32)
 PAPER_TABLE1 = {"greedy": "1553", "random": "4063", "location": "7275", "computation": "1807"}
 ACCURACY = {"fed_pairing": ("fed_pairing", {}),
             "fed_pairing, no eq. 7": ("fed_pairing", {"fed_pairing": {"double_overlap": False}}),
@@ -44,6 +44,7 @@ def pairing_table(args) -> tuple[list[dict], str]:
     for mode in ("greedy", "random", "location", "computation"):
         for seed in args.seeds:
             metrics = run(algo="fed_pairing", dataset=args.dataset, rounds=args.rounds or 3, seed=seed, **COMMON,
+                          model=args.model,
                           fed_pairing={"pairing": mode})
             rows.append({"pairing": mode, "seed": seed,
                          "round_time_s": statistics.mean(r["sim_time_s"] for r in metrics)})
@@ -65,8 +66,8 @@ def accuracy_rows(args, seed: int) -> list[dict]:
         part = PARTITIONS[part_name]
         for label in args.algos:
             algo, extra = ACCURACY[label]
-            metrics = evaluated(run(algo=algo, dataset=args.dataset, rounds=args.rounds or 20, seed=seed,
-                                    **{**COMMON, "model": args.model, **part}, **extra))
+            metrics = evaluated(run(cache=args.cache, algo=algo, dataset=args.dataset, rounds=args.rounds or 20,
+                                    seed=seed, **{**COMMON, "model": args.model, **part}, **extra))
             doubled = [r["doubled_layers"] for r in metrics if r.get("doubled_layers", math.nan) == r.get("doubled_layers")]
             rows.append({"partition": part_name, "algo": label, "seed": seed,
                          "final_accuracy": metrics[-1]["test_accuracy"],
@@ -111,9 +112,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=None, help="default: 3 (pairing), 20 (accuracy)")
     ap.add_argument("--algos", nargs="+", default=list(ACCURACY), choices=list(ACCURACY), metavar="LABEL",
                     help="accuracy: the rows to run (default: all)")
-    ap.add_argument("--model", default="cnn", help="accuracy: the model (the paper's is resnet18; default: cnn)")
+    ap.add_argument("--model", default="resnet18", help="the model (default: the paper's, resnet18; cnn: the 4-block CNN)")
     ap.add_argument("--partitions", nargs="+", default=list(PARTITIONS), choices=list(PARTITIONS), metavar="NAME",
                     help=f"accuracy: the partitions to run (default: all: {', '.join(map(repr, PARTITIONS))})")
+    ap.add_argument("--cache", default=None, help="accuracy: keep each run's rows in this directory and reuse "
+                    "them when the same run is asked for again (a stopped sweep resumes)")
     ap.add_argument("--num-cpus", type=int, default=8, help="logical CPUs of the local Ray")
     ap.add_argument("--out", default=None,
                     help="default: docs/results/fed-pairing-<experiment>[-<dataset>].md (no suffix for digits)")

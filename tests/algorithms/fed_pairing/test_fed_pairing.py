@@ -75,7 +75,7 @@ class _Pair:
         from raysfl.transport import state_to_wire
 
         self.ray = ray
-        cfg = validate(raysfl.config_from_kwargs(algo="fed_pairing", clients=2, batch_size=batch, lr=lr,
+        cfg = validate(raysfl.config_from_kwargs(algo="fed_pairing", model="cnn", clients=2, batch_size=batch, lr=lr,
                                                  fed_pairing={"double_overlap": double}))
         self.cfg, self.ds = cfg, load_dataset("digits")
         self.model = build_model("cnn", self.ds.input_shape, self.ds.num_classes, seed=0)
@@ -238,7 +238,7 @@ def test_fedavg_weights_make_a_round_fedavg_and_paper_weights_divide_it_by_k(qui
     after round; with ``paper`` (a_i = 1/K, plain mean) the global step is FedAvg's / K."""
     import raysfl
 
-    common = dict(clients=3, local_steps=1, lr=0.1, momentum=0.0, partition="iid", batch_size=16)
+    common = dict(clients=3, local_steps=1, lr=0.1, momentum=0.0, partition="iid", batch_size=16, model="cnn")
     fp = raysfl.run(quick(algo="fed_pairing", rounds=2, fed_pairing={"double_overlap": False}, **common))
     fa = raysfl.run(quick(algo="fedavg", rounds=2, **common))
     w0 = build_model("cnn", (1, 8, 8), 10, seed=0).state_dict()
@@ -261,7 +261,7 @@ def test_fed_pairing_run_with_partners_on_different_actors(quick):
     import raysfl
     from raysfl.metrics import read_rows
 
-    res = raysfl.run(quick(algo="fed_pairing", clients=5, rounds=2))
+    res = raysfl.run(quick(algo="fed_pairing", model="cnn", clients=5, rounds=2))
     rows = read_rows(Path(res.run_dir) / "clients.parquet")
     assert all(r["completed"] == r["participants"] == 5 and r["failures"] == 0 for r in res.metrics)
     solo = [r for r in rows if r["cut"] == 4]
@@ -286,7 +286,8 @@ def test_fed_pairing_learns_like_fedavg(quick):
     points of FedAvg at the same lr and local work."""
     import raysfl
 
-    common = dict(clients=4, rounds=4, local_steps=8, batch_size=16, lr=0.1, momentum=0.0, partition="iid")
+    common = dict(clients=4, rounds=4, local_steps=8, batch_size=16, lr=0.1, momentum=0.0, partition="iid",
+                  model="cnn")
     fp = raysfl.run(quick(algo="fed_pairing", **common)).final["test_accuracy"]
     fa = raysfl.run(quick(algo="fedavg", **common)).final["test_accuracy"]
     assert fp >= 0.45 and fp >= fa - 0.05, (fp, fa)  # 10 classes: chance is 0.1
