@@ -5,8 +5,8 @@ vanilla FL, vanilla SL and SplitFed on IID and non-IID data (Figs. 2-3), offline
     .venv/bin/python benchmarks/fed_pairing_tables.py accuracy [--dataset digits|mnist5k] [--seeds 0 1 2] [--rounds 20] [--model cnn]
 
 Sec. IV-A scaled down: 20 clients in a 50 m disk, 64 MHz, 1 W, noise 1e-9 W, CPU
-frequencies U[0.1, 2] GHz, the paper's ResNet-18 (``--model cnn``: the 4-block CNN), SGD with lr 0.1 and no momentum, 2 local
-epochs, batch 32, every client in every round. ``pairing``: FedPairing's greedy pairing
+frequencies U[0.1, 2] GHz, the paper's ResNet-18 (``--model cnn``: the 4-block CNN), SGD
+with lr 0.1 and no momentum, 2 local epochs, batch 32, every client in every round. ``pairing``: FedPairing's greedy pairing
 against random, location-based (nearest partner) and computation-based (largest
 CPU-frequency difference) pairing; the simulated round time is the slowest client's
 compute on its CPU plus its transfers over the partner link and the model over the
@@ -112,17 +112,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=None, help="default: 3 (pairing), 20 (accuracy)")
     ap.add_argument("--algos", nargs="+", default=list(ACCURACY), choices=list(ACCURACY), metavar="LABEL",
                     help="accuracy: the rows to run (default: all)")
-    ap.add_argument("--model", default="resnet18", help="the model (default: the paper's, resnet18; cnn: the 4-block CNN)")
+    ap.add_argument("--model", default="resnet18",
+                    help="the model (default: the paper's, resnet18; cnn: the 4-block CNN)")
     ap.add_argument("--partitions", nargs="+", default=list(PARTITIONS), choices=list(PARTITIONS), metavar="NAME",
                     help=f"accuracy: the partitions to run (default: all: {', '.join(map(repr, PARTITIONS))})")
     ap.add_argument("--cache", default=None, help="accuracy: keep each run's rows in this directory and reuse "
                     "them when the same run is asked for again (a stopped sweep resumes)")
     ap.add_argument("--num-cpus", type=int, default=8, help="logical CPUs of the local Ray")
     ap.add_argument("--out", default=None,
-                    help="default: docs/results/fed-pairing-<experiment>[-<dataset>].md (no suffix for digits)")
+                    help="default: docs/results/fed-pairing-<experiment>[-<dataset>][-<model>].md (no dataset suffix for "
+                         "digits, no model suffix for cnn)")
     args = ap.parse_args()
     start_ray(args.num_cpus)
-    suffix = "" if args.dataset == "digits" else f"-{args.dataset}"
+    suffix = ("" if args.dataset == "digits" else f"-{args.dataset}") + ("" if args.model == "cnn" else f"-{args.model}")
     out = args.out or f"docs/results/fed-pairing-{args.experiment}{suffix}.md"
     intro = f"{args.dataset}; mean ± standard deviation over the seeds. {__doc__.split(chr(10) * 2, 2)[2].strip()}"
     if args.experiment == "pairing":
@@ -134,7 +136,8 @@ def main() -> None:
     for i, seed in enumerate(args.seeds):  # the table is rewritten after each seed: a long sweep keeps what it did
         rows += accuracy_rows(args, seed)
         write_tables(rows, out, f"FedPairing vs FedAvg, SL and SplitFed on IID and non-IID {args.dataset} "
-                     f"(Figs. 2-3)", f"seeds {args.seeds[:i + 1]}, {args.rounds or 20} rounds, model {args.model}; {intro}",
+                     f"(Figs. 2-3)",
+                     f"seeds {args.seeds[:i + 1]}, {args.rounds or 20} rounds, model {args.model}; {intro}",
                      accuracy_table(rows))
 
 

@@ -123,8 +123,8 @@ class BESplit(Algorithm):
             raise ConfigError(f"unknown evidence '{p.evidence}'; allowed: {', '.join(EVIDENCE)}")
         if not isinstance(p.anneal_rounds, int) or p.anneal_rounds < 1:
             raise ConfigError(f"anneal_rounds must be an integer >= 1, got {p.anneal_rounds}")
-        for name, allowed in (("ea_average", AVERAGES), ("ea_q_average", ("same",) + AVERAGES), ("ea_epistemic", EPISTEMIC), ("csr_model", CSR_MODELS),
-                              ("ea_compare", COMPARES),
+        for name, allowed in (("ea_average", AVERAGES), ("ea_q_average", ("same",) + AVERAGES),
+                              ("ea_epistemic", EPISTEMIC), ("csr_model", CSR_MODELS), ("ea_compare", COMPARES),
                               ("plain_weights", PLAIN_WEIGHTS)):
             if getattr(p, name) not in allowed:
                 raise ConfigError(f"unknown {name} '{getattr(p, name)}'; allowed: {', '.join(allowed)}")

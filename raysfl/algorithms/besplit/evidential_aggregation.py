@@ -113,8 +113,8 @@ def client_figures(r: ClientStateRecord, average: str = "seen", eps: float = EPS
     ``average`` (module docstring); Q by ``q_average`` where given."""
     e_bar, seen, u_ale, u_epi = normalise(r)
     q = class_concentration(e_bar, seen, eps)
-    return (_combine(q, seen, q_average or average, r.counts, mean=True), _combine(u_ale, seen, average, r.counts, mean=False),
-            _combine(u_epi, seen, average, r.counts, mean=False))
+    return (_combine(q, seen, q_average or average, r.counts, mean=True),
+            _combine(u_ale, seen, average, r.counts, mean=False), _combine(u_epi, seen, average, r.counts, mean=False))
 
 
 def uncertainty_ratio(u: np.ndarray, eps: float = EPS) -> np.ndarray:
