@@ -113,6 +113,19 @@ def test_same_seed_same_params_different_seed_differs():
         assert any(not torch.equal(a[k], c[k]) for k in a if a[k].is_floating_point())
 
 
+def test_builds_in_threads_give_the_seeds_weights():
+    """``compare --parallel`` builds several runs' models in threads of one driver: each build
+    must still get exactly its seed's weights (the generator is the process's)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    seeds = [0, 1] * 8
+    alone = {s: build_model("vit", (1, 8, 8), 10, seed=s).state_dict() for s in (0, 1)}
+    with ThreadPoolExecutor(len(seeds)) as pool:
+        built = list(pool.map(lambda s: build_model("vit", (1, 8, 8), 10, seed=s).state_dict(), seeds))
+    for s, state in zip(seeds, built):
+        assert all(torch.equal(state[k], alone[s][k]) for k in state), s
+
+
 def test_build_model_leaves_global_rng_untouched():
     torch.manual_seed(123)
     expected = torch.rand(3)

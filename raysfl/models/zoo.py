@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import math
 import operator
+import threading
 from collections.abc import Callable
 
 import torch
@@ -242,11 +243,17 @@ MODELS: dict[str, Builder] = {
 }
 
 
+_SEEDED_BUILD = threading.Lock()  # one seeded build at a time per process (see build_model)
+
+
 def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int, seed: int) -> SplitModel:
     """Build model ``name`` with weights initialised deterministically from ``seed``.
 
     Seeding happens inside ``torch.random.fork_rng`` on the CPU generator only, so the caller's
-    RNG state is left exactly as it was and CUDA is never initialised here.
+    RNG state is left exactly as it was and CUDA is never initialised here. The generator is
+    the process's, so builds are serialised: ``raysfl compare --parallel`` builds the models of
+    several runs in threads of one driver, and two interleaved builds would each draw part of
+    the other's stream (different initial weights for the same seed).
 
     A model of your own (``custom-<name>``, registered by ``raysfl.run(cfg, model=...)`` for
     the run, :mod:`raysfl.models.custom`) comes back as a copy with its own weights; the
@@ -271,7 +278,7 @@ def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int, 
         classes = 0
     if classes < 1:
         raise ConfigError(f"num_classes must be a positive int, got {num_classes!r}")
-    with torch.random.fork_rng(devices=[]):
+    with _SEEDED_BUILD, torch.random.fork_rng(devices=[]):
         torch.random.default_generator.manual_seed(operator.index(seed))
         return MODELS[name](shape, classes)
 
