@@ -150,10 +150,12 @@ def watch(stream=None) -> None:
     buf = b""
     since = time.monotonic()
 
-    def adopt() -> None:
+    def adopt(final: bool = False) -> None:
         if not raylets:
             return
-        for pid in _started_by(raylets, outputs):
+        # while the driver lives its raylet does too, and its children are found by their parent;
+        # the log-file mark (a scan of every new process's fds) is needed only once it is gone
+        for pid in _started_by(raylets, outputs if final else set()):
             if pid not in known:
                 st = _start_time(pid)
                 if st is not None:
@@ -180,7 +182,7 @@ def watch(stream=None) -> None:
                             raylets[int(pid)] = str(st)
                 outputs.update((int(dev), int(ino)) for dev, ino in msg.get("outputs", []))
         adopt()
-    adopt()  # what appeared since the last look (found by its raylet's pid, whoever its parent is now)
+    adopt(final=True)  # what appeared since the last look, whoever its parent is now
     deadline = time.monotonic() + GRACE_S
     while time.monotonic() < deadline and any(_alive(p, s) for p, s in known.items()):
         time.sleep(0.1)
