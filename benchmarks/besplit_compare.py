@@ -5,6 +5,7 @@ readings of Evidential Aggregation, Table 4's ablations, and the evidential loss
     .venv/bin/python benchmarks/besplit_compare.py --table main [--dataset digits] [--rounds 30]
         [--seeds 0 1 2] [--kappas 0.1 0.5 1] [--section]
     .venv/bin/python benchmarks/besplit_compare.py --table readings|ablations|knobs [--kappas 0.1 1]
+    .venv/bin/python benchmarks/besplit_compare.py --table seeds [--seeds 0 ... 19] [--jobs 2] [--cache DIR]
 
 Same data, partition, local test splits, model, cut, participation and seed for every run:
 10 clients (all of them every round), Dirichlet kappa label mixes, every client holding a
@@ -55,6 +56,10 @@ ABLATIONS = {"BESplit": {}, "w/o EA (simple average)": {"ea": False, "plain_weig
              "w/o U_ale": {"ea_ale": False}, "w/o U_epi": {"ea_epi": False}, "w/o BCC": {"bcc": False}}
 KNOBS = {"exp evidence, T = 10 (default)": {}, "softplus evidence": {"evidence": "softplus"},
          "relu evidence": {"evidence": "relu"}, "T = the run's rounds": {"anneal_rounds": None}}
+# EA against plain averaging on many seeds (BCC and DTD off): at kappa 0.1 one run's last rounds
+# swing by 20-30 points, so a difference is only read from many paired seeds
+SEEDS = {"EA (default)": {}, "sample-weighted average (--no-ea)": {"ea": False},
+         "simple average (--no-ea --plain-weights uniform)": {"ea": False, "plain_weights": "uniform"}}
 TARGETS = (0.5, 0.7, 0.8, 0.9)
 LAST = 5
 
@@ -89,22 +94,59 @@ def rho_implied(dataset: str, kappa: float, seed: int) -> dict:
     return {"rho_biased": len(biased), "rho_pairs": len(pairs), "rho_moved_frac": moved / h.sum()}
 
 
+def seeds_tables(rows: list[dict], kappas: list[float]) -> list[str]:
+    """The seeds table: each averaging's mean ± std over the seeds, and EA's paired difference
+    from each plain average (mean ± standard error over seeds; seeds where EA is at or above
+    it, and within 3 points of it), on the mean of the last rounds and on the final round."""
+    body = []
+    for kappa in kappas:
+        by = {lb: {r["seed"]: r for r in rows if r["algo"] == lb and r["kappa"] == kappa} for lb in SEEDS}
+        seeds = sorted(set.intersection(*(set(v) for v in by.values())))
+        body += [f"kappa {kappa:g}, {len(seeds)} seeds: BESplit-G (`acc_g_local`) on the clients' own test splits, %",
+                 "", f"| averaging | last-{LAST} mean | final round |", "|---|---:|---:|"]
+        for lb in SEEDS:
+            body.append(f"| {lb} | " + " | ".join(mean_std([by[lb][s][f"local_{k}"] for s in seeds], ".1f", 100)
+                                                   for k in ("last5", "final")) + " |")
+        body += ["", f"EA minus each plain average, paired by seed (points; mean ± standard error; seeds where EA "
+                 f"is >= it / within 3 points of it or above):", "",
+                 f"| against | last-{LAST} mean | final round |", "|---|---:|---:|"]
+        ea = by["EA (default)"]
+        for lb in list(SEEDS)[1:]:
+            cells = []
+            for k in ("last5", "final"):
+                d = 100 * np.array([ea[s][f"local_{k}"] - by[lb][s][f"local_{k}"] for s in seeds])
+                se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
+                cells.append(f"{d.mean():+.1f} ± {se:.1f} ({int((d >= 0).sum())}/{len(d)}, "
+                             f"{int((d >= -3).sum())}/{len(d)})")
+            body.append(f"| {lb} | " + " | ".join(cells) + " |")
+        body += ["", f"Per seed, last-{LAST} mean, %:", "", "| seed | " + " | ".join(SEEDS) + " |",
+                 "|---|" + "---:|" * len(SEEDS)]
+        body += [f"| {s} | " + " | ".join(f"{100 * by[lb][s]['local_last5']:.1f}" for lb in SEEDS) + " |"
+                 for s in seeds]
+        body.append("")
+    return body
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--table", required=True, choices=["main", "readings", "ablations", "knobs"])
+    ap.add_argument("--table", required=True, choices=["main", "readings", "ablations", "knobs", "seeds"])
     ap.add_argument("--dataset", default="digits", choices=["digits", "mnist5k"])
     ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0 1 2 (seeds: 0 ... 19)")
     ap.add_argument("--kappas", type=float, nargs="+", default=None,
                     help="default: 0.1 0.5 1 (main), 0.1 (readings), 0.1 1 (ablations, knobs)")
-    ap.add_argument("--num-cpus", type=int, default=4, help="logical CPUs of the local Ray (one run at a time)")
+    ap.add_argument("--num-cpus", type=int, default=None,
+                    help="logical CPUs of the local Ray (default: 4, or 3 per run with --jobs)")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once (each needs 2.5 CPUs of the local Ray)")
+    ap.add_argument("--cache", default=None, help="keep each run's rows in this directory and reuse them")
     ap.add_argument("--out", default=None, help="default: docs/results/besplit-<dataset>-<table>.md")
     ap.add_argument("--section", action="store_true", help="also write the tables into docs/besplit.md")
     args = ap.parse_args()
-    kappas = args.kappas or {"main": [0.1, 0.5, 1.0], "readings": [0.1]}.get(args.table, [0.1, 1.0])
+    kappas = args.kappas or {"main": [0.1, 0.5, 1.0], "readings": [0.1], "seeds": [0.1]}.get(args.table, [0.1, 1.0])
+    args.seeds = args.seeds or (list(range(20)) if args.table == "seeds" else [0, 1, 2])
     out = args.out or f"docs/results/besplit-{args.dataset}-{args.table}.md"
 
-    start_ray(args.num_cpus)
+    start_ray(args.num_cpus or max(4, 3 * args.jobs))
     rows = []
 
     def record(label, kappa, seed, metrics, key, local_key, **extra):
@@ -117,12 +159,30 @@ def main() -> None:
               f"{r['local_last5']:.4f}  global final {r['global_final']:.4f} last5 {r['global_last5']:.4f}",
               flush=True)
 
-    def besplit(seed, kappa, **params):
-        return evaluated(run(algo="besplit", dataset=args.dataset, rounds=args.rounds, seed=seed, alpha=kappa,
-                             **COMMON, besplit=params))
+    variants = {"readings": READINGS, "ablations": ABLATIONS, "knobs": KNOBS, "seeds": SEEDS}.get(args.table, {})
+    off = {"readings": {"dtd": False, "bcc": False}, "seeds": {"dtd": False, "bcc": False}}.get(args.table,
+                                                                                              {"dtd": False})
 
-    variants = {"readings": READINGS, "ablations": ABLATIONS, "knobs": KNOBS}.get(args.table, {})
-    off = {"readings": {"dtd": False, "bcc": False}}.get(args.table, {"dtd": False})
+    def settings(seed, kappa, algo="besplit", **params):
+        extra = {"besplit": {k: (args.rounds if v is None else v) for k, v in params.items()}}
+        extra = extra if algo == "besplit" else {}
+        return dict(algo=algo, dataset=args.dataset, rounds=args.rounds, seed=seed, alpha=kappa, **COMMON, **extra)
+
+    def besplit(seed, kappa, **params):
+        return evaluated(run(cache=args.cache, **settings(seed, kappa, **params)))
+
+    jobs = [settings(seed, kappa, **({} if args.table == "main" else off), **params)
+            for kappa in kappas for seed in args.seeds
+            for params in ([{}] if args.table == "main" else variants.values())]
+    jobs += [settings(seed, kappa, algo) for kappa in kappas for seed in args.seeds
+             for algo in (BASELINES if args.table == "main" else ())]
+    if args.jobs > 1:  # every run first, several at once (raysfl.run is thread-safe), into the cache the
+        import tempfile  # tables then read them from
+        from concurrent.futures import ThreadPoolExecutor
+
+        args.cache = args.cache or tempfile.mkdtemp(prefix="besplit-runs-")
+        with ThreadPoolExecutor(args.jobs) as pool:
+            list(pool.map(lambda job: run(cache=args.cache, **job), jobs))
     for kappa in kappas:
         for seed in args.seeds:
             if args.table == "main":
@@ -134,12 +194,10 @@ def main() -> None:
                 record("BESplit-G", kappa, seed, m, "test_accuracy", "acc_g_local", **bcc)
                 record("BESplit-A", kappa, seed, m, "acc_aux", "acc_aux_local")
                 for algo, label in BASELINES.items():
-                    m = evaluated(run(algo=algo, dataset=args.dataset, rounds=args.rounds, seed=seed, alpha=kappa,
-                                      **COMMON))
+                    m = evaluated(run(cache=args.cache, **settings(seed, kappa, algo)))
                     record(label, kappa, seed, m, "test_accuracy", "test_accuracy_local")
                 continue
             for label, params in variants.items():
-                params = {k: (args.rounds if v is None else v) for k, v in params.items()}
                 m = besplit(seed, kappa, **off, **params)
                 record(label, kappa, seed, m, "test_accuracy", "acc_g_local",
                        ea_weight_max=statistics.mean(r["ea_weight_max"] for r in m))
@@ -183,6 +241,8 @@ def main() -> None:
             body.append(f"| {kappa:g} | {avg('bcc_biased')} | {avg('bcc_pairs')} | "
                         f"{100 * statistics.mean(r['bcc_lent_frac'] for r in rs):.1f} % | {avg('rho_biased')} | "
                         f"{avg('rho_pairs')} | {100 * statistics.mean(r['rho_moved_frac'] for r in rs):.1f} % |")
+    elif args.table == "seeds":
+        body = seeds_tables(rows, kappas)
     else:
         body = [f"BESplit-G on the clients' own test splits, % — final round / mean of the last {LAST} rounds "
                 f"(in brackets: the largest weight, mean over rounds and seeds):", "", *head]
@@ -195,7 +255,8 @@ def main() -> None:
     md = "\n".join(body)
     title = {"main": "BESplit vs SplitFed, FedAvg and FedProx across Dirichlet kappa",
              "readings": "Evidential Aggregation's readings", "ablations": "BESplit's ablations (Table 4)",
-             "knobs": "The evidential loss's knobs"}[args.table]
+             "knobs": "The evidential loss's knobs",
+             "seeds": "Evidential Aggregation against plain averaging, many seeds"}[args.table]
     write_tables(rows, out, f"{title} ({args.dataset})", intro, md, doc=ROOT / "docs" / "besplit.md" if args.section
                  else None)
 

@@ -181,6 +181,8 @@ ALGO_KNOBS: dict[str, str] = {
     "csr_ttl": "BESplit: rounds without a client before its state record is dropped",
     "csr_model": "BESplit: whose outputs fill the client state records: round_start (the server side as the "
                  "round began) | training (as it trains, step by step)",
+    "csr_rows": "BESplit: which of a client's batches fill its state record: all (every step) | first (the "
+                "round's first batch, smashed by the client-side model it downloaded)",
     "ea_average": "BESplit eqs. 8-9 averaged: sample (per sample) | seen (over the client's seen classes) | "
                   "all (all N classes, as printed)",
     "ea_q_average": "BESplit eq. 8's Q over: same (as --ea-average) | all (1/N over all N classes, as printed) | "

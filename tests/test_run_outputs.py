@@ -183,3 +183,23 @@ def test_a_run_without_checkpoints_says_why_it_has_no_model(tmp_path):
         res.model()
     with pytest.raises(ConfigError, match="is not a run directory"):
         raysfl.load_run(tmp_path / "nope")
+
+
+def test_runs_started_at_once_get_their_own_directories(tmp_path, monkeypatch):
+    """Runs of the same config started in the same second (threads, as ``compare --parallel``
+    and the benchmarks start them, or two processes) each claim a directory of their own --
+    also when the other run creates the name between a look and the claim."""
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    from raysfl.runtime.experiment import _new_run_dir
+
+    cfg = raysfl.config_from_kwargs(algo="splitfed_v1", out=str(tmp_path))
+    with ThreadPoolExecutor(8) as pool:
+        dirs = list(pool.map(lambda _: _new_run_dir(cfg), range(16)))
+    assert len(set(dirs)) == 16 and all(d.is_dir() and d.parent == tmp_path for d in dirs)
+    # the race, made certain: the name is taken after any look at it
+    cfg.name = "taken"
+    (tmp_path / "taken").mkdir()
+    monkeypatch.setattr(Path, "exists", lambda self: False)
+    assert _new_run_dir(cfg) == tmp_path / "taken-1"

@@ -218,13 +218,15 @@ def _new_run_dir(cfg) -> Path:
     name = cfg.name or f"{cfg.algo}-{cfg.dataset}-{cfg.model}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     base = Path(cfg.out) / name
     d, i = base, 1
-    while d.exists():
-        d, i = Path(f"{base}-{i}"), i + 1
-    try:
-        d.mkdir(parents=True)
-    except OSError as e:
-        raise ConfigError(f"cannot create the run directory '{d}' in --out '{cfg.out}': {e.strerror or e}") from None
-    return d
+    while True:  # the first free name, claimed by mkdir itself: two runs started in the same second
+        try:     # (threads of one process, or two processes) never share a directory
+            d.mkdir(parents=True)
+            return d
+        except FileExistsError:
+            d, i = Path(f"{base}-{i}"), i + 1
+        except OSError as e:
+            raise ConfigError(f"cannot create the run directory '{d}' in --out '{cfg.out}': "
+                              f"{e.strerror or e}") from None
 
 
 def write_clients(run_dir: Path, ctx: FederationContext, algo) -> None:

@@ -62,6 +62,7 @@ from raysfl.errors import ConfigError
 HEAD = "head."  # the auxiliary model's keys in a client's update and in fed.own
 PLAIN_WEIGHTS = ("samples", "uniform")
 CSR_MODELS = ("round_start", "training")
+CSR_ROWS = ("all", "first")
 
 
 @dataclass
@@ -76,6 +77,9 @@ class BESplitParams:
     csr_ttl: int = 10               # rounds without the client before its record is dropped (not given)
     csr_model: str = "round_start"  # whose outputs fill the records: round_start (W_S_k as the round began,
                                     # i.e. W_S_g) | training (W_S_k as it trains, step by step)
+    csr_rows: str = "all"           # which of a client's batches fill its record: all (every step of the round) |
+                                    # first (the round's first batch: smashed by the W_C_k it downloaded, so with
+                                    # csr_model round_start the record is W_g's own view of the client's data)
     ea: bool = True                 # Evidential Aggregation (False: Table 4's "w/o EA", see plain_weights)
     ea_average: str = "sample"      # eqs. (8)-(9) per sample | over seen classes | all N classes (as printed)
     ea_q_average: str = "same"      # eq. (8)'s Q over: same (as ea_average) | all (1/N over all N classes, as
@@ -124,7 +128,7 @@ class BESplit(Algorithm):
         if not isinstance(p.anneal_rounds, int) or p.anneal_rounds < 1:
             raise ConfigError(f"anneal_rounds must be an integer >= 1, got {p.anneal_rounds}")
         for name, allowed in (("ea_average", AVERAGES), ("ea_q_average", ("same",) + AVERAGES),
-                              ("ea_epistemic", EPISTEMIC), ("csr_model", CSR_MODELS), ("ea_compare", COMPARES),
+                              ("ea_epistemic", EPISTEMIC), ("csr_model", CSR_MODELS), ("csr_rows", CSR_ROWS), ("ea_compare", COMPARES),
                               ("plain_weights", PLAIN_WEIGHTS)):
             if getattr(p, name) not in allowed:
                 raise ConfigError(f"unknown {name} '{getattr(p, name)}'; allowed: {', '.join(allowed)}")
@@ -201,6 +205,8 @@ class BESplit(Algorithm):
         server.extra_rows.update(lent)  # the borrower's model ran them: its server FLOPs
         pending = x.setdefault("pending", {})
         for c, st in stats.items():
+            if p.csr_rows == "first" and c in pending:  # the record takes the round's first batch only
+                continue
             acc = pending.setdefault(c, {k: np.zeros_like(v) for k, v in st.items()})
             for k, v in st.items():
                 acc[k] += v

@@ -252,6 +252,24 @@ def test_besplit_run_weights_sum_to_one_and_reports_both_models(quick):
         assert (with_bcc["server_flops"] > without["server_flops"]) == (with_bcc["bcc_lent_frac"] > 0)
 
 
+@pytest.mark.parametrize("rows", ["all", "first"])
+def test_records_take_every_batch_or_the_rounds_first(rows):
+    """``csr_rows``: "all" folds every step's statistics into the round's record; "first" only
+    the round's first batch of each client (smashed by the client-side model it downloaded)."""
+    algo = _algo(csr_rows=rows, bcc=False, dtd=False)
+    s = _Server([0, 1])
+    s.model = _Tiny(1)
+    s.client_models = {c: copy.deepcopy(s.model) for c in (0, 1)}
+    s.client_opts = {c: torch.optim.SGD(m.parameters(), lr=0.1) for c, m in s.client_models.items()}
+    s.extra_rows = {}
+    first, second = _batches(), [(c, cut, x + 1.0, y) for c, cut, x, y in _batches()]
+    algo.server_step(s, first)
+    algo.server_step(s, second)
+    counts = {c: s.extra["pending"][c]["counts"].sum() for c in (0, 1)}
+    want = {0: 5.0, 1: 6.0} if rows == "first" else {0: 10.0, 1: 12.0}
+    assert counts == want
+
+
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="issue 24 is open: EA by intent still trails --no-ea here (last-3 acc_g_local "
                    "0.558 / 0.546 against 0.631 / 0.641 on 2026-11-23, docs/besplit.md); strict, so the day it "
@@ -294,6 +312,7 @@ def test_besplit_without_ea_uses_sample_weights(quick):
     ({"ea_compare": "global"}, "unknown ea_compare 'global'; allowed: pooled, per_class"),
     ({"ea_compare": "per_class", "ea_average": "all"}, "ea_compare 'per_class' combines classes by ea_average"),
     ({"csr_model": "server"}, "unknown csr_model 'server'; allowed: round_start, training"),
+    ({"csr_rows": "last"}, "unknown csr_rows 'last'; allowed: all, first"),
     ({"plain_weights": "equal"}, "unknown plain_weights 'equal'; allowed: samples, uniform"),
     ({"csr_beta": 1.0}, r"csr_beta must be in \[0, 1\), got 1.0"),
     ({"csr_ttl": 0}, "csr_ttl must be an integer >= 1, got 0"),
