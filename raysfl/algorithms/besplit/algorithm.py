@@ -63,6 +63,7 @@ HEAD = "head."  # the auxiliary model's keys in a client's update and in fed.own
 PLAIN_WEIGHTS = ("samples", "uniform")
 CSR_MODELS = ("round_start", "training")
 CSR_ROWS = ("all", "first")
+EA_SIDES = ("both", "server")
 
 
 @dataclass
@@ -87,6 +88,8 @@ class BESplitParams:
     ea_epistemic: str = "mutual_info"  # U_epi of eq. (9): mutual_info | vacuity | entropy (eq. 4 as printed, <= 0)
     ea_compare: str = "per_class"   # eqs. (8)-(9) compare each class among its holders | pooled (as printed)
     ea_samples: bool = True         # multiply eq. (10)'s s by the client's sample count n_k
+    ea_sides: str = "both"          # which aggregation EA weighs: both (main server's W_S and fed server's W_C) |
+                                    # server (W_S only, App. D.3's "server-side models"; W_C by sample counts)
     ea_evidence: bool = True        # the evidence-concentration factor Q of eq. (10) (False: "w/o E")
     ea_ale: bool = True             # the aleatoric ratio R_ale (False: "w/o U_ale")
     ea_epi: bool = True             # the epistemic ratio R_epi (False: "w/o U_epi")
@@ -128,7 +131,7 @@ class BESplit(Algorithm):
         if not isinstance(p.anneal_rounds, int) or p.anneal_rounds < 1:
             raise ConfigError(f"anneal_rounds must be an integer >= 1, got {p.anneal_rounds}")
         for name, allowed in (("ea_average", AVERAGES), ("ea_q_average", ("same",) + AVERAGES),
-                              ("ea_epistemic", EPISTEMIC), ("csr_model", CSR_MODELS), ("csr_rows", CSR_ROWS), ("ea_compare", COMPARES),
+                              ("ea_epistemic", EPISTEMIC), ("csr_model", CSR_MODELS), ("csr_rows", CSR_ROWS), ("ea_sides", EA_SIDES), ("ea_compare", COMPARES),
                               ("plain_weights", PLAIN_WEIGHTS)):
             if getattr(p, name) not in allowed:
                 raise ConfigError(f"unknown {name} '{getattr(p, name)}'; allowed: {', '.join(allowed)}")
@@ -289,7 +292,10 @@ class BESplit(Algorithm):
             aux = {k: v for k, v in u.state.items() if k.startswith(HEAD)}
             if aux:
                 fed.own[u.client] = aux
-            w = fed.round_weights.get(u.client, 0.0) if fed.round_weights else u.weight
+            if fed.round_weights and (self.params.ea_sides == "both" or not self.params.ea):
+                w = fed.round_weights.get(u.client, 0.0)
+            else:  # ea_sides "server": the client-side models by their samples, as SplitFed's fed server
+                w = u.weight
             parts.append(({k: v for k, v in u.state.items() if not k.startswith(HEAD)}, w))
         if parts:
             fed.global_state = weighted_average(parts, base=fed.global_state)

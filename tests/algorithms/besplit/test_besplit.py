@@ -270,6 +270,21 @@ def test_records_take_every_batch_or_the_rounds_first(rows):
     assert counts == want
 
 
+@pytest.mark.parametrize("sides,want", [("both", 0.9), ("server", 0.5)])
+def test_ea_weighs_the_client_side_models_too_or_only_the_server_side(sides, want):
+    """``ea_sides``: the fed server averages the client-side models by EA's weights ("both") or,
+    like SplitFed's fed server, by the clients' sample counts ("server")."""
+    from types import SimpleNamespace
+
+    from raysfl.algorithms.base import ClientUpdate
+
+    algo = _algo(ea_sides=sides, dtd=False)
+    fed = SimpleNamespace(own={}, round_weights={0: 0.9, 1: 0.1}, global_state={"w": np.zeros(1)})
+    updates = [ClientUpdate(0, {"w": np.ones(1)}, 10.0), ClientUpdate(1, {"w": np.zeros(1)}, 10.0)]
+    algo.fed_aggregate(fed, 1, [], updates)
+    assert fed.global_state["w"][0] == pytest.approx(want)
+
+
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="issue 24 is open: EA by intent still trails --no-ea here (last-3 acc_g_local "
                    "0.558 / 0.546 against 0.631 / 0.641 on 2026-11-23, docs/besplit.md); strict, so the day it "
@@ -313,6 +328,7 @@ def test_besplit_without_ea_uses_sample_weights(quick):
     ({"ea_compare": "per_class", "ea_average": "all"}, "ea_compare 'per_class' combines classes by ea_average"),
     ({"csr_model": "server"}, "unknown csr_model 'server'; allowed: round_start, training"),
     ({"csr_rows": "last"}, "unknown csr_rows 'last'; allowed: all, first"),
+    ({"ea_sides": "client"}, "unknown ea_sides 'client'; allowed: both, server"),
     ({"plain_weights": "equal"}, "unknown plain_weights 'equal'; allowed: samples, uniform"),
     ({"csr_beta": 1.0}, r"csr_beta must be in \[0, 1\), got 1.0"),
     ({"csr_ttl": 0}, "csr_ttl must be an integer >= 1, got 0"),
