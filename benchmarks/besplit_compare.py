@@ -58,7 +58,9 @@ KNOBS = {"exp evidence, T = 10 (default)": {}, "softplus evidence": {"evidence":
          "relu evidence": {"evidence": "relu"}, "T = the run's rounds": {"anneal_rounds": None}}
 # EA against plain averaging on many seeds (BCC and DTD off): at kappa 0.1 one run's last rounds
 # swing by 20-30 points, so a difference is only read from many paired seeds
-SEEDS = {"EA (default)": {}, "sample-weighted average (--no-ea)": {"ea": False},
+SEEDS = {"EA (default: --ea-sides server)": {"ea_sides": "server"},
+         "EA on both sides (--ea-sides both)": {"ea_sides": "both"},
+         "sample-weighted average (--no-ea)": {"ea": False},
          "simple average (--no-ea --plain-weights uniform)": {"ea": False, "plain_weights": "uniform"}}
 TARGETS = (0.5, 0.7, 0.8, 0.9)
 LAST = 5
@@ -107,18 +109,18 @@ def seeds_tables(rows: list[dict], kappas: list[float]) -> list[str]:
         for lb in SEEDS:
             body.append(f"| {lb} | " + " | ".join(mean_std([by[lb][s][f"local_{k}"] for s in seeds], ".1f", 100)
                                                    for k in ("last5", "final")) + " |")
-        body += ["", f"EA minus each plain average, paired by seed (points; mean ± standard error; seeds where EA "
-                 f"is >= it / within 3 points of it or above):", "",
-                 f"| against | last-{LAST} mean | final round |", "|---|---:|---:|"]
-        ea = by["EA (default)"]
-        for lb in list(SEEDS)[1:]:
-            cells = []
-            for k in ("last5", "final"):
-                d = 100 * np.array([ea[s][f"local_{k}"] - by[lb][s][f"local_{k}"] for s in seeds])
-                se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
-                cells.append(f"{d.mean():+.1f} ± {se:.1f} ({int((d >= 0).sum())}/{len(d)}, "
-                             f"{int((d >= -3).sum())}/{len(d)})")
-            body.append(f"| {lb} | " + " | ".join(cells) + " |")
+        body += ["", "Each EA reading minus each plain average, paired by seed (points; mean ± standard error; "
+                 "seeds where EA is >= it / within 3 points of it or above):", "",
+                 f"| EA | against | last-{LAST} mean | final round |", "|---|---|---:|---:|"]
+        for ea_label in (lb for lb in SEEDS if lb.startswith("EA")):
+            for lb in (lb for lb in SEEDS if not lb.startswith("EA")):
+                cells = []
+                for k in ("last5", "final"):
+                    d = 100 * np.array([by[ea_label][s][f"local_{k}"] - by[lb][s][f"local_{k}"] for s in seeds])
+                    se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
+                    cells.append(f"{d.mean():+.1f} ± {se:.1f} ({int((d >= 0).sum())}/{len(d)}, "
+                                 f"{int((d >= -3).sum())}/{len(d)})")
+                body.append(f"| {ea_label} | {lb} | " + " | ".join(cells) + " |")
         body += ["", f"Per seed, last-{LAST} mean, %:", "", "| seed | " + " | ".join(SEEDS) + " |",
                  "|---|" + "---:|" * len(SEEDS)]
         body += [f"| {s} | " + " | ".join(f"{100 * by[lb][s]['local_last5']:.1f}" for lb in SEEDS) + " |"
@@ -139,12 +141,13 @@ def main() -> None:
                     help="logical CPUs of the local Ray (default: 4, or 3 per run with --jobs)")
     ap.add_argument("--jobs", type=int, default=1, help="runs at once (each needs 2.5 CPUs of the local Ray)")
     ap.add_argument("--cache", default=None, help="keep each run's rows in this directory and reuse them")
-    ap.add_argument("--out", default=None, help="default: docs/results/besplit-<dataset>-<table>.md")
+    ap.add_argument("--out", default=None, help="default: docs/results/besplit-<dataset>-<table>[-<rounds>r].md")
     ap.add_argument("--section", action="store_true", help="also write the tables into docs/besplit.md")
     args = ap.parse_args()
     kappas = args.kappas or {"main": [0.1, 0.5, 1.0], "readings": [0.1], "seeds": [0.1]}.get(args.table, [0.1, 1.0])
     args.seeds = args.seeds or (list(range(20)) if args.table == "seeds" else [0, 1, 2])
-    out = args.out or f"docs/results/besplit-{args.dataset}-{args.table}.md"
+    rounds_tag = "" if args.rounds == 30 else f"-{args.rounds}r"
+    out = args.out or f"docs/results/besplit-{args.dataset}-{args.table}{rounds_tag}.md"
 
     start_ray(args.num_cpus or max(4, 3 * args.jobs))
     rows = []

@@ -18,8 +18,10 @@ models aggregated by the fed server -- with:
    w = s / sum s from the records of the round's clients -- by default each class compared
    among the clients that hold it, a non-negative epistemic term (mutual information) and
    n_k in s; ``ea_*`` select the other readings, the printed one included -- used for the
-   server-side models (main server, ``server_weights``) and the client-side models (fed
-   server, through ``fed.round_weights``); reported per client as ``agg_weight``.
+   server-side models (main server, ``server_weights``), whose records the main server keeps
+   (App. D.3's theorem is about them); the fed server averages the client-side models by
+   sample counts, as SplitFed's does (``ea_sides="both"``: by EA's weights too, through
+   ``fed.round_weights``). Reported per client as ``agg_weight`` (the server side's weight).
 4. **BCC** (Sec. 4.2, App. D.2; :mod:`~raysfl.algorithms.besplit.bcc`): at a round's first step the
    server estimates P_k and P_g from the records' class counts, finds the biased clients
    (eq. 11) among the round's clients, matches them greedily on eq. (33), and sets each
@@ -88,8 +90,8 @@ class BESplitParams:
     ea_epistemic: str = "mutual_info"  # U_epi of eq. (9): mutual_info | vacuity | entropy (eq. 4 as printed, <= 0)
     ea_compare: str = "per_class"   # eqs. (8)-(9) compare each class among its holders | pooled (as printed)
     ea_samples: bool = True         # multiply eq. (10)'s s by the client's sample count n_k
-    ea_sides: str = "both"          # which aggregation EA weighs: both (main server's W_S and fed server's W_C) |
-                                    # server (W_S only, App. D.3's "server-side models"; W_C by sample counts)
+    ea_sides: str = "server"        # which aggregation EA weighs: server (the main server's W_S_k, whose records
+                                    # it keeps; App. D.3; the fed server averages W_C_k by sample counts) | both
     ea_evidence: bool = True        # the evidence-concentration factor Q of eq. (10) (False: "w/o E")
     ea_ale: bool = True             # the aleatoric ratio R_ale (False: "w/o U_ale")
     ea_epi: bool = True             # the epistemic ratio R_epi (False: "w/o U_epi")
@@ -284,9 +286,10 @@ class BESplit(Algorithm):
         return prefix_with_own(fed, client, cut), True
 
     def fed_aggregate(self, fed, rnd: int, server_states: list[dict], updates: list[ClientUpdate]):
-        """Client-side models weighted by the weights the server chose (EA, eq. 10; without EA
-        sample counts or uniform, ``plain_weights``): eq. (10)'s w for both sides. Auxiliary
-        models stay with their clients."""
+        """Client-side models weighted by sample counts (``ea_sides="server"``, the default), or
+        by the weights the server chose (``ea_sides="both"``: EA's eq. 10 w for both sides);
+        without EA by the server's plain weights (sample counts or uniform, ``plain_weights``).
+        Auxiliary models stay with their clients."""
         parts = []
         for u in updates:
             aux = {k: v for k, v in u.state.items() if k.startswith(HEAD)}
