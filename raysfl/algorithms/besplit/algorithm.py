@@ -133,8 +133,8 @@ class BESplit(Algorithm):
         if not isinstance(p.anneal_rounds, int) or p.anneal_rounds < 1:
             raise ConfigError(f"anneal_rounds must be an integer >= 1, got {p.anneal_rounds}")
         for name, allowed in (("ea_average", AVERAGES), ("ea_q_average", ("same",) + AVERAGES),
-                              ("ea_epistemic", EPISTEMIC), ("csr_model", CSR_MODELS), ("csr_rows", CSR_ROWS), ("ea_sides", EA_SIDES), ("ea_compare", COMPARES),
-                              ("plain_weights", PLAIN_WEIGHTS)):
+                              ("ea_epistemic", EPISTEMIC), ("csr_model", CSR_MODELS), ("csr_rows", CSR_ROWS),
+                              ("ea_sides", EA_SIDES), ("ea_compare", COMPARES), ("plain_weights", PLAIN_WEIGHTS)):
             if getattr(p, name) not in allowed:
                 raise ConfigError(f"unknown {name} '{getattr(p, name)}'; allowed: {', '.join(allowed)}")
         if not (math.isfinite(p.csr_beta) and 0 <= p.csr_beta < 1):
