@@ -28,7 +28,7 @@ import argparse
 import statistics
 import numpy as np
 
-from sweep import ROOT, evaluated, fmt, mean_std, run, start_ray, write_tables
+from sweep import ROOT, evaluated, fmt, mean_std, prerun, run, start_ray, write_tables
 
 COMMON = dict(model="cnn", clients=10, partition="dirichlet", cut=2, local_epochs=1, batch_size=32, momentum=0.9,
               lr=0.05, optimizer="sgd", local_test_fraction=0.2)
@@ -179,13 +179,7 @@ def main() -> None:
             for params in ([{}] if args.table == "main" else variants.values())]
     jobs += [settings(seed, kappa, algo) for kappa in kappas for seed in args.seeds
              for algo in (BASELINES if args.table == "main" else ())]
-    if args.jobs > 1:  # every run first, several at once (raysfl.run is thread-safe), into the cache the
-        import tempfile  # tables then read them from
-        from concurrent.futures import ThreadPoolExecutor
-
-        args.cache = args.cache or tempfile.mkdtemp(prefix="besplit-runs-")
-        with ThreadPoolExecutor(args.jobs) as pool:
-            list(pool.map(lambda job: run(cache=args.cache, **job), jobs))
+    args.cache = prerun(jobs, args.cache, args.jobs)  # with --jobs: every run first, several at once
     for kappa in kappas:
         for seed in args.seeds:
             if args.table == "main":

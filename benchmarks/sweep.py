@@ -68,6 +68,21 @@ def run(cache: str | Path | None = None, **settings) -> list[dict]:
     return metrics
 
 
+def prerun(jobs: list[dict], cache: str | Path | None, at_once: int) -> str | Path | None:
+    """Run every settings dict of ``jobs`` into the cache, ``at_once`` at a time (threads:
+    ``raysfl.run`` is thread-safe; the local Ray needs 2.5 CPUs per run), so that a script's
+    tables then read them back with :func:`run`. Returns the cache used (a fresh temporary
+    one when none was given). With ``at_once`` 1 it does nothing: the tables run one by one."""
+    if at_once <= 1:
+        return cache
+    from concurrent.futures import ThreadPoolExecutor
+
+    cache = cache or tempfile.mkdtemp(prefix="raysfl-sweep-cache-")
+    with ThreadPoolExecutor(at_once) as pool:
+        list(pool.map(lambda settings: run(cache=cache, **settings), jobs))
+    return cache
+
+
 def evaluated(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r["test_accuracy"] == r["test_accuracy"]]
 
