@@ -6,6 +6,7 @@ readings of Evidential Aggregation, Table 4's ablations, and the evidential loss
         [--seeds 0 1 2] [--kappas 0.1 0.5 1] [--section]
     .venv/bin/python benchmarks/besplit_compare.py --table readings|ablations|knobs [--kappas 0.1 1]
     .venv/bin/python benchmarks/besplit_compare.py --table seeds [--seeds 0 ... 19] [--jobs 2] [--cache DIR]
+    .venv/bin/python benchmarks/besplit_compare.py --table full [--seeds 0 ... 19] [--jobs 2] [--cache DIR]
 
 Same data, partition, local test splits, model, cut, participation and seed for every run:
 10 clients (all of them every round), Dirichlet kappa label mixes, every client holding a
@@ -19,7 +20,9 @@ clients: ``acc_g_local``, ``acc_aux_local``, and ``test_accuracy_local`` for the
 baselines' global model); accuracy on the global balanced test set is given beside it. Each
 figure is the final round's and the mean of the last 5 rounds. ``readings``: BCC and the
 auxiliary models off, EA's readings against sample-weighted and simple averaging;
-``ablations`` and ``knobs``: the auxiliary models off. Nothing is tuned to the comparison.
+``ablations`` and ``knobs``: the auxiliary models off; ``seeds``: EA against plain averaging
+(BCC and the auxiliary models off) on many paired seeds; ``full``: the whole of BESplit (EA,
+BCC, DTD) on many paired seeds, BESplit-A against BESplit-G. Nothing is tuned to the comparison.
 """
 
 from __future__ import annotations
@@ -62,6 +65,10 @@ SEEDS = {"EA (default: --ea-sides server)": {"ea_sides": "server"},
          "EA on both sides (--ea-sides both)": {"ea_sides": "both"},
          "sample-weighted average (--no-ea)": {"ea": False},
          "simple average (--no-ea --plain-weights uniform)": {"ea": False, "plain_weights": "uniform"}}
+# the whole of BESplit on many seeds: BESplit-A (the auxiliary models) against BESplit-G (the
+# global model) in one run, with BCC and the annealing horizon as the variants that move G
+FULL = {"BESplit (defaults)": {}, "w/o BCC (--no-bcc)": {"bcc": False},
+        "T = the run's rounds (--anneal-rounds R)": {"anneal_rounds": None}}
 TARGETS = (0.5, 0.7, 0.8, 0.9)
 LAST = 5
 
@@ -129,12 +136,41 @@ def seeds_tables(rows: list[dict], kappas: list[float]) -> list[str]:
     return body
 
 
+def full_tables(rows: list[dict], kappas: list[float]) -> list[str]:
+    """The full-BESplit table: per variant, BESplit-G and BESplit-A (last-5 mean on the
+    clients' own splits) over the seeds, A - G paired by seed (mean ± standard error), and on
+    how many seeds A >= 75 % and A is within 5 points of G (issue 24's second criterion)."""
+    body = []
+    for kappa in kappas:
+        seeds = sorted({r["seed"] for r in rows if r["kappa"] == kappa})
+        by = {(r["algo"], r["seed"]): r for r in rows if r["kappa"] == kappa}
+        body += [f"kappa {kappa:g}, {len(seeds)} seeds: the clients' own test splits, mean of the last {LAST} "
+                 "rounds, %", "", "| variant | BESplit-G | BESplit-A | A − G (± s.e.) | A >= 75 % | "
+                 "A within 5 points of G | both |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for label in FULL:
+            g = np.array([by[(f"{label}: G", s)]["local_last5"] for s in seeds])
+            a = np.array([by[(f"{label}: A", s)]["local_last5"] for s in seeds])
+            d = 100 * (a - g)
+            se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
+            level, close = a >= 0.75, np.abs(d) <= 5
+            body.append(f"| {label} | {mean_std(list(g), '.1f', 100)} | {mean_std(list(a), '.1f', 100)} | "
+                        f"{d.mean():+.1f} ± {se:.1f} | {int(level.sum())}/{len(d)} | {int(close.sum())}/{len(d)} | "
+                        f"{int((level & close).sum())}/{len(d)} |")
+        body += ["", f"Per seed, last-{LAST} mean, % (G / A):", "", "| seed | " + " | ".join(FULL) + " |",
+                 "|---|" + "---:|" * len(FULL)]
+        body += [f"| {s} | " + " | ".join(f"{100 * by[(f'{lb}: G', s)]['local_last5']:.1f} / "
+                                          f"{100 * by[(f'{lb}: A', s)]['local_last5']:.1f}" for lb in FULL) + " |"
+                 for s in seeds]
+        body.append("")
+    return body
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--table", required=True, choices=["main", "readings", "ablations", "knobs", "seeds"])
+    ap.add_argument("--table", required=True, choices=["main", "readings", "ablations", "knobs", "seeds", "full"])
     ap.add_argument("--dataset", default="digits", choices=["digits", "mnist5k"])
     ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0 1 2 (seeds: 0 ... 19)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0 1 2 (seeds, full: 0 ... 19)")
     ap.add_argument("--kappas", type=float, nargs="+", default=None,
                     help="default: 0.1 0.5 1 (main), 0.1 (readings), 0.1 1 (ablations, knobs)")
     ap.add_argument("--num-cpus", type=int, default=None,
@@ -144,8 +180,9 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="default: docs/results/besplit-<dataset>-<table>[-<rounds>r].md")
     ap.add_argument("--section", action="store_true", help="also write the tables into docs/besplit.md")
     args = ap.parse_args()
-    kappas = args.kappas or {"main": [0.1, 0.5, 1.0], "readings": [0.1], "seeds": [0.1]}.get(args.table, [0.1, 1.0])
-    args.seeds = args.seeds or (list(range(20)) if args.table == "seeds" else [0, 1, 2])
+    kappas = args.kappas or {"main": [0.1, 0.5, 1.0], "readings": [0.1], "seeds": [0.1],
+                             "full": [0.1]}.get(args.table, [0.1, 1.0])
+    args.seeds = args.seeds or (list(range(20)) if args.table in ("seeds", "full") else [0, 1, 2])
     rounds_tag = "" if args.rounds == 30 else f"-{args.rounds}r"
     out = args.out or f"docs/results/besplit-{args.dataset}-{args.table}{rounds_tag}.md"
 
@@ -162,9 +199,10 @@ def main() -> None:
               f"{r['local_last5']:.4f}  global final {r['global_final']:.4f} last5 {r['global_last5']:.4f}",
               flush=True)
 
-    variants = {"readings": READINGS, "ablations": ABLATIONS, "knobs": KNOBS, "seeds": SEEDS}.get(args.table, {})
-    off = {"readings": {"dtd": False, "bcc": False}, "seeds": {"dtd": False, "bcc": False}}.get(args.table,
-                                                                                              {"dtd": False})
+    variants = {"readings": READINGS, "ablations": ABLATIONS, "knobs": KNOBS, "seeds": SEEDS,
+                "full": FULL}.get(args.table, {})
+    off = {"readings": {"dtd": False, "bcc": False}, "seeds": {"dtd": False, "bcc": False},
+           "full": {}}.get(args.table, {"dtd": False})
 
     def settings(seed, kappa, algo="besplit", **params):
         extra = {"besplit": {k: (args.rounds if v is None else v) for k, v in params.items()}}
@@ -196,6 +234,10 @@ def main() -> None:
                 continue
             for label, params in variants.items():
                 m = besplit(seed, kappa, **off, **params)
+                if args.table == "full":
+                    record(f"{label}: G", kappa, seed, m, "test_accuracy", "acc_g_local")
+                    record(f"{label}: A", kappa, seed, m, "acc_aux", "acc_aux_local")
+                    continue
                 record(label, kappa, seed, m, "test_accuracy", "acc_g_local",
                        ea_weight_max=statistics.mean(r["ea_weight_max"] for r in m))
 
@@ -240,6 +282,8 @@ def main() -> None:
                         f"{avg('rho_pairs')} | {100 * statistics.mean(r['rho_moved_frac'] for r in rs):.1f} % |")
     elif args.table == "seeds":
         body = seeds_tables(rows, kappas)
+    elif args.table == "full":
+        body = full_tables(rows, kappas)
     else:
         body = [f"BESplit-G on the clients' own test splits, % — final round / mean of the last {LAST} rounds "
                 f"(in brackets: the largest weight, mean over rounds and seeds):", "", *head]
@@ -253,7 +297,8 @@ def main() -> None:
     title = {"main": "BESplit vs SplitFed, FedAvg and FedProx across Dirichlet kappa",
              "readings": "Evidential Aggregation's readings", "ablations": "BESplit's ablations (Table 4)",
              "knobs": "The evidential loss's knobs",
-             "seeds": "Evidential Aggregation against plain averaging, many seeds"}[args.table]
+             "seeds": "Evidential Aggregation against plain averaging, many seeds",
+             "full": "The whole of BESplit on many seeds: BESplit-A against BESplit-G"}[args.table]
     write_tables(rows, out, f"{title} ({args.dataset})", intro, md, doc=ROOT / "docs" / "besplit.md" if args.section
                  else None)
 

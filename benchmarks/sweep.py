@@ -36,10 +36,11 @@ def start_ray(num_cpus: int) -> None:
 def run(cache: str | Path | None = None, **settings) -> list[dict]:
     """One quiet run (no progress output, no checkpoints); returns its metrics rows.
 
-    With ``cache`` (a directory), the rows are kept there under a hash of the settings and a
-    later call with the same settings reads them back instead of running again: a long sweep
-    that stops half way picks up where it was (delete the directory to rerun everything)."""
-    import hashlib
+    With ``cache`` (a directory), the rows are kept there under a hash of the run's resolved
+    configuration (every setting, the algorithm's defaults filled in) and a later call that
+    resolves to the same configuration reads them back instead of running again: a long sweep
+    that stops half way picks up where it was, and a run cached before a default changed is not
+    mistaken for the new default's (delete the directory to rerun everything)."""
     import json
 
     import raysfl
@@ -47,9 +48,7 @@ def run(cache: str | Path | None = None, **settings) -> list[dict]:
     settings = {"progress": False, "checkpoint_every": 0, "out": _tmp.name, **settings}
     path = None
     if cache is not None:
-        key = {k: v for k, v in settings.items() if k not in ("progress", "out")}
-        digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20]
-        path = Path(cache) / f"{digest}.json"
+        path = Path(cache) / f"{cache_key(settings)}.json"
         if path.exists():
             return json.loads(path.read_text())["metrics"]
     for attempt in range(3):
@@ -64,8 +63,26 @@ def run(cache: str | Path | None = None, **settings) -> list[dict]:
         raise RuntimeError(f"three runs in a row lost actors without faults asked for: {settings}")
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"settings": key, "metrics": metrics}, default=str))
+        given = {k: v for k, v in settings.items() if k not in ("progress", "out")}
+        path.write_text(json.dumps({"settings": given, "metrics": metrics}, default=str))
     return metrics
+
+
+def cache_key(settings: dict) -> str:
+    """A run's cache name: a hash of its configuration as :func:`raysfl.run` resolves it
+    (the algorithm's paper setting and parameter defaults filled in), without the settings
+    that do not change what it measures (where and how it is written and shown)."""
+    import dataclasses
+    import hashlib
+    import json
+
+    import raysfl
+    from raysfl.resolve import validate
+
+    cfg = dataclasses.asdict(validate(raysfl.config_from_kwargs(**settings)))
+    key = {k: v for k, v in cfg.items() if k not in ("out", "progress", "name", "mlflow", "keep_checkpoints",
+                                                     "keep_best")}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
 def prerun(jobs: list[dict], cache: str | Path | None, at_once: int) -> str | Path | None:

@@ -45,3 +45,18 @@ def test_profile_summary_splits_each_process_by_where_its_time_went(tmp_path):
     assert by[("ray::ClientActor", "optimizer step")] == pytest.approx(50.0)
     assert by[("ray::ClientActor", "raysfl: fetch")] == pytest.approx(25.0)
     assert by[("driver", "raysfl: _one_round")] == pytest.approx(12.5)
+
+
+def test_the_sweep_cache_keys_on_the_resolved_configuration_not_on_the_settings_given():
+    """A run cached as "the defaults" must not be read back after a default changed, and the
+    same run asked for with its defaults spelled out must be found."""
+    from sweep import cache_key
+
+    base = dict(algo="besplit", dataset="digits", rounds=3, seed=0, alpha=0.1)
+    assert cache_key(base) == cache_key({**base, "besplit": {"ea_sides": "server"}})  # the default, spelled out
+    assert cache_key(base) != cache_key({**base, "besplit": {"ea_sides": "both"}})
+    assert cache_key(base) == cache_key({**base, "out": "elsewhere", "progress": False, "name": "x"})
+    assert cache_key(base) != cache_key({**base, "seed": 1})
+    # the algorithm's paper setting is part of the key: BESplit's local test split is 0.2 unless asked
+    assert cache_key(base) == cache_key({**base, "local_test_fraction": 0.2})
+    assert cache_key(base) != cache_key({**base, "local_test_fraction": 0.1})
