@@ -57,8 +57,10 @@ READINGS = {
 ABLATIONS = {"BESplit": {}, "w/o EA (simple average)": {"ea": False, "plain_weights": "uniform"},
              "w/o EA (sample-weighted)": {"ea": False}, "w/o E": {"ea_evidence": False},
              "w/o U_ale": {"ea_ale": False}, "w/o U_epi": {"ea_epi": False}, "w/o BCC": {"bcc": False}}
-KNOBS = {"exp evidence, T = 10 (default)": {}, "softplus evidence": {"evidence": "softplus"},
-         "relu evidence": {"evidence": "relu"}, "T = the run's rounds": {"anneal_rounds": None}}
+# (exp evidence and T = the run's rounds are the defaults; with --set anneal_rounds=10 the
+# evidence rows are at T = 10, and one T row repeats the first)
+KNOBS = {"exp evidence": {}, "softplus evidence": {"evidence": "softplus"}, "relu evidence": {"evidence": "relu"},
+         "exp, T = 10 rounds (Sensoy et al.)": {"anneal_rounds": 10}, "exp, T = the run's rounds": {"anneal_rounds": None}}
 # EA against plain averaging on many seeds (BCC and DTD off): at kappa 0.1 one run's last rounds
 # swing by 20-30 points, so a difference is only read from many paired seeds
 SEEDS = {"EA (default: --ea-sides server)": {"ea_sides": "server"},
@@ -66,9 +68,13 @@ SEEDS = {"EA (default: --ea-sides server)": {"ea_sides": "server"},
          "sample-weighted average (--no-ea)": {"ea": False},
          "simple average (--no-ea --plain-weights uniform)": {"ea": False, "plain_weights": "uniform"}}
 # the whole of BESplit on many seeds: BESplit-A (the auxiliary models) against BESplit-G (the
-# global model) in one run, with BCC and the annealing horizon as the variants that move G
-FULL = {"BESplit (defaults)": {}, "w/o BCC (--no-bcc)": {"bcc": False},
-        "T = the run's rounds (--anneal-rounds R)": {"anneal_rounds": None}}
+# global model) in one run, with BCC and the annealing horizon T as the variants that move G
+# (T given explicitly: None is the run's rounds, the default, so the rows read the same runs
+# whatever the default)
+FULL = {"BESplit (defaults: T = the run's rounds)": {"anneal_rounds": None},
+        "w/o BCC (--no-bcc)": {"bcc": False, "anneal_rounds": None},
+        "T = 10 (--anneal-rounds 10; the default until 2026-11-24)": {"anneal_rounds": 10},
+        "w/o BCC, T = 10": {"bcc": False, "anneal_rounds": 10}}
 TARGETS = (0.5, 0.7, 0.8, 0.9)
 LAST = 5
 
@@ -165,6 +171,24 @@ def full_tables(rows: list[dict], kappas: list[float]) -> list[str]:
     return body
 
 
+def parse_knob(text: str) -> tuple[str, object]:
+    """``--set KNOB=VALUE``: a BESplit parameter and its value (JSON: 30, 0.5, true, "server"; a
+    bare word is a string). Checked against BESplit's parameters, so a typo stops the script."""
+    import dataclasses
+    import json
+
+    from raysfl.algorithms.besplit.algorithm import BESplitParams
+
+    name, sep, value = text.partition("=")
+    knobs = [f.name for f in dataclasses.fields(BESplitParams)]
+    if not sep or name not in knobs:
+        raise SystemExit(f"--set {text!r}: expected KNOB=VALUE with KNOB one of {', '.join(knobs)}")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--table", required=True, choices=["main", "readings", "ablations", "knobs", "seeds", "full"])
@@ -179,12 +203,17 @@ def main() -> None:
     ap.add_argument("--cache", default=None, help="keep each run's rows in this directory and reuse them")
     ap.add_argument("--out", default=None, help="default: docs/results/besplit-<dataset>-<table>[-<rounds>r].md")
     ap.add_argument("--section", action="store_true", help="also write the tables into docs/besplit.md")
+    ap.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
+                    help="a BESplit knob for every BESplit run of the table, e.g. --set anneal_rounds=30 "
+                         "(repeatable; a variant's own setting wins)")
     args = ap.parse_args()
+    knobs = dict(parse_knob(a) for a in args.set)
     kappas = args.kappas or {"main": [0.1, 0.5, 1.0], "readings": [0.1], "seeds": [0.1],
                              "full": [0.1]}.get(args.table, [0.1, 1.0])
     args.seeds = args.seeds or (list(range(20)) if args.table in ("seeds", "full") else [0, 1, 2])
     rounds_tag = "" if args.rounds == 30 else f"-{args.rounds}r"
-    out = args.out or f"docs/results/besplit-{args.dataset}-{args.table}{rounds_tag}.md"
+    knobs_tag = "".join(f"-{k}{v}" for k, v in knobs.items())
+    out = args.out or f"docs/results/besplit-{args.dataset}-{args.table}{rounds_tag}{knobs_tag}.md"
 
     start_ray(args.num_cpus or max(4, 3 * args.jobs))
     rows = []
@@ -205,7 +234,7 @@ def main() -> None:
            "full": {}}.get(args.table, {"dtd": False})
 
     def settings(seed, kappa, algo="besplit", **params):
-        extra = {"besplit": {k: (args.rounds if v is None else v) for k, v in params.items()}}
+        extra = {"besplit": {k: (args.rounds if v is None else v) for k, v in {**knobs, **params}.items()}}
         extra = extra if algo == "besplit" else {}
         return dict(algo=algo, dataset=args.dataset, rounds=args.rounds, seed=seed, alpha=kappa, **COMMON, **extra)
 
@@ -291,7 +320,9 @@ def main() -> None:
             cells = [f"{both(group(label, k), 'local')} ({statistics.mean(r['ea_weight_max'] for r in group(label, k)):.2f})"
                      for k in kappas]
             body.append(f"| {label} | " + " | ".join(cells) + " |")
-    intro = (f"{args.dataset}, {args.rounds} rounds, seeds {args.seeds}; mean ± standard deviation over the seeds. "
+    intro = (f"{args.dataset}, {args.rounds} rounds, seeds {args.seeds}"
+             + "".join(f", {k} = {v} in every BESplit run" for k, v in knobs.items())
+             + "; mean ± standard deviation over the seeds. "
              f"{__doc__.split(chr(10) + chr(10), 2)[2].strip()}")
     md = "\n".join(body)
     title = {"main": "BESplit vs SplitFed, FedAvg and FedProx across Dirichlet kappa",

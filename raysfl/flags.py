@@ -176,7 +176,8 @@ ALGO_KNOBS: dict[str, str] = {
     "path_loss_exp": "FedPairing: path-loss exponent delta",
     # BESplit
     "evidence": "BESplit: evidence activation e = act(logits): softplus | relu | exp",
-    "anneal_rounds": "BESplit eq. 5: T of the KL annealing lambda_t = min(1, t/T)",
+    "anneal_rounds": "BESplit eq. 5: T of the KL annealing lambda_t = min(1, t/T), in rounds (default: the "
+                     "run's rounds)",
     "csr_beta": "BESplit eq. 6: beta of the staleness-aware EMA of client state records",
     "csr_ttl": "BESplit: rounds without a client before its state record is dropped",
     "csr_model": "BESplit: whose outputs fill the client state records: round_start (the server side as the "

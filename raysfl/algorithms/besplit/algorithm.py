@@ -6,8 +6,8 @@ models aggregated by the fed server -- with:
 
 1. **Evidential learning** (Sec. 3.2, App. B; :mod:`~raysfl.algorithms.besplit.evidential`): the
    server-side model's outputs are Dirichlet evidence (alpha = e + 1, e = exp(logits) by
-   default), trained with eq. (5) and its KL term annealed by lambda_t = min(1, t/T), T = 10
-   rounds.
+   default), trained with eq. (5) and its KL term annealed by lambda_t = min(1, t/T), T the
+   run's number of rounds (the paper's T in App. D; ``anneal_rounds`` sets another).
 2. **Client State Records** (Sec. 4.1, App. C): per client, on the server, the summed
    evidence (N x N), counts and both uncertainties per true class of its smashed data (by
    default as the round's starting server-side model sees them, ``csr_model``), collected in
@@ -75,7 +75,8 @@ class BESplitParams:
 
     evidence: str = "exp"           # evidence activation e = phi(logits): exp | softplus | relu (not given;
                                     # docs/besplit.md measures them)
-    anneal_rounds: int = 10         # T of lambda_t = min(1, t/T) (eq. 5), in rounds; 10 as Sensoy et al. (2018)
+    anneal_rounds: int | None = None  # T of lambda_t = min(1, t/T) (eq. 5), in rounds; None: the run's rounds
+                                    # (T is the number of rounds in App. D; Sensoy et al. (2018) use 10)
     csr_beta: float = 0.9           # beta of eq. (6)'s staleness-aware EMA (not given)
     csr_ttl: int = 10               # rounds without the client before its record is dropped (not given)
     csr_model: str = "round_start"  # whose outputs fill the records: round_start (W_S_k as the round began,
@@ -130,8 +131,9 @@ class BESplit(Algorithm):
         p = cfg.algo_params
         if p.evidence not in EVIDENCE:
             raise ConfigError(f"unknown evidence '{p.evidence}'; allowed: {', '.join(EVIDENCE)}")
-        if not isinstance(p.anneal_rounds, int) or p.anneal_rounds < 1:
-            raise ConfigError(f"anneal_rounds must be an integer >= 1, got {p.anneal_rounds}")
+        if p.anneal_rounds is not None and (not isinstance(p.anneal_rounds, int) or p.anneal_rounds < 1):
+            raise ConfigError(f"anneal_rounds must be an integer >= 1 (or unset: the run's rounds), "
+                              f"got {p.anneal_rounds}")
         for name, allowed in (("ea_average", AVERAGES), ("ea_q_average", ("same",) + AVERAGES),
                               ("ea_epistemic", EPISTEMIC), ("csr_model", CSR_MODELS), ("csr_rows", CSR_ROWS),
                               ("ea_sides", EA_SIDES), ("ea_compare", COMPARES), ("plain_weights", PLAIN_WEIGHTS)):
@@ -156,7 +158,8 @@ class BESplit(Algorithm):
 
     @property
     def anneal_total(self) -> int:
-        return self.params.anneal_rounds
+        """T of eq. (5)'s lambda_t = min(1, t/T): ``anneal_rounds``, or the run's rounds."""
+        return self.params.anneal_rounds or self.cfg.rounds
 
     def server_metric_names(self) -> list[str]:
         return super().server_metric_names() + ["ea_weight_min", "ea_weight_max", "bcc_biased", "bcc_pairs",

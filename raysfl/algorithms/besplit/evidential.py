@@ -96,8 +96,9 @@ def kl_to_uniform(alpha: torch.Tensor) -> torch.Tensor:
 
 
 def annealing(t: int, total: int) -> float:
-    """lambda_t = min(1, t / T) (eq. 5). T is a horizon in rounds; Sensoy et al. (2018), whose
-    loss eq. (5) is, anneal over T = 10 epochs."""
+    """lambda_t = min(1, t / T) (eq. 5). T is a horizon in rounds: BESplit's default is the run's
+    rounds (App. D writes T for the number of rounds); Sensoy et al. (2018), whose loss eq. (5)
+    is, anneal over T = 10 epochs (``--anneal-rounds 10``)."""
     return min(1.0, t / total)
 
 
