@@ -109,6 +109,12 @@ def rho_implied(dataset: str, kappa: float, seed: int) -> dict:
     return {"rho_biased": len(biased), "rho_pairs": len(pairs), "rho_moved_frac": moved / h.sum()}
 
 
+def paired(d: np.ndarray) -> str:
+    """A paired difference over seeds, in points: ``mean ± standard error``."""
+    se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
+    return f"{d.mean():+.1f} ± {se:.1f}"
+
+
 def seeds_tables(rows: list[dict], kappas: list[float]) -> list[str]:
     """The seeds table: each averaging's mean ± std over the seeds, and EA's paired difference
     from each plain average (mean ± standard error over seeds; seeds where EA is at or above
@@ -130,8 +136,7 @@ def seeds_tables(rows: list[dict], kappas: list[float]) -> list[str]:
                 cells = []
                 for k in ("last5", "final"):
                     d = 100 * np.array([by[ea_label][s][f"local_{k}"] - by[lb][s][f"local_{k}"] for s in seeds])
-                    se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
-                    cells.append(f"{d.mean():+.1f} ± {se:.1f} ({int((d >= 0).sum())}/{len(d)}, "
+                    cells.append(f"{paired(d)} ({int((d >= 0).sum())}/{len(d)}, "
                                  f"{int((d >= -3).sum())}/{len(d)})")
                 body.append(f"| {ea_label} | {lb} | " + " | ".join(cells) + " |")
         body += ["", f"Per seed, last-{LAST} mean, %:", "", "| seed | " + " | ".join(SEEDS) + " |",
@@ -157,10 +162,9 @@ def full_tables(rows: list[dict], kappas: list[float]) -> list[str]:
             g = np.array([by[(f"{label}: G", s)]["local_last5"] for s in seeds])
             a = np.array([by[(f"{label}: A", s)]["local_last5"] for s in seeds])
             d = 100 * (a - g)
-            se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
             level, close = a >= 0.75, np.abs(d) <= 5
             body.append(f"| {label} | {mean_std(list(g), '.1f', 100)} | {mean_std(list(a), '.1f', 100)} | "
-                        f"{d.mean():+.1f} ± {se:.1f} | {int(level.sum())}/{len(d)} | {int(close.sum())}/{len(d)} | "
+                        f"{paired(d)} | {int(level.sum())}/{len(d)} | {int(close.sum())}/{len(d)} | "
                         f"{int((level & close).sum())}/{len(d)} |")
         body += ["", f"Per seed, last-{LAST} mean, % (G / A):", "", "| seed | " + " | ".join(FULL) + " |",
                  "|---|" + "---:|" * len(FULL)]
