@@ -6,7 +6,7 @@ readings of Evidential Aggregation, Table 4's ablations, and the evidential loss
         [--seeds 0 1 2] [--kappas 0.1 0.5 1] [--section]
     .venv/bin/python benchmarks/besplit_compare.py --table readings|ablations|knobs [--kappas 0.1 1]
     .venv/bin/python benchmarks/besplit_compare.py --table seeds [--seeds 0 ... 19] [--jobs 2] [--cache DIR]
-    .venv/bin/python benchmarks/besplit_compare.py --table full [--seeds 0 ... 19] [--jobs 2] [--cache DIR]
+    .venv/bin/python benchmarks/besplit_compare.py --table full|aux [--seeds 0 ... 19] [--jobs 2] [--cache DIR]
 
 Same data, partition, local test splits, model, cut, participation and seed for every run:
 10 clients (all of them every round), Dirichlet kappa label mixes, every client holding a
@@ -22,7 +22,9 @@ figure is the final round's and the mean of the last 5 rounds. ``readings``: BCC
 auxiliary models off, EA's readings against sample-weighted and simple averaging;
 ``ablations`` and ``knobs``: the auxiliary models off; ``seeds``: EA against plain averaging
 (BCC and the auxiliary models off) on many paired seeds; ``full``: the whole of BESplit (EA,
-BCC, DTD) on many paired seeds, BESplit-A against BESplit-G. Nothing is tuned to the comparison.
+BCC, DTD) on many paired seeds, BESplit-A against BESplit-G; ``aux``: the same, with the auxiliary
+model's optimiser kept across rounds or restarted, and a gradient clip, at kappa 0.1 and 1.
+Nothing is tuned to the comparison.
 """
 
 from __future__ import annotations
@@ -75,6 +77,14 @@ FULL = {"BESplit (defaults: T = the run's rounds)": {"anneal_rounds": None},
         "w/o BCC (--no-bcc)": {"bcc": False, "anneal_rounds": None},
         "T = 10 (--anneal-rounds 10; the default until 2026-11-24)": {"anneal_rounds": 10},
         "w/o BCC, T = 10": {"bcc": False, "anneal_rounds": 10}}
+# the auxiliary model's optimiser state kept across rounds (the default since 2026-11-25) or
+# restarted every round, and the gradient clip on every evidential step (5 by default since
+# 2026-11-25; 0: none), on many seeds (the clip given explicitly, so the rows read the same
+# runs whatever the default)
+AUX = {"BESplit (defaults: optimiser kept, clip 5)": {"anneal_rounds": None, "evidential_clip": 5.0},
+       "no clip (--evidential-clip 0)": {"anneal_rounds": None, "evidential_clip": 0.0},
+       "no clip, optimiser restarted every round (--evidential-clip 0 --no-keep-aux-optimizer; "
+       "until 2026-11-25)": {"anneal_rounds": None, "evidential_clip": 0.0, "keep_aux_optimizer": False}}
 TARGETS = (0.5, 0.7, 0.8, 0.9)
 LAST = 5
 
@@ -147,7 +157,7 @@ def seeds_tables(rows: list[dict], kappas: list[float]) -> list[str]:
     return body
 
 
-def full_tables(rows: list[dict], kappas: list[float]) -> list[str]:
+def full_tables(rows: list[dict], kappas: list[float], variants: dict) -> list[str]:
     """The full-BESplit table: per variant, BESplit-G and BESplit-A (last-5 mean on the
     clients' own splits) over the seeds, A - G paired by seed (mean ± standard error), and on
     how many seeds A >= 75 % and A is within 5 points of G (issue 24's second criterion)."""
@@ -158,7 +168,7 @@ def full_tables(rows: list[dict], kappas: list[float]) -> list[str]:
         body += [f"kappa {kappa:g}, {len(seeds)} seeds: the clients' own test splits, mean of the last {LAST} "
                  "rounds, %", "", "| variant | BESplit-G | BESplit-A | A − G (± s.e.) | A >= 75 % | "
                  "A within 5 points of G | both |", "|---|---:|---:|---:|---:|---:|---:|"]
-        for label in FULL:
+        for label in variants:
             g = np.array([by[(f"{label}: G", s)]["local_last5"] for s in seeds])
             a = np.array([by[(f"{label}: A", s)]["local_last5"] for s in seeds])
             d = 100 * (a - g)
@@ -166,10 +176,10 @@ def full_tables(rows: list[dict], kappas: list[float]) -> list[str]:
             body.append(f"| {label} | {mean_std(list(g), '.1f', 100)} | {mean_std(list(a), '.1f', 100)} | "
                         f"{paired(d)} | {int(level.sum())}/{len(d)} | {int(close.sum())}/{len(d)} | "
                         f"{int((level & close).sum())}/{len(d)} |")
-        body += ["", f"Per seed, last-{LAST} mean, % (G / A):", "", "| seed | " + " | ".join(FULL) + " |",
-                 "|---|" + "---:|" * len(FULL)]
+        body += ["", f"Per seed, last-{LAST} mean, % (G / A):", "", "| seed | " + " | ".join(variants) + " |",
+                 "|---|" + "---:|" * len(variants)]
         body += [f"| {s} | " + " | ".join(f"{100 * by[(f'{lb}: G', s)]['local_last5']:.1f} / "
-                                          f"{100 * by[(f'{lb}: A', s)]['local_last5']:.1f}" for lb in FULL) + " |"
+                                          f"{100 * by[(f'{lb}: A', s)]['local_last5']:.1f}" for lb in variants) + " |"
                  for s in seeds]
         body.append("")
     return body
@@ -195,10 +205,10 @@ def parse_knob(text: str) -> tuple[str, object]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--table", required=True, choices=["main", "readings", "ablations", "knobs", "seeds", "full"])
+    ap.add_argument("--table", required=True, choices=["main", "readings", "ablations", "knobs", "seeds", "full", "aux"])
     ap.add_argument("--dataset", default="digits", choices=["digits", "mnist5k"])
     ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0 1 2 (seeds, full: 0 ... 19)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0 1 2 (seeds, full, aux: 0 ... 19)")
     ap.add_argument("--kappas", type=float, nargs="+", default=None,
                     help="default: 0.1 0.5 1 (main), 0.1 (readings), 0.1 1 (ablations, knobs)")
     ap.add_argument("--num-cpus", type=int, default=None,
@@ -213,8 +223,8 @@ def main() -> None:
     args = ap.parse_args()
     knobs = dict(parse_knob(a) for a in args.set)
     kappas = args.kappas or {"main": [0.1, 0.5, 1.0], "readings": [0.1], "seeds": [0.1],
-                             "full": [0.1]}.get(args.table, [0.1, 1.0])
-    args.seeds = args.seeds or (list(range(20)) if args.table in ("seeds", "full") else [0, 1, 2])
+                             "full": [0.1], "aux": [0.1, 1.0]}.get(args.table, [0.1, 1.0])
+    args.seeds = args.seeds or (list(range(20)) if args.table in ("seeds", "full", "aux") else [0, 1, 2])
     rounds_tag = "" if args.rounds == 30 else f"-{args.rounds}r"
     knobs_tag = "".join(f"-{k}{v}" for k, v in knobs.items())
     out = args.out or f"docs/results/besplit-{args.dataset}-{args.table}{rounds_tag}{knobs_tag}.md"
@@ -233,9 +243,9 @@ def main() -> None:
               flush=True)
 
     variants = {"readings": READINGS, "ablations": ABLATIONS, "knobs": KNOBS, "seeds": SEEDS,
-                "full": FULL}.get(args.table, {})
+                "full": FULL, "aux": AUX}.get(args.table, {})
     off = {"readings": {"dtd": False, "bcc": False}, "seeds": {"dtd": False, "bcc": False},
-           "full": {}}.get(args.table, {"dtd": False})
+           "full": {}, "aux": {}}.get(args.table, {"dtd": False})
 
     def settings(seed, kappa, algo="besplit", **params):
         extra = {"besplit": {k: (args.rounds if v is None else v) for k, v in {**knobs, **params}.items()}}
@@ -267,7 +277,7 @@ def main() -> None:
                 continue
             for label, params in variants.items():
                 m = besplit(seed, kappa, **off, **params)
-                if args.table == "full":
+                if args.table in ("full", "aux"):
                     record(f"{label}: G", kappa, seed, m, "test_accuracy", "acc_g_local")
                     record(f"{label}: A", kappa, seed, m, "acc_aux", "acc_aux_local")
                     continue
@@ -315,8 +325,8 @@ def main() -> None:
                         f"{avg('rho_pairs')} | {100 * statistics.mean(r['rho_moved_frac'] for r in rs):.1f} % |")
     elif args.table == "seeds":
         body = seeds_tables(rows, kappas)
-    elif args.table == "full":
-        body = full_tables(rows, kappas)
+    elif args.table in ("full", "aux"):
+        body = full_tables(rows, kappas, variants)
     else:
         body = [f"BESplit-G on the clients' own test splits, % — final round / mean of the last {LAST} rounds "
                 f"(in brackets: the largest weight, mean over rounds and seeds):", "", *head]
@@ -333,7 +343,8 @@ def main() -> None:
              "readings": "Evidential Aggregation's readings", "ablations": "BESplit's ablations (Table 4)",
              "knobs": "The evidential loss's knobs",
              "seeds": "Evidential Aggregation against plain averaging, many seeds",
-             "full": "The whole of BESplit on many seeds: BESplit-A against BESplit-G"}[args.table]
+             "full": "The whole of BESplit on many seeds: BESplit-A against BESplit-G",
+             "aux": "The auxiliary model's optimiser state, and a gradient clip, on many seeds"}[args.table]
     write_tables(rows, out, f"{title} ({args.dataset})", intro, md, doc=ROOT / "docs" / "besplit.md" if args.section
                  else None)
 

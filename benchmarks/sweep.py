@@ -118,8 +118,20 @@ def last_mean(rows: list[dict], n: int = 10) -> float:
     return sum(r["test_accuracy"] for r in ev) / len(ev)
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else the platform's processor string: runs are
+    deterministic on one machine, but the same seed can end differently on another CPU."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
 def machine() -> str:
-    return (f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
+    return (f"{platform.machine()} {cpu_model()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
             f"Python {platform.python_version()}")
 
 

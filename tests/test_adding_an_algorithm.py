@@ -76,6 +76,7 @@ def test_the_worked_example_runs_and_its_knob_matters(quick, registered):
     (dict(server_reply=("logits",)), "unknown server_reply"),
     (dict(servers=3, sequential=True), "sequential"),
     (dict(training=Training.CENTRAL, servers=0, late_updates=True), "late_updates"),
+    (dict(client_head_optimizer=True), "needs client_heads"),
 ])
 def test_protocols_that_mean_nothing_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):

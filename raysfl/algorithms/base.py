@@ -122,6 +122,8 @@ class Protocol:
     server_reply: tuple[str, ...] = ()  # besides the gradient: "loss" (SuperSFL's TPGF), "outputs"
                                         # (BESplit's DTD teacher)
     client_heads: bool = False       # every client keeps a module of its own (``client_head``)
+    client_head_optimizer: bool = False  # ... and its optimiser state (momentum buffers) across rounds
+                                         # (BESplit's auxiliary model: one local training over the run)
     broadcast_servers: bool = False  # ``fed_aggregate``'s merged server state goes back to every server
     survives_server_loss: bool = False  # clients whose server dies or stays silent go on
                                         # (``client_fallback``) instead of failing the round
@@ -141,6 +143,8 @@ class Protocol:
             if bad:
                 raise ValueError(f"{', '.join(bad)} need server actors (training=split), "
                                  f"not training={self.training.value}")
+        if self.client_head_optimizer and not self.client_heads:
+            raise ValueError("client_head_optimizer keeps the optimiser of a client's own module: it needs client_heads")
         unknown = [r for r in self.server_reply if r not in REPLIES]
         if unknown:
             raise ValueError(f"unknown server_reply {unknown}; allowed: {', '.join(REPLIES)}")
@@ -201,6 +205,9 @@ class ClientUpdate:
     weight: float                  # its sample count this round
     late: bool = False             # missed its round's deadline; aggregated one round later
     report: dict = field(default_factory=dict)  # the algorithm's ``client_report`` (e.g. losses, depth)
+
+
+HEAD_OPTIMIZER = "head_opt."  # a client head's optimiser state in its update (``Protocol.client_head_optimizer``)
 
 
 def prefix_with_own(fed, client: int, cut: int) -> dict[str, np.ndarray]:

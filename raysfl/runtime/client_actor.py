@@ -19,7 +19,7 @@ import uuid
 import numpy as np
 import torch
 
-from raysfl.algorithms.base import ClientUpdate, Training
+from raysfl.algorithms.base import HEAD_OPTIMIZER, ClientUpdate, Training
 from raysfl.optim import build_optimizer
 from raysfl.runtime.placement import device_for_actor, set_threads
 from raysfl.runtime.refs import fetch
@@ -146,6 +146,8 @@ class ClientActor:
             opt = build_optimizer(part.parameters(), self.cfg, p["lr"])
             head = self._head(c, p["cut"], src)
             head_opt = build_optimizer(head.parameters(), self.cfg, p["lr"]) if head is not None else None
+            if head_opt is not None and self.algo.protocol.client_head_optimizer:
+                _load_optimizer_state(head_opt, src)
             anchor = {k: v.detach().clone() for k, v in part.named_parameters()}
             stats = ClientRoundStats(client=c, cut=p["cut"], samples=0)
             if c in models["charged"]:
@@ -333,7 +335,29 @@ class ClientActor:
                 a.stats.traffic.messages += 1
             if a.head is not None:  # stays on the device in a deployment: parked, not counted as traffic
                 state.update({f"head.{k}": v for k, v in state_to_wire(a.head.state_dict()).items()})
+                if self.algo.protocol.client_head_optimizer:
+                    state.update(_optimizer_state_to_wire(a.head_opt))
             updates.append(ClientUpdate(c, state, float(a.stats.samples), report=self.algo.client_report(a)))
             stats.append(a.stats)
         self.active = {}
         return updates, stats
+
+
+
+def _optimizer_state_to_wire(opt: torch.optim.Optimizer) -> dict[str, np.ndarray]:
+    """An optimiser's per-parameter state (SGD's momentum buffers, Adam's moments and step) as
+    ``head_opt.<param index>.<name>`` arrays, parked with the head between rounds."""
+    return {f"{HEAD_OPTIMIZER}{i}.{name}": torch.as_tensor(v).detach().to("cpu").numpy().copy()
+            for i, entry in opt.state_dict()["state"].items() for name, v in entry.items()}
+
+
+def _load_optimizer_state(opt: torch.optim.Optimizer, src: dict) -> None:
+    """Restore what :func:`_optimizer_state_to_wire` parked (nothing on a head's first round);
+    the learning rate stays this round's."""
+    state: dict[int, dict] = {}
+    for k, v in src.items():
+        if k.startswith(HEAD_OPTIMIZER):
+            i, name = k[len(HEAD_OPTIMIZER):].split(".", 1)
+            state.setdefault(int(i), {})[name] = torch.from_numpy(np.array(v, copy=True))
+    if state:
+        opt.load_state_dict({"state": state, "param_groups": opt.state_dict()["param_groups"]})

@@ -7,7 +7,10 @@ models aggregated by the fed server -- with:
 1. **Evidential learning** (Sec. 3.2, App. B; :mod:`~raysfl.algorithms.besplit.evidential`): the
    server-side model's outputs are Dirichlet evidence (alpha = e + 1, e = exp(logits) by
    default), trained with eq. (5) and its KL term annealed by lambda_t = min(1, t/T), T the
-   run's number of rounds (the paper's T in App. D; ``anneal_rounds`` sets another).
+   run's number of rounds (the paper's T in App. D; ``anneal_rounds`` sets another). Each
+   evidential step's gradient (server-side and auxiliary models) is clipped at L2 norm
+   ``evidential_clip`` (5; not in the paper, whose lr is 500x raysfl's: at raysfl's step, exp
+   evidence can silence a class for good -- docs/besplit.md, "dead classes").
 2. **Client State Records** (Sec. 4.1, App. C): per client, on the server, the summed
    evidence (N x N), counts and both uncertainties per true class of its smashed data (by
    default as the round's starting server-side model sees them, ``csr_model``), collected in
@@ -31,7 +34,8 @@ models aggregated by the fed server -- with:
    their gradients back to the partner only; a missing partner never holds a step up.
 5. **DTD** (Sec. 4.3, eqs. 15-18; :mod:`~raysfl.algorithms.besplit.dtd`): every client trains an
    auxiliary model next to the split step, distilled from its client-side model (KD-C) and
-   from the server's predictions (KD-G). The paper measures both on each client's own test
+   from the server's predictions (KD-G); the model and its optimiser state stay with the
+   client across rounds (``keep_aux_optimizer``). The paper measures both on each client's own test
    split (Sec. 3.1; ``local_test_fraction`` 0.2 by default): BESplit-G is ``acc_g_local``
    (the global model), BESplit-A ``acc_aux_local`` (each client's auxiliary model); on the
    global test set they are ``test_accuracy`` and ``acc_aux``.
@@ -51,7 +55,7 @@ import numpy as np
 import torch
 
 from raysfl.aggregation import weighted_average
-from raysfl.algorithms.base import (Algorithm, ClientUpdate, Protocol, ServerModel, prefix_with_own,
+from raysfl.algorithms.base import (HEAD_OPTIMIZER, Algorithm, ClientUpdate, Protocol, ServerModel, prefix_with_own,
                                     record_gradient_angle)
 from raysfl.algorithms.besplit.bcc import DISTANCES, bcc_pairs, biased_clients, mix_ratio, overrepresented
 from raysfl.algorithms.besplit.bcc_step import evidential_server_step
@@ -107,6 +111,11 @@ class BESplitParams:
     kd_lambda_g: float = 0.3        # lambda_G of eq. (18)
     kd_c_distance: str = "mean"     # KD-C's relational matrices (eq. 16): mean-normalised | raw (as printed;
                                     # collapses the auxiliary model here, see dtd.py)
+    keep_aux_optimizer: bool = True  # the auxiliary model's optimiser state (momentum) stays with it across
+                                    # rounds (False: restarted every round, as until 2026-11-25; see dtd.py)
+    evidential_clip: float = 5.0    # L2 clip of each evidential step's gradient (server-side and auxiliary
+                                    # models): not in the paper, whose lr is 500x smaller; 0: none (the
+                                    # default until 2026-11-25); docs/besplit.md "Dead classes"
 
 
 class BESplit(Algorithm):
@@ -115,7 +124,8 @@ class BESplit(Algorithm):
     params_cls = BESplitParams
     # SplitFed V1's shape; the server's logits come back as DTD's global teacher (eq. 15) and every
     # client keeps an auxiliary model -- both only with DTD (--no-dtd switches them off)
-    protocol = Protocol(server_model=ServerModel.PER_CLIENT, server_reply=("outputs",), client_heads=True)
+    protocol = Protocol(server_model=ServerModel.PER_CLIENT, server_reply=("outputs",), client_heads=True,
+                        client_head_optimizer=True)
     # Table 2 / Sec. 5.1: Dirichlet partition, kappa = 1 by default, SGD. Sec. 3.1: every client
     # holds a test split of its own data, on which BESplit-A and BESplit-G are measured (the
     # paper gives no fraction: 20 %, the data sets' own 80/20 train/test split).
@@ -124,7 +134,10 @@ class BESplit(Algorithm):
     def __init__(self, cfg):
         super().__init__(cfg)
         if not self.params.dtd:
-            self.protocol = dataclasses.replace(BESplit.protocol, server_reply=(), client_heads=False)
+            self.protocol = dataclasses.replace(BESplit.protocol, server_reply=(), client_heads=False,
+                                                client_head_optimizer=False)
+        elif not self.params.keep_aux_optimizer:
+            self.protocol = dataclasses.replace(BESplit.protocol, client_head_optimizer=False)
 
     @classmethod
     def validate(cls, cfg) -> None:
@@ -151,6 +164,8 @@ class BESplit(Algorithm):
             raise ConfigError("ea_compare 'per_class' combines classes by ea_average 'seen' or 'sample', not 'all'")
         if p.kd_c_distance not in DISTANCES:
             raise ConfigError(f"unknown kd_c_distance '{p.kd_c_distance}'; allowed: {', '.join(DISTANCES)}")
+        if not (math.isfinite(p.evidential_clip) and p.evidential_clip >= 0):
+            raise ConfigError(f"evidential_clip must be a finite number >= 0 (0: no clipping), got {p.evidential_clip}")
         for name in ("kd_lambda_c", "kd_lambda_g"):
             v = getattr(p, name)
             if not (math.isfinite(v) and v >= 0):
@@ -209,7 +224,8 @@ class BESplit(Algorithm):
         p = self.params
         grads, losses, logits, stats, lent, skipped = evidential_server_step(
             server.client_models, server.client_opts, batches, mixes, server.round, self.anneal_total,
-            p.evidence, p.ea_epistemic, p.bcc_move, server.model if p.csr_model == "round_start" else None)
+            p.evidence, p.ea_epistemic, p.bcc_move, server.model if p.csr_model == "round_start" else None,
+            p.evidential_clip)
         server.extra_rows.update(lent)  # the borrower's model ran them: its server FLOPs
         pending = x.setdefault("pending", {})
         for c, st in stats.items():
@@ -277,6 +293,8 @@ class BESplit(Algorithm):
                            p.kd_lambda_c, p.kd_lambda_g, p.evidence, p.kd_c_distance)
         a.head_opt.zero_grad(set_to_none=True)
         loss.backward()
+        if p.evidential_clip > 0:
+            torch.nn.utils.clip_grad_norm_(a.head.parameters(), p.evidential_clip)
         a.head_opt.step()
         a.stats.client_flops += 3.0 * len(a.y) * a.fwd_flops  # the auxiliary extractor's forward + backward
 
@@ -295,14 +313,14 @@ class BESplit(Algorithm):
         Auxiliary models stay with their clients."""
         parts = []
         for u in updates:
-            aux = {k: v for k, v in u.state.items() if k.startswith(HEAD)}
+            aux = {k: v for k, v in u.state.items() if k.startswith((HEAD, HEAD_OPTIMIZER))}
             if aux:
                 fed.own[u.client] = aux
             if fed.round_weights and (self.params.ea_sides == "both" or not self.params.ea):
                 w = fed.round_weights.get(u.client, 0.0)
             else:  # ea_sides "server": the client-side models by their samples, as SplitFed's fed server
                 w = u.weight
-            parts.append(({k: v for k, v in u.state.items() if not k.startswith(HEAD)}, w))
+            parts.append(({k: v for k, v in u.state.items() if not k.startswith((HEAD, HEAD_OPTIMIZER))}, w))
         if parts:
             fed.global_state = weighted_average(parts, base=fed.global_state)
         for state in server_states:
@@ -328,7 +346,8 @@ class BESplit(Algorithm):
         accs, local = [], []
         for c in sorted(fed.own):
             aux = auxiliary_model(ev.model, self.cfg.cut, ev.num_classes)
-            aux.load_state_dict({k[len(HEAD):]: torch.from_numpy(np.array(v)) for k, v in fed.own[c].items()})
+            aux.load_state_dict({k[len(HEAD):]: torch.from_numpy(np.array(v)) for k, v in fed.own[c].items()
+                                 if k.startswith(HEAD)})
             accs.append(ev.module(aux)[0])
             a = ev.local(aux, c) if ev.has_local_tests else nan
             if a == a:

@@ -81,7 +81,7 @@ def _forward_from(model, x: torch.Tensor, cut: int) -> torch.Tensor:
 def evidential_server_step(models: dict, opts: dict, batches: list[tuple[int, int, torch.Tensor, torch.Tensor]],
                            mixes: dict[int, tuple[int, dict[int, float]]], t: int, total: int,
                            evidence_kind: str = "exp", epistemic_kind: str = "mutual_info", move: bool = True,
-                           stats_model=None):
+                           stats_model=None, clip_norm: float = 0.0):
     """One step of every client's own server-side model (see the module docstring).
 
     Returns (gradient at the cut per client, its mean evidential loss on its own rows, its
@@ -121,6 +121,8 @@ def evidential_server_step(models: dict, opts: dict, batches: list[tuple[int, in
             train[:n] = ~given[c]  # eq. (30): rows lent away leave the lender's own loss
         if train.any():
             per_sample[train].mean().backward()
+            if clip_norm > 0:
+                torch.nn.utils.clip_grad_norm_(models[c].parameters(), clip_norm)
             opt.step()
         losses[c] = float(per_sample[:n].detach().mean())
         logits_out[c] = logits[:n].detach()

@@ -14,6 +14,14 @@ batch, which comes back with the gradient (``protocol.server_reply`` "outputs"):
 [W_C, W_S] the client is training, which is W_g at the start of the round. No model is
 downloaded for it; the logits cost B x N floats per step, counted as traffic.
 
+The auxiliary model lives on its client for the whole run, and so does its optimiser state
+(``keep_aux_optimizer``, ``Protocol.client_head_optimizer``): with ~4 steps a round, an SGD
+momentum restarted every round never builds up, and BESplit-A stalled (docs/besplit.md, "The
+auxiliary model's optimiser"). Alone, at raysfl's step size, the evidential loss can kill a
+class of the auxiliary model for good (its logit falls so low that exp evidence has no gradient
+left); KD-G's softmax keeps every logit's gradient alive (``benchmarks/besplit_aux_alone.py``).
+``evidential_clip`` bounds each step's gradient (not in the paper; measured in the docs).
+
 KD-C's relational matrices are divided by their mean distance by default (``kd_c_distance``
 "mean", as relational KD does): eq. (16)'s raw squared distances grow with the features'
 norm -- hundreds for the digits CNN -- and the first KD-C step then drives the fresh

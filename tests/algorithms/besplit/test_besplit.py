@@ -216,6 +216,64 @@ def test_auxiliary_model_is_the_client_part_plus_a_head_and_dtd_learns():
     assert set(no_teacher) == {"evid", "kd_c"}
 
 
+@pytest.mark.parametrize("make", [lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+                                  lambda ps: torch.optim.Adam(ps, lr=0.01)], ids=["sgd-momentum", "adam"])
+def test_a_client_heads_optimiser_state_survives_the_trip_between_rounds(make):
+    """The auxiliary model trains on its device over the whole run: its optimiser state is
+    parked with it between rounds and restored, so two rounds of steps are the steps of one
+    optimiser (without it, momentum restarts every round and the steps differ)."""
+    from raysfl.runtime.client_actor import _load_optimizer_state, _optimizer_state_to_wire
+
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(8, 4, generator=g), torch.randn(8, 2, generator=g)
+
+    def steps(model, opt, n):
+        for _ in range(n):
+            opt.zero_grad()
+            ((model(x) - y) ** 2).mean().backward()
+            opt.step()
+
+    torch.manual_seed(0)
+    one = nn.Linear(4, 2)
+    opt = make(one.parameters())
+    steps(one, opt, 3)
+    parked = _optimizer_state_to_wire(opt)  # the end of round 1
+    assert parked and all(k.startswith("head_opt.") and isinstance(v, np.ndarray) for k, v in parked.items())
+    restored, restarted = copy.deepcopy(one), copy.deepcopy(one)
+    steps(one, opt, 3)  # one optimiser throughout
+    opt2 = make(restored.parameters())
+    _load_optimizer_state(opt2, {**parked, "head.weight": np.zeros(1)})  # other keys are left alone
+    steps(restored, opt2, 3)  # round 2 with the parked state
+    steps(restarted, make(restarted.parameters()), 3)  # round 2 with a fresh optimiser
+    for a, b, c in zip(one.parameters(), restored.parameters(), restarted.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+    assert not all(torch.allclose(a, c, atol=1e-4) for a, c in zip(one.parameters(), restarted.parameters()))
+    fresh = make(nn.Linear(4, 2).parameters())
+    _load_optimizer_state(fresh, {})  # a head's first round: nothing parked, nothing loaded
+    assert not fresh.state_dict()["state"]
+
+
+@pytest.mark.slow
+def test_the_auxiliary_models_learn_faster_with_their_optimiser_state_kept(tmp_path, ray_session):
+    """BESplit-A with the auxiliary models' momentum kept across rounds (the default) against
+    restarted every round (``keep_aux_optimizer=False``, how it ran until 2026-11-25): 6
+    clients, Dirichlet 1, 8 rounds, BCC off, mean of the last 3 rounds of ``acc_aux_local``
+    (0.746 against 0.524 on 2026-11-25, 2-core AMD EPYC). BESplit-G is not touched by the
+    auxiliary models."""
+    import raysfl
+
+    def run(keep):
+        cfg = raysfl.config_from_kwargs(algo="besplit", clients=6, rounds=8, alpha=1.0, seed=0, progress=False,
+                                        checkpoint_every=0, out=str(tmp_path),
+                                        besplit={"bcc": False, "keep_aux_optimizer": keep})
+        m = raysfl.run(cfg).metrics
+        return float(np.mean([r["acc_aux_local"] for r in m[-3:]])), [r["acc_g_local"] for r in m]
+
+    (kept, g_kept), (restarted, g_restarted) = run(True), run(False)
+    assert kept >= restarted + 0.1
+    assert g_kept == g_restarted
+
+
 def test_mean_normalised_relational_matrix_ignores_the_feature_scale():
     from raysfl.algorithms.besplit.bcc import kd_client, relational_matrix
 
@@ -293,14 +351,12 @@ def test_ea_weighs_the_client_side_models_too_or_only_the_server_side(sides, wan
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 24 is open: on this small setting (BCC on, 12 rounds) EA trails "
-                   "--no-ea on seed 1 (last-3 acc_g_local 0.511 / 0.572 against 0.495 / 0.723 on seeds 0 / 1, "
-                   "2026-11-24, T = the run's rounds); over 20 seeds at kappa 0.1 EA is level with it "
-                   "(docs/besplit.md, 'Twenty seeds'); strict, so the day it holds this test says so")
 def test_besplit_learns_and_ea_costs_no_more_than_a_few_points(tmp_path, ray_session):
     """BESplit-G learns digits, and Evidential Aggregation (the default reading) is not worse
     than sample-weighted averaging (``--no-ea``) by more than a few points: 6 clients,
-    Dirichlet 0.5, 12 rounds, seeds 0 and 1, mean of the last 3 rounds."""
+    Dirichlet 0.5, 12 rounds, seeds 0 and 1, mean of the last 3 rounds (2026-11-25, 2-core
+    AMD EPYC: EA 0.713 / 0.707, sample weights 0.622 / 0.775; without the gradient clip,
+    ``evidential_clip=0``, EA was 0.480 / 0.519 and this test an expected failure)."""
     import raysfl
 
     def last3(seed, **params):
@@ -310,7 +366,7 @@ def test_besplit_learns_and_ea_costs_no_more_than_a_few_points(tmp_path, ray_ses
 
     ea = [last3(s) for s in (0, 1)]
     plain = [last3(s, ea=False) for s in (0, 1)]
-    assert min(ea) > 0.6 and min(plain) > 0.6
+    assert min(ea) > 0.6 and min(plain) > 0.5
     assert np.mean(ea) >= np.mean(plain) - 0.05
 
 
@@ -344,6 +400,7 @@ def test_besplit_without_ea_uses_sample_weights(quick):
     ({"kd_tau": 0}, "kd_tau must be a finite number > 0, got 0"),
     ({"kd_lambda_g": -1}, "kd_lambda_g must be a finite number >= 0, got -1"),
     ({"kd_c_distance": "cosine"}, "unknown kd_c_distance 'cosine'; allowed: mean, raw"),
+    ({"evidential_clip": -1.0}, r"evidential_clip must be a finite number >= 0 \(0: no clipping\), got -1.0"),
 ])
 def test_bad_besplit_settings_are_refused(params, match):
     with pytest.raises(ConfigError, match=match):
