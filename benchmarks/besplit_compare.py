@@ -209,6 +209,8 @@ def main() -> None:
     ap.add_argument("--dataset", default="digits", choices=["digits", "mnist5k"])
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 0 1 2 (seeds, full, aux: 0 ... 19)")
+    ap.add_argument("--baselines", nargs="+", choices=list(BASELINES), default=list(BASELINES),
+                    help="main: the baselines to run (default: all; SplitFed V1 and FedAvg take the same steps)")
     ap.add_argument("--kappas", type=float, nargs="+", default=None,
                     help="default: 0.1 0.5 1 (main), 0.1 (readings), 0.1 1 (ablations, knobs)")
     ap.add_argument("--num-cpus", type=int, default=None,
@@ -259,7 +261,7 @@ def main() -> None:
             for kappa in kappas for seed in args.seeds
             for params in ([{}] if args.table == "main" else variants.values())]
     jobs += [settings(seed, kappa, algo) for kappa in kappas for seed in args.seeds
-             for algo in (BASELINES if args.table == "main" else ())]
+             for algo in (args.baselines if args.table == "main" else ())]
     args.cache = prerun(jobs, args.cache, args.jobs)  # with --jobs: every run first, several at once
     for kappa in kappas:
         for seed in args.seeds:
@@ -271,7 +273,7 @@ def main() -> None:
                        **rho_implied(args.dataset, kappa, seed)}
                 record("BESplit-G", kappa, seed, m, "test_accuracy", "acc_g_local", **bcc)
                 record("BESplit-A", kappa, seed, m, "acc_aux", "acc_aux_local")
-                for algo, label in BASELINES.items():
+                for algo, label in ((a, BASELINES[a]) for a in args.baselines):
                     m = evaluated(run(cache=args.cache, **settings(seed, kappa, algo)))
                     record(label, kappa, seed, m, "test_accuracy", "test_accuracy_local")
                 continue
@@ -292,7 +294,7 @@ def main() -> None:
 
     head = ["| | " + " | ".join(f"kappa {k:g}" for k in kappas) + " |", "|---|" + "---:|" * len(kappas)]
     if args.table == "main":
-        labels = ["BESplit-G", "BESplit-A", *BASELINES.values()]
+        labels = ["BESplit-G", "BESplit-A", *(BASELINES[a] for a in args.baselines)]
         body = [f"Accuracy on the clients' own test splits (the paper's metric; mean over clients), % — final "
                 f"round / mean of the last {LAST} rounds:", "", *head]
         body += [f"| {lb} | " + " | ".join(both(group(lb, k), "local") for k in kappas) + " |" for lb in labels]
