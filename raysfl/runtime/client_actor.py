@@ -23,7 +23,7 @@ from raysfl.algorithms.base import HEAD_OPTIMIZER, ClientUpdate, Training
 from raysfl.optim import build_optimizer
 from raysfl.runtime.placement import device_for_actor, set_threads
 from raysfl.runtime.refs import fetch
-from raysfl.transport import ClientRoundStats, Smashed, pack, state_nbytes, state_to_wire, unpack
+from raysfl.transport import ClientRoundStats, Smashed, pack, state_nbytes, state_to_wire, unpack, wire_to_state
 
 
 def sample_stream(indices: np.ndarray, client: int, seed: int, start: int, count: int) -> np.ndarray:
@@ -347,6 +347,7 @@ class ClientActor:
 def _optimizer_state_to_wire(opt: torch.optim.Optimizer) -> dict[str, np.ndarray]:
     """An optimiser's per-parameter state (SGD's momentum buffers, Adam's moments and step) as
     ``head_opt.<param index>.<name>`` arrays, parked with the head between rounds."""
+    # copied, unlike ``state_to_wire``: the buffers go on changing while the optimiser lives
     return {f"{HEAD_OPTIMIZER}{i}.{name}": torch.as_tensor(v).detach().to("cpu").numpy().copy()
             for i, entry in opt.state_dict()["state"].items() for name, v in entry.items()}
 
@@ -355,9 +356,8 @@ def _load_optimizer_state(opt: torch.optim.Optimizer, src: dict) -> None:
     """Restore what :func:`_optimizer_state_to_wire` parked (nothing on a head's first round);
     the learning rate stays this round's."""
     state: dict[int, dict] = {}
-    for k, v in src.items():
-        if k.startswith(HEAD_OPTIMIZER):
-            i, name = k[len(HEAD_OPTIMIZER):].split(".", 1)
-            state.setdefault(int(i), {})[name] = torch.from_numpy(np.array(v, copy=True))
+    for k, v in wire_to_state({k: v for k, v in src.items() if k.startswith(HEAD_OPTIMIZER)}).items():
+        i, name = k[len(HEAD_OPTIMIZER):].split(".", 1)
+        state.setdefault(int(i), {})[name] = v
     if state:
         opt.load_state_dict({"state": state, "param_groups": opt.state_dict()["param_groups"]})
