@@ -41,12 +41,15 @@ _FREE = {"rounds", "progress", "checkpoint_every", "eval_every", "resume", "out"
 # written then carry a fingerprint over these, which is still accepted.
 _LEGACY_FREE = {"rounds", "progress", "checkpoint_every", "eval_every", "resume", "out", "name", "resources"}
 _ADDED = {"min_included", "keep_checkpoints", "keep_best", "mlflow"}
+# Settings added after checkpoints were first written, with the value that means what their absence
+# meant: at that value they are left out of the fingerprint, so older checkpoints still resume.
+_LATER = {"deterministic": False}
 _NAME = re.compile(r"round_(\d+)\.pt")
 
 
 def fingerprint(cfg_dict: dict, free=frozenset(_FREE)) -> str:
     """Hash of the settings that determine what a run computes."""
-    fixed = {k: v for k, v in cfg_dict.items() if k not in free}
+    fixed = {k: v for k, v in cfg_dict.items() if k not in free and not (k in _LATER and v == _LATER[k])}
     return hashlib.sha256(json.dumps(fixed, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -116,6 +116,7 @@ class Config:
                                               # training (BESplit Sec. 3.1); reported as the *_local metrics
     seed: int = 0
     transfer_dtype: str = "float32"
+    deterministic: bool = False  # deterministic kernels (torch.use_deterministic_algorithms): GPU runs reproducible
     eval_every: int = 1
     checkpoint_every: int = 1
     keep_checkpoints: int = 2  # the newest N checkpoints are kept (0: every one)

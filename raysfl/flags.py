@@ -52,6 +52,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "server_lr": ("training", "learning rate of the server side (default: --lr)"),
     "grad_angles": ("training", "record grad_angle_deg: mean pairwise angle of the clients' server-side gradients"),
     "transfer_dtype": ("training", "dtype of smashed data and gradients on the wire"),
+    "deterministic": ("training", "deterministic kernels everywhere (torch.use_deterministic_algorithms, cuDNN "
+                                  "without autotuning): GPU runs repeat exactly; CPU runs do without it"),
     # evaluation, output and resume
     "eval_every": ("evaluation", "evaluate every K rounds (and at the last)"),
     "checkpoint_every": ("evaluation", "checkpoint every K rounds (and at the last; 0 = never)"),

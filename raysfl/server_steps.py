@@ -136,7 +136,7 @@ def per_client_gradients(model: SplitModel, batches: list[tuple[int, int, torch.
     by_size: dict[int, list[int]] = {}
     for i, b in enumerate(batches):
         by_size.setdefault(int(b[3].shape[0]), []).append(i)
-    flat: list[torch.Tensor] = [torch.empty(0)] * len(batches)
+    flat: list[torch.Tensor | None] = [None] * len(batches)
     act_grads: dict[int, torch.Tensor] = {}
     losses: dict[int, float] = {}
     with _batch_stats_only(part) as has_bn:

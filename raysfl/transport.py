@@ -64,6 +64,32 @@ def wire_to_state(arrays: dict[str, np.ndarray], device="cpu") -> dict[str, torc
     return {k: torch.from_numpy(np.array(v, copy=True)).to(device) for k, v in arrays.items()}
 
 
+def optimizer_state_to_wire(opt: torch.optim.Optimizer, prefix: str = "") -> dict[str, np.ndarray]:
+    """An optimiser's per-parameter state (SGD's momentum buffers, Adam's moments and step) as
+    ``<prefix><param index>.<name>`` NumPy arrays, copied to the CPU: what crosses a Ray boundary
+    or goes into a checkpoint (never the optimiser's own tensors, which may live on a GPU and
+    go on changing while the optimiser lives). The hyperparameters (``param_groups``) are not
+    included: the receiving optimiser is built from the same config."""
+    return {f"{prefix}{i}.{name}": torch.as_tensor(v).detach().to("cpu").numpy().copy()
+            for i, entry in opt.state_dict()["state"].items() for name, v in entry.items()}
+
+
+def load_optimizer_state(opt: torch.optim.Optimizer, arrays: dict, prefix: str = "") -> None:
+    """Restore what :func:`optimizer_state_to_wire` gave (keys under ``prefix``; none: the state
+    of an optimiser before its first step, so its buffers are cleared). The optimiser moves each
+    buffer to its parameter's device; its learning rate and other hyperparameters stay as they
+    are. Older checkpoints held the optimiser's ``state_dict`` itself: that is loaded as it is."""
+    if isinstance(arrays, dict) and "param_groups" in arrays and "state" in arrays:
+        opt.load_state_dict(arrays)
+        return
+    state: dict[int, dict] = {}
+    for k, v in arrays.items():
+        if k.startswith(prefix):
+            i, name = k[len(prefix):].split(".", 1)
+            state.setdefault(int(i), {})[name] = torch.from_numpy(np.array(v, copy=True))
+    opt.load_state_dict({"state": state, "param_groups": opt.state_dict()["param_groups"]})
+
+
 def state_nbytes(arrays: dict[str, np.ndarray]) -> int:
     return int(sum(a.nbytes for a in arrays.values()))
 

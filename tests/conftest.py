@@ -1,8 +1,16 @@
-"""Shared fixtures: one local Ray instance for the whole session, small run configs."""
+"""Shared fixtures: one local Ray instance for the whole session, small run configs.
+
+Every Ray of the suite runs with the wire guard (:mod:`raysfl.runtime.wire_guard`): a torch
+tensor in any actor call's arguments or result fails the call, here and in the runs the
+tests start in subprocesses (they inherit ``RAYSFL_WIRE_GUARD``)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+os.environ["RAYSFL_WIRE_GUARD"] = "1"
 
 
 @pytest.fixture(scope="session")
@@ -10,8 +18,11 @@ def ray_session():
     """A local Ray started with explicit resources and no dashboard; shut down at the end."""
     import ray
 
+    from raysfl.runtime import wire_guard
+
     ray.init(address="local", num_cpus=4, include_dashboard=False, configure_logging=False,
-             log_to_driver=False)
+             log_to_driver=False, runtime_env=wire_guard.runtime_env_hook())
+    wire_guard.install()
     yield ray
     ray.shutdown()
 

@@ -93,6 +93,7 @@ def as_split_model(model, input_shape: tuple[int, ...], num_classes: int) -> Spl
             raise ConfigError(f"model must be a raysfl SplitModel, a list of nn.Module blocks or an nn.Sequential; "
                               f"got {type(model).__name__}")
         split = SplitModel(_name("model"), copy.deepcopy(blocks), input_shape, num_classes)
+    split = split.cpu()  # a model you built on a GPU: checked, and sent to the actors, from the CPU
     check_runs(split)
     return split
 

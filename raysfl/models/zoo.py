@@ -23,6 +23,7 @@ from torch import nn
 
 from raysfl.errors import ConfigError
 from raysfl.models import custom
+from raysfl.models.blob import ModelBlob
 from raysfl.models.splittable import SplitModel
 
 Builder = Callable[[tuple[int, int, int], int], SplitModel]
@@ -285,8 +286,11 @@ def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int, 
 
 def initial_model(model: SplitModel | None, cfg, input_shape, num_classes: int) -> SplitModel:
     """An actor's own copy of the run's initial model: ``model``, the object the driver built
-    for the run (a zoo model from the seed, or yours) and sent to the actor, or, without one,
-    the zoo model ``cfg.model`` built from ``cfg.seed`` (the same weights)."""
+    for the run (a zoo model from the seed, or yours) and sent to the actor as a
+    :class:`~raysfl.models.blob.ModelBlob`, or, without one, the zoo model ``cfg.model`` built
+    from ``cfg.seed`` (the same weights)."""
+    if isinstance(model, ModelBlob):
+        return model.model()
     if model is not None:
         return copy.deepcopy(model)
     return build_model(cfg.model, input_shape, num_classes, seed=cfg.seed)

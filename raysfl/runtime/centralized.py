@@ -16,7 +16,7 @@ from raysfl import checkpoint
 from raysfl.evaluation import evaluate
 from raysfl.optim import build_optimizer
 from raysfl.runtime.client_actor import sample_stream
-from raysfl.runtime.placement import set_threads
+from raysfl.runtime.placement import configure_torch
 from raysfl.runtime.planning import plan_round
 from raysfl.runtime.rounds import prune_checkpoints
 from raysfl.transport import state_to_wire, wire_to_state
@@ -29,7 +29,7 @@ POOLED_STREAM = 2**31 - 1
 def run_centralized(exp, state: dict | None) -> None:
     """Train ``exp``'s model on the pooled data round by round (resuming from ``state``)."""
     cfg, algo, ds, ctx, logger = exp.cfg, exp.algo, exp.ds, exp.ctx, exp.logger
-    set_threads(cfg.resources.num_cpus or torch.get_num_threads())
+    configure_torch(cfg, cfg.resources.num_cpus or torch.get_num_threads())
     model = copy.deepcopy(exp.model)  # the run's initial model (a zoo model from the seed, or yours)
     model.train()
     opt = build_optimizer(model.parameters(), cfg, cfg.lr)

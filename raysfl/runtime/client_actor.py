@@ -21,9 +21,10 @@ import torch
 
 from raysfl.algorithms.base import HEAD_OPTIMIZER, ClientUpdate, Training
 from raysfl.optim import build_optimizer
-from raysfl.runtime.placement import device_for_actor, set_threads
+from raysfl.runtime.placement import configure_torch, device_for_actor
 from raysfl.runtime.refs import fetch
-from raysfl.transport import ClientRoundStats, Smashed, pack, state_nbytes, state_to_wire, unpack, wire_to_state
+from raysfl.transport import (ClientRoundStats, Smashed, load_optimizer_state, optimizer_state_to_wire, pack,
+                              state_nbytes, state_to_wire, unpack)
 
 
 def sample_stream(indices: np.ndarray, client: int, seed: int, start: int, count: int) -> np.ndarray:
@@ -67,9 +68,9 @@ class ClientActor:
                  gpus: float = 0.0, model=None):
         from raysfl.models import initial_model
 
-        set_threads(cfg.resources.client_cpus)
+        configure_torch(cfg, cfg.resources.client_cpus)
         self.index, self.cfg, self.algo, self.ds, self.parts = index, cfg, algo, dataset, parts
-        self.device = device_for_actor(gpus)
+        self.device = device_for_actor(gpus, f"client actor {index}")
         self.model = initial_model(model, cfg, dataset.input_shape, dataset.num_classes)  # the run's model object (Federation), or by name
         self.flops = block_flops  # measured once by the driver (FLOP counting is slow to start)
         self.active: dict[int, _Active] = {}
@@ -147,7 +148,7 @@ class ClientActor:
             head = self._head(c, p["cut"], src)
             head_opt = build_optimizer(head.parameters(), self.cfg, p["lr"]) if head is not None else None
             if head_opt is not None and self.algo.protocol.client_head_optimizer:
-                _load_optimizer_state(head_opt, src)
+                load_optimizer_state(head_opt, src, HEAD_OPTIMIZER)
             anchor = {k: v.detach().clone() for k, v in part.named_parameters()}
             stats = ClientRoundStats(client=c, cut=p["cut"], samples=0)
             if c in models["charged"]:
@@ -166,8 +167,8 @@ class ClientActor:
         (seed, client)."""
         if not self.algo.protocol.client_heads:
             return None
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.cfg.seed * 1_000_003 + client)
+        with torch.random.fork_rng(devices=[]):  # the CPU generator only, restored after
+            torch.random.default_generator.manual_seed(self.cfg.seed * 1_000_003 + client)
             head = self.algo.client_head(cut, self.model, self.ds.num_classes)
         saved = {k[5:]: torch.from_numpy(np.array(v)) for k, v in src.items() if k.startswith("head.")}
         if saved:
@@ -336,28 +337,8 @@ class ClientActor:
             if a.head is not None:  # stays on the device in a deployment: parked, not counted as traffic
                 state.update({f"head.{k}": v for k, v in state_to_wire(a.head.state_dict()).items()})
                 if self.algo.protocol.client_head_optimizer:
-                    state.update(_optimizer_state_to_wire(a.head_opt))
+                    state.update(optimizer_state_to_wire(a.head_opt, HEAD_OPTIMIZER))
             updates.append(ClientUpdate(c, state, float(a.stats.samples), report=self.algo.client_report(a)))
             stats.append(a.stats)
         self.active = {}
         return updates, stats
-
-
-
-def _optimizer_state_to_wire(opt: torch.optim.Optimizer) -> dict[str, np.ndarray]:
-    """An optimiser's per-parameter state (SGD's momentum buffers, Adam's moments and step) as
-    ``head_opt.<param index>.<name>`` arrays, parked with the head between rounds."""
-    # copied, unlike ``state_to_wire``: the buffers go on changing while the optimiser lives
-    return {f"{HEAD_OPTIMIZER}{i}.{name}": torch.as_tensor(v).detach().to("cpu").numpy().copy()
-            for i, entry in opt.state_dict()["state"].items() for name, v in entry.items()}
-
-
-def _load_optimizer_state(opt: torch.optim.Optimizer, src: dict) -> None:
-    """Restore what :func:`_optimizer_state_to_wire` parked (nothing on a head's first round);
-    the learning rate stays this round's."""
-    state: dict[int, dict] = {}
-    for k, v in wire_to_state({k: v for k, v in src.items() if k.startswith(HEAD_OPTIMIZER)}).items():
-        i, name = k[len(HEAD_OPTIMIZER):].split(".", 1)
-        state.setdefault(int(i), {})[name] = v
-    if state:
-        opt.load_state_dict({"state": state, "param_groups": opt.state_dict()["param_groups"]})

@@ -15,7 +15,7 @@ import uuid
 import numpy as np
 
 from raysfl.evaluation import evaluate, evaluate_by_class, evaluate_predictions, mix_weighted_accuracy
-from raysfl.runtime.placement import device_for_actor, set_threads
+from raysfl.runtime.placement import configure_torch, device_for_actor
 from raysfl.runtime.refs import fetch
 from raysfl.transport import state_to_wire, wire_to_state
 
@@ -57,10 +57,10 @@ class FedActor:
     def __init__(self, cfg, algo, dataset, views: ClientViews | None = None, gpus: float = 0.0, model=None):
         from raysfl.models import initial_model
 
-        set_threads(cfg.resources.fed_cpus)
+        configure_torch(cfg, cfg.resources.fed_cpus)
         self.cfg, self.algo, self.ds = cfg, algo, dataset
         self.views = views or ClientViews([], None)
-        self.device = device_for_actor(gpus)
+        self.device = device_for_actor(gpus, "fed server")
         self.model = initial_model(model, cfg, dataset.input_shape, dataset.num_classes).to(self.device)  # the run's model object (Federation)
         # a copy: state_to_wire gives views of the model's tensors, and evaluation loads other
         # states into the model -- the initial global model must not change with them

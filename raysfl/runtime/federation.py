@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from raysfl.algorithms.base import Algorithm, Training
+from raysfl.models.blob import ModelBlob
 from raysfl.runtime.client_actor import ClientActor
 from raysfl.runtime.fed_actor import ClientViews, FedActor
 from raysfl.runtime.placement import actor_options, reserve, role_resources
@@ -90,7 +91,7 @@ class Federation:
         self.cfg, self.algo, self.num_actors = cfg, algo, num_actors
         self.num_blocks = len(block_flops)
         self.ds_ref = ray.put(dataset)  # loaded once, shared; kept alive for actor restarts
-        self.model_ref = ray.put(model)  # likewise
+        self.model_ref = ray.put(ModelBlob(model))  # likewise (sealed: no tensor crosses a Ray boundary)
 
         num_servers = algo.protocol.servers
         self.groups = reserve(cfg, num_actors, num_servers, run_name)  # fails here if the cluster is too small

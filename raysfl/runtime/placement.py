@@ -25,17 +25,53 @@ def set_threads(cpus: float | None) -> None:
     torch.set_num_threads(max(1, int(math.floor(cpus or 1))))
 
 
-def device_for_actor(gpus: float) -> torch.device:
-    """CUDA when this actor holds a real GPU share, else CPU (fake GPUs in tests fall back)."""
-    if gpus > 0 and torch.cuda.is_available():
+def configure_torch(cfg, cpus: float | None) -> None:
+    """A process's torch settings for a run: its threads (:func:`set_threads`) and, with
+    ``--deterministic``, deterministic kernels: ``torch.use_deterministic_algorithms`` (an
+    operation without a deterministic implementation raises), cuDNN without autotuning, and
+    cuBLAS's fixed workspace. On the CPU raysfl's runs are deterministic without it; on a GPU
+    they are not, unless it is set (docs/reliability.md)."""
+    set_threads(cpus)
+    if getattr(cfg, "deterministic", False):
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before the first cuBLAS call
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+
+
+def device_for_actor(gpus: float, role: str | None = None) -> torch.device:
+    """CUDA when this actor holds a real GPU share, else CPU (fake GPUs in tests fall back).
+
+    On CUDA, a fractional share also bounds the process's CUDA memory (its caching allocator
+    may take ``gpus`` of the device's memory), so actors sharing a GPU cannot starve each
+    other. ``role`` given: an actor meant for a GPU that runs on the CPU says so once (one
+    line, ``raysfl: warning: ...``)."""
+    if gpus <= 0:
+        return torch.device("cpu")
+    ids = []
+    if torch.cuda.is_available():
         try:
             import ray
 
-            if ray.get_gpu_ids():
-                return torch.device("cuda")
+            ids = ray.get_gpu_ids()
         except Exception:  # noqa: BLE001 - outside an actor: no GPU ids
-            pass
+            ids = []
+    if ids:
+        if gpus < 1 and role is not None:
+            torch.cuda.set_per_process_memory_fraction(float(gpus))
+        return torch.device("cuda")
+    if role is not None:
+        import sys
+
+        why = "Ray gave it no GPU" if torch.cuda.is_available() else "its node has no CUDA GPU"
+        print(f"raysfl: warning: the {role} asked for {gpus:g} GPU but {why}; it runs on the CPU", file=sys.stderr,
+              flush=True)
     return torch.device("cpu")
+
+
+def cuda_count() -> int:
+    """CUDA devices this process can use (0 without CUDA; CUDA_VISIBLE_DEVICES counts)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 INLINE_ENV = "RAY_max_direct_call_object_size"
@@ -111,7 +147,10 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
             raise ConfigError(f"cannot connect to the Ray cluster at RAY_ADDRESS={os.environ['RAY_ADDRESS']!r}: "
                               f"{first}") from None
         return True
-    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [_project_root(), os.environ.get("PYTHONPATH")]))}}
+    from raysfl.runtime import wire_guard
+
+    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [_project_root(), os.environ.get("PYTHONPATH")]))},
+           **wire_guard.runtime_env_hook()}
     r = cfg.resources
     # Ray reads this when its processes start (raylet and workers inherit the driver's
     # environment); a value the user exported wins. Put back after, for later Rays.
@@ -120,8 +159,8 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
         os.environ[INLINE_ENV] = str(r.inline_object_kb * 1024)
     need, need_gpus = actor_demand(cfg, num_client_actors, num_servers)
     num_cpus = r.num_cpus or max(os.cpu_count() or 1, math.ceil(need))
-    num_gpus = r.num_gpus if r.num_gpus is not None else (math.ceil(need_gpus) if need_gpus else None)
-    if need_gpus and not torch.cuda.is_available():
+    num_gpus = r.num_gpus if r.num_gpus is not None else local_gpus(need_gpus)
+    if need_gpus and not cuda_count():
         import sys
 
         print(f"raysfl: warning: the actors ask for {need_gpus:g} GPUs but this machine has no CUDA GPU; "
@@ -132,8 +171,21 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
     finally:
         if user_inline is None:
             del os.environ[INLINE_ENV]
+    if wire_guard.enabled():
+        wire_guard.install()
     _start_reaper()
     return True
+
+
+def local_gpus(need_gpus: float) -> int | None:
+    """GPUs to give a local Ray whose actors ask for ``need_gpus``: the whole GPUs they need, at
+    most the machine's CUDA devices (Ray would hand out ids of GPUs that do not exist, on which
+    actors silently run on the CPU); placeholders where the machine has none (the actors run on
+    the CPU, with a warning); None (Ray's own detection) when no actor asks for a GPU."""
+    if not need_gpus:
+        return None
+    have = cuda_count()
+    return min(math.ceil(need_gpus), have) if have else math.ceil(need_gpus)
 
 
 def _start_reaper() -> None:

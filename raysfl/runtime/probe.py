@@ -68,4 +68,6 @@ def warm_up(model, input_shape: tuple[int, ...], batch: int, device) -> float:
     with torch.random.fork_rng(devices=[]):
         m = copy.deepcopy(model).to(device).train()
         m(torch.zeros((batch, *input_shape), device=device)).float().sum().backward()
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)  # the GPU's work is done, not only queued
     return time.perf_counter() - t0

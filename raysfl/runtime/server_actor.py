@@ -16,9 +16,10 @@ import torch
 
 from raysfl.aggregation import weighted_average
 from raysfl.optim import build_optimizer
-from raysfl.runtime.placement import device_for_actor, set_threads
+from raysfl.runtime.placement import configure_torch, device_for_actor
 from raysfl.runtime.refs import LATE, fetch, gather
-from raysfl.transport import ClientRoundStats, GradReply, pack, state_to_wire, unpack, wire_to_state
+from raysfl.transport import (ClientRoundStats, GradReply, load_optimizer_state, optimizer_state_to_wire, pack,
+                              state_to_wire, unpack, wire_to_state)
 
 
 class ServerState:
@@ -46,10 +47,10 @@ class ServerActor:
                  model=None):
         from raysfl.models import initial_model
 
-        set_threads(cfg.resources.server_cpus)
+        configure_torch(cfg, cfg.resources.server_cpus)
         self.index, self.cfg, self.algo, self.input_shape = index, cfg, algo, tuple(input_shape)
         self.lr = cfg.server_lr if cfg.server_lr is not None else cfg.lr
-        device = device_for_actor(gpus)
+        device = device_for_actor(gpus, f"server {index}")
         model = initial_model(model, cfg, input_shape, num_classes).to(device)  # the run's model object
         model.train()
         opt = self._optimizer(model.parameters())
@@ -210,11 +211,13 @@ class ServerActor:
             self.s.model.load_state_dict(wire_to_state(state, self.s.device), strict=False)
 
     def get_state(self) -> dict:
-        return {"model": state_to_wire(self.s.model.state_dict()), "opt": self.s.opt.state_dict(),
-                "extra": self.s.extra, "lo": self.lo}
+        """The server-side model and optimiser state as NumPy arrays (never the GPU's tensors:
+        this goes to the driver and into checkpoints) and the algorithm's state."""
+        return {"model": state_to_wire(self.s.model.state_dict()),
+                "opt": optimizer_state_to_wire(self.s.opt), "extra": self.s.extra, "lo": self.lo}
 
     def load_state(self, state: dict) -> None:
         self.s.model.load_state_dict(wire_to_state(state["model"], self.s.device))
-        self.s.opt.load_state_dict(state["opt"])
+        load_optimizer_state(self.s.opt, state["opt"])
         self.s.extra = state.get("extra", {})
         self.lo = state.get("lo")

@@ -64,6 +64,7 @@ from raysfl.algorithms.besplit.evidential import EPISTEMIC, EVIDENCE
 from raysfl.algorithms.besplit.evidential_aggregation import (AVERAGES, COMPARES, ClientStateRecord, ema_update,
                                                               evidential_weights)
 from raysfl.errors import ConfigError
+from raysfl.transport import wire_to_state
 
 HEAD = "head."  # the auxiliary model's keys in a client's update and in fed.own
 PLAIN_WEIGHTS = ("samples", "uniform")
@@ -346,8 +347,7 @@ class BESplit(Algorithm):
         accs, local = [], []
         for c in sorted(fed.own):
             aux = auxiliary_model(ev.model, self.cfg.cut, ev.num_classes)
-            aux.load_state_dict({k[len(HEAD):]: torch.from_numpy(np.array(v)) for k, v in fed.own[c].items()
-                                 if k.startswith(HEAD)})
+            aux.load_state_dict(wire_to_state({k[len(HEAD):]: v for k, v in fed.own[c].items() if k.startswith(HEAD)}))
             accs.append(ev.module(aux)[0])
             a = ev.local(aux, c) if ev.has_local_tests else nan
             if a == a:

@@ -90,7 +90,7 @@ def kl_to_uniform(alpha: torch.Tensor) -> torch.Tensor:
     """KL[Dir(alpha) || Dir(1, ..., 1)] per row."""
     n = alpha.shape[-1]
     s = alpha.sum(dim=-1)
-    return (torch.lgamma(s) - torch.lgamma(torch.tensor(float(n), dtype=alpha.dtype))
+    return (torch.lgamma(s) - torch.lgamma(torch.tensor(float(n), dtype=alpha.dtype, device=alpha.device))
             - torch.lgamma(alpha).sum(dim=-1)
             + ((alpha - 1) * (torch.digamma(alpha) - torch.digamma(s).unsqueeze(-1))).sum(dim=-1))
 

@@ -35,7 +35,7 @@ def consistency_scores(grads: torch.Tensor) -> torch.Tensor:
     """Eq. (1): each client's mean angular deviation to the other clients."""
     s = grads.shape[0]
     if s < 2:
-        return torch.zeros(s, dtype=torch.float64)
+        return torch.zeros(s, dtype=torch.float64, device=grads.device)
     return pairwise_angles(grads).sum(dim=1) / (s - 1)
 
 

@@ -42,7 +42,7 @@ def regularizer_gradients(model: SplitModel, batches, names: list[str], coeffs: 
         return sum((g[n] * cn.view(s)).sum() for n, cn, s in zip(names, c.split(sizes), shapes))
 
     fn = vmap(grad(contracted, argnums=(0, 1)), in_dims=(None, 0, 0, 0))
-    total = torch.zeros(sum(sizes), dtype=coeffs.dtype)
+    total = torch.zeros(sum(sizes), dtype=coeffs.dtype, device=params[names[0]].device)
     act: dict[int, torch.Tensor] = {}
     live = [i for i in range(len(batches)) if bool(coeffs[i].abs().sum() > 0)]
     by_size: dict[int, list[int]] = {}

@@ -48,6 +48,7 @@ from raysfl.algorithms.super_sfl.collaborative_aggregation import client_weights
 from raysfl.algorithms.super_sfl.tpgf import FUSION_MODES, clip_l2, client_weight, fuse, fused_loss, l2_norm
 from raysfl.errors import ConfigError
 from raysfl.models.heads import client_classifier
+from raysfl.transport import wire_to_state
 
 ALLOCATIONS = ("profile", "measured")
 AVAILABILITY_MODES = ("gradients", "server")
@@ -339,7 +340,7 @@ class SuperSFL(Algorithm):
         d = fed.extra["depth"][client]
         head = client_classifier(ev.model.activation_shape(d), ev.num_classes,
                                  spatial=self.params.classifier_head == "spatial")
-        head.load_state_dict({k[5:]: torch.from_numpy(np.array(v)) for k, v in head_state.items()})
+        head.load_state_dict(wire_to_state({k[5:]: v for k, v in head_state.items()}))
         return torch.nn.Sequential(ev.model.part(0, d), head.to(ev.device))
 
     def fed_evaluate(self, fed, ev):

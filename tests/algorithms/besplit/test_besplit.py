@@ -222,7 +222,7 @@ def test_a_client_heads_optimiser_state_survives_the_trip_between_rounds(make):
     """The auxiliary model trains on its device over the whole run: its optimiser state is
     parked with it between rounds and restored, so two rounds of steps are the steps of one
     optimiser (without it, momentum restarts every round and the steps differ)."""
-    from raysfl.runtime.client_actor import _load_optimizer_state, _optimizer_state_to_wire
+    from raysfl.transport import load_optimizer_state, optimizer_state_to_wire
 
     g = torch.Generator().manual_seed(3)
     x, y = torch.randn(8, 4, generator=g), torch.randn(8, 2, generator=g)
@@ -237,19 +237,19 @@ def test_a_client_heads_optimiser_state_survives_the_trip_between_rounds(make):
     one = nn.Linear(4, 2)
     opt = make(one.parameters())
     steps(one, opt, 3)
-    parked = _optimizer_state_to_wire(opt)  # the end of round 1
+    parked = optimizer_state_to_wire(opt, "head_opt.")  # the end of round 1
     assert parked and all(k.startswith("head_opt.") and isinstance(v, np.ndarray) for k, v in parked.items())
     restored, restarted = copy.deepcopy(one), copy.deepcopy(one)
     steps(one, opt, 3)  # one optimiser throughout
     opt2 = make(restored.parameters())
-    _load_optimizer_state(opt2, {**parked, "head.weight": np.zeros(1)})  # other keys are left alone
+    load_optimizer_state(opt2, {**parked, "head.weight": np.zeros(1)}, "head_opt.")  # other keys are left alone
     steps(restored, opt2, 3)  # round 2 with the parked state
     steps(restarted, make(restarted.parameters()), 3)  # round 2 with a fresh optimiser
     for a, b, c in zip(one.parameters(), restored.parameters(), restarted.parameters()):
         assert torch.allclose(a, b, atol=1e-6)
     assert not all(torch.allclose(a, c, atol=1e-4) for a, c in zip(one.parameters(), restarted.parameters()))
     fresh = make(nn.Linear(4, 2).parameters())
-    _load_optimizer_state(fresh, {})  # a head's first round: nothing parked, nothing loaded
+    load_optimizer_state(fresh, {}, "head_opt.")  # a head's first round: nothing parked, nothing loaded
     assert not fresh.state_dict()["state"]
 
 
