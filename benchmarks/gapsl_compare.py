@@ -90,7 +90,7 @@ class Runner:
 
     @functools.lru_cache(maxsize=None)
     def equal_steps(self, clients: int, partition: str, alpha: float, seed: int, local_test_fraction: float) -> int:
-        """GAPSL's step count per round (``GAPSL.plan_steps``): one epoch of the mean client."""
+        """GAPSL's step count per round (``EqualSteps.plan_steps``): one epoch of the mean client."""
         from raysfl.data import hold_out, load_dataset
         from raysfl.data import partition as split
 

@@ -44,7 +44,7 @@ class RunResult:
     config: Config | None = None
     stopped: bool = False
     _model: object = field(default=None, repr=False)   # the initial SplitModel: the architecture
-    _algo: object = field(default=None, repr=False)    # the set-up algorithm (client models)
+    _prepared: object = field(default=None, repr=False)  # runtime.experiment.Prepared: the set-up roles
     _inputs: tuple = field(default=(None, None), repr=False)  # (model, data) given to load_run
 
     @property
@@ -62,15 +62,24 @@ class RunResult:
                               f"(it ran with --checkpoint-every 0)")
         return checkpoint.load_latest(self.run_dir)
 
-    def _algorithm(self):
-        """The run's algorithm, set up as in the run (FLEX-SFL's clusters decide its clients' models)."""
-        if self._algo is None:
-            from raysfl.runtime.experiment import prepare
+    def _aggregator(self, fed_state: dict, set_up: bool):
+        """The run's aggregator holding ``fed_state`` (a checkpoint's). ``set_up``: built as in the
+        run, from the data's federation context and the planner's facts (FLEX-SFL's clusters decide
+        its clients' models); otherwise from the config alone (the global model needs no more, so a
+        run of your own model and data exports without them)."""
+        spec = get_algorithm(self.config.algo)
+        ctx = shared = None
+        if set_up:
+            if self._prepared is None:
+                from raysfl.runtime.experiment import prepare
 
-            cfg = copy.deepcopy(self.config)
-            with custom_objects(cfg, *self._inputs):
-                self._algo = prepare(validate(cfg)).algo
-        return self._algo
+                cfg = copy.deepcopy(self.config)
+                with custom_objects(cfg, *self._inputs):
+                    self._prepared = prepare(validate(cfg))
+            ctx, shared = self._prepared.ctx, self._prepared.planner.shared()
+        agg = spec.aggregator(self.config, ctx, shared, {})
+        agg.load_state(fed_state)
+        return agg
 
     def _architecture(self):
         if self._model is None:
@@ -87,14 +96,10 @@ class RunResult:
         """The trained global model as a plain ``state_dict`` (torch tensors; keys
         ``blocks.<i>.<name>`` of the :class:`~raysfl.models.SplitModel`). ConfigError where the
         algorithm keeps no single global model (PSL, GAPSL, FLEX-SFL: see :meth:`client_state_dicts`)."""
-        from raysfl.runtime.fed_actor import FedState
-
         state = self._checkpoint(round)
         if "model" in state:  # the centralised run: one model
             return _tensors(state["model"])
-        # the protocol decides it, no set-up needed: a run of your own model and data exports without them
-        algo = self._algo or get_algorithm(self.config.algo)(self.config)
-        weights = algo.global_model_state(FedState.from_dict(state["federation"]["fed"]))
+        weights = self._aggregator(state["federation"]["fed"], set_up=False).global_model()
         if weights is None:
             raise ConfigError(f"'{self.config.algo}' keeps no single global model (each client runs its own); "
                               f"use client_models() / raysfl export --clients")
@@ -106,19 +111,16 @@ class RunResult:
 
     def client_state_dicts(self, round: int | None = None) -> dict[int, dict]:
         """{client: state_dict} of the model each client would run, where it is not the global
-        one (``Algorithm.client_model_state``: PSL's and GAPSL's own client sides with the shared
+        one (the aggregator's ``client_model``: PSL's and GAPSL's own client sides with the shared
         server side, FLEX-SFL's cluster models); {} where every client runs the global model."""
-        from raysfl.runtime.fed_actor import FedState
-
         state = self._checkpoint(round)
         if "model" in state:
             return {}
-        algo = self._algorithm()
-        fed = FedState.from_dict(state["federation"]["fed"])
+        agg = self._aggregator(state["federation"]["fed"], set_up=True)
         out = {}
         for c in range(self.config.clients):
-            s = algo.client_model_state(fed, c)
-            if s is not fed.global_state:
+            s = agg.client_model(c)
+            if s is not agg.global_state:
                 out[c] = _tensors(s)
         return out
 
@@ -234,8 +236,8 @@ def run(cfg: Config, *, model=None, data=None, callbacks=None) -> RunResult:
     hooks = Callbacks(callbacks)  # a bad callback is refused before anything starts
     with custom_objects(cfg, model, data):
         cfg = validate(cfg)
-        run_dir, rows, algo, initial, stopped = run_experiment(cfg, hooks)
-    return RunResult(run_dir, rows, config=cfg, stopped=stopped, _model=initial, _algo=algo)
+        run_dir, rows, prepared, stopped = run_experiment(cfg, hooks)
+    return RunResult(run_dir, rows, config=cfg, stopped=stopped, _model=prepared.model, _prepared=prepared)
 
 
 def config_from_kwargs(**kwargs) -> Config:

@@ -2,9 +2,13 @@
 
 Flags are generated from the config dataclasses, so every field is a flag
 (``clients_per_round`` -> ``--clients-per-round``; ``resources.client_actors`` ->
-``--client-actors``; an algorithm's params, e.g. FedProx's ``mu`` -> ``--mu``). Precedence:
-defaults < ``--config FILE`` < flags. Bad input prints one line ``raysfl: error: ...`` and
-exits with status 2, before Ray starts.
+``--client-actors``; an algorithm's params, e.g. FedProx's ``mu`` -> ``--mu``, which goes to
+the run's algorithm). Precedence: defaults < ``--config FILE`` < flags. Bad input prints one
+line ``raysfl: error: ...`` and exits with status 2, before Ray starts.
+
+``--plugin MODULE`` (before or after the command) imports a module of yours that registers
+algorithms (``@raysfl.algorithms.register``): they are listed, take flags and run like the
+built-in ones. Installed packages can declare a ``raysfl.algorithms`` entry point instead.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ import os
 import sys
 from pathlib import Path
 
-from raysfl.config import Config, DeviceConfig, ResourceConfig, load_file
+from raysfl.config import Config, DeviceConfig, ResourceConfig, load_file, type_name
 from raysfl.errors import ConfigError, RunFailed
 
 _SKIP = {"devices", "resources", "algo_params"}
+KNOB = "knob"  # the section algorithm knobs arrive in from the command line, routed to the run's algorithm
 
 
 class _Parser(argparse.ArgumentParser):
@@ -61,18 +66,29 @@ def _default_text(cls, f) -> str:
     return "none" if default == "" else str(default)
 
 
+def knob_help(name: str, cls) -> str:
+    """An algorithm knob's help: flags.py's line, else the comment beside the field in its params
+    dataclass (a plugin's own knobs), else its name."""
+    from raysfl.flags import ALGO_KNOBS
+
+    if name in ALGO_KNOBS:
+        return ALGO_KNOBS[name]
+    return f"{cls.name}: {name.replace('_', ' ')}"
+
+
 def _add_fields(groups, cls, dest_prefix: str, taken: set[str], group_of=None, help_of=None) -> None:
     """A flag per field of dataclass ``cls`` in ``groups[group_of(name)]``, with its help, default
-    and choices (fields whose flag is ``taken`` are left to the config file)."""
+    and choices (a knob already added for another algorithm sharing it is not added twice;
+    registration refuses knobs that clash with a shared flag or mean two things)."""
     choices = _choices()
     for f in dataclasses.fields(cls):
         if f.name in _SKIP:
             continue
         flag = _flag(f.name)
         if flag in taken:
-            continue  # an algorithm knob with the same name as a shared flag: use the config file
+            continue
         taken.add(flag)
-        t = str(f.type)
+        t = type_name(f.type)
         text = f"{help_of(f.name)} (default: {_default_text(cls, f)})".replace("%", "%%")
         kwargs = {"dest": dest_prefix + f.name, "default": argparse.SUPPRESS, "help": text}
         group = groups[group_of(f.name)]
@@ -99,7 +115,8 @@ def _add_run_flags(parser, taken: set[str]) -> None:
     for name, cls in ALGORITHMS.items():
         if dataclasses.fields(cls.params_cls):
             one = {"algo": parser.add_argument_group(f"{name} (--algo {name})")}
-            _add_fields(one, cls.params_cls, f"{name}.", taken, lambda n: "algo", lambda n: ALGO_KNOBS.get(n, ""))
+            # a knob several algorithms share (one params dataclass) is listed under the first
+            _add_fields(one, cls.params_cls, f"{KNOB}.", taken, lambda n: "algo", lambda n: knob_help(n, cls))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _Parser(prog="raysfl", description="Ray-native split federated learning")
     p.add_argument("--version", action="version", version=f"raysfl {__version__}")
+    _add_plugin_flag(p)
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     run = sub.add_parser("run", help="run one experiment",
                          usage="raysfl run [--config FILE] [--algo ALGO] [flags ...] (every flag below, by group)")
@@ -114,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-faults", dest="faults", action="store_const", const="", default=argparse.SUPPRESS,
                      help="no fault schedule, e.g. to resume a run without the faults it was started with "
                           "(default: --faults)")
-    _add_run_flags(run, {"--config", "--help", "--no-faults"})
+    _add_plugin_flag(run)
+    _add_run_flags(run, {"--config", "--help", "--no-faults", "--plugin"})
     cmp = sub.add_parser("compare", help="run several algorithms on identical data and seeds; table and plots")
     cmp.add_argument("--algos", required=True, metavar="A,B,...", help="algorithms to compare, comma-separated")
     cmp.add_argument("--seeds", type=int, default=3, metavar="N", help="seeds 0..N-1 (default 3)")
@@ -123,8 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--parallel", type=int, default=None, metavar="N",
                      help="runs at once (default: as many as the Ray cluster's CPUs/GPUs hold, at least 1)")
     cmp.add_argument("--config", dest="config_file", default=None, metavar="FILE", help="YAML or JSON config")
+    _add_plugin_flag(cmp)
     _add_run_flags(cmp, {"--config", "--help", "--algos", "--seeds", "--target", "--parallel", "--algo", "--seed",
-                         "--name", "--resume"})
+                         "--name", "--resume", "--plugin"})
     plot = sub.add_parser("plot", help="draw accuracy against rounds, simulated time and bytes from run directories")
     plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     plot.add_argument("--out", default=".", metavar="DIR", help="where the PNGs go (default: here)")
@@ -145,8 +165,35 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--clients", action="store_true",
                      help="the model each client runs, one file per client, where clients keep their own "
                           "(psl, gapsl, flex_sfl)")
-    sub.add_parser("list", help="list algorithms, data sets, models (with their valid cuts) and partitioners")
+    _add_plugin_flag(sub.add_parser("list", help="list algorithms, data sets, models (with their valid cuts) and "
+                                                 "partitioners"))
     return p
+
+
+def _add_plugin_flag(parser) -> None:
+    parser.add_argument("--plugin", action="append", metavar="MODULE", default=argparse.SUPPRESS,
+                        help="import MODULE (from the current directory or installed) for the algorithms it "
+                             "registers with @raysfl.algorithms.register; repeatable (default: none)")
+
+
+def take_plugins(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the modules named by ``--plugin MODULE`` / ``--plugin=MODULE`` anywhere in ``argv``, the
+    other arguments): plugins are loaded before the parser is built, so their algorithms' flags exist."""
+    plugins, rest, i = [], [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--plugin":
+            if i + 1 >= len(argv) or argv[i + 1].startswith("-"):
+                raise ConfigError("--plugin needs a module name, e.g. --plugin my_algo")
+            plugins.append(argv[i + 1])
+            i += 2
+            continue
+        if a.startswith("--plugin="):
+            plugins.append(a.split("=", 1)[1])
+        else:
+            rest.append(a)
+        i += 1
+    return plugins, rest
 
 
 def _export(ns: argparse.Namespace) -> int:
@@ -179,7 +226,7 @@ def _export(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _flags(ns: argparse.Namespace, skip=("command", "config_file")) -> dict:
+def _flags(ns: argparse.Namespace, skip=("command", "config_file", "plugin")) -> dict:
     """The flags the user gave, nested by section (``resources.client_cpus`` -> resources: {...})."""
     flat: dict = {}
     for key, value in vars(ns).items():
@@ -193,6 +240,23 @@ def _flags(ns: argparse.Namespace, skip=("command", "config_file")) -> dict:
     return flat
 
 
+def route_knobs(settings: dict, algos: list[str]) -> dict:
+    """Put the algorithm knobs given as flags (the ``knob`` section) under the section of each of
+    ``algos`` (the run's algorithm, or a comparison's) that has them; a knob none of them has
+    goes to its owner's section, which the config's validation then refuses with one line
+    naming the owner."""
+    from raysfl.algorithms import ALGORITHMS, get_algorithm
+
+    knobs = settings.pop(KNOB, {})
+    for name, value in knobs.items():
+        owners = [a for a in algos if name in {f.name for f in dataclasses.fields(get_algorithm(a).params_cls)}]
+        if not owners:
+            owners = [a for a, cls in ALGORITHMS.items() if name in {f.name for f in dataclasses.fields(cls.params_cls)}][:1]
+        for a in owners:
+            settings.setdefault(a, {})[name] = value  # over a config file's value for it
+    return settings
+
+
 def _compare(ns: argparse.Namespace) -> int:
     import time
     from pathlib import Path
@@ -203,10 +267,10 @@ def _compare(ns: argparse.Namespace) -> int:
 
     if not (math.isfinite(ns.target) and 0 < ns.target <= 1):
         raise ConfigError(f"--target must be an accuracy in (0, 1], got {ns.target}")
-    settings = _flags(ns, skip=("command", "config_file", "algos", "seeds", "target", "parallel"))
-    settings = _merge(load_file(ns.config_file) if ns.config_file else {}, settings)
-    out_dir = Path(settings.pop("out", None) or Path("runs") / time.strftime("compare-%Y%m%d-%H%M%S"))
+    settings = _flags(ns, skip=("command", "config_file", "algos", "seeds", "target", "parallel", "plugin"))
     algos = [a.strip() for a in ns.algos.split(",") if a.strip()]
+    settings = route_knobs(_merge(load_file(ns.config_file) if ns.config_file else {}, settings), algos)
+    out_dir = Path(settings.pop("out", None) or Path("runs") / time.strftime("compare-%Y%m%d-%H%M%S"))
     rows = compare(comparison_configs(algos, settings, ns.seeds, out_dir), out_dir, ns.target, ns.parallel)
     print((out_dir / "results.md").read_text())
     print(f"comparison directory: {out_dir} ({len(rows)} algorithms)")
@@ -218,14 +282,18 @@ def config_from_args(ns: argparse.Namespace) -> Config:
     from raysfl.api import resume_config
     from raysfl.resolve import from_dict
 
+    from raysfl.api import saved_config
+
     flat = _flags(ns)
     if "resume" in flat:
         if getattr(ns, "config_file", None):
             raise ConfigError(f"--config cannot be combined with --resume: a resumed run reads its own "
                               f"{flat['resume']}/config.json (flags may change what a resume allows)")
+        algo = saved_config(flat["resume"]).get("algo") if (Path(flat["resume"]) / "config.json").is_file() else None
+        route_knobs(flat, [flat.get("algo") or algo or Config().algo])
         return resume_config(flat.pop("resume"), flat)
-    data = load_file(ns.config_file) if ns.config_file else {}
-    return from_dict(_merge(data, flat))
+    data = _merge(load_file(ns.config_file) if ns.config_file else {}, flat)
+    return from_dict(route_knobs(data, [str(data.get("algo") or Config().algo)]))
 
 
 def _merge(file_data: dict, flags: dict) -> dict:
@@ -322,6 +390,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
+    from raysfl.algorithms import load_entry_points, load_plugin
+
+    plugins, argv = take_plugins(list(sys.argv[1:] if argv is None else argv))
+    if plugins:
+        sys.path.insert(0, os.getcwd())  # a module of yours beside you, as `python -m` finds it
+    for module in plugins:
+        load_plugin(module)
+    load_entry_points()
     parser = build_parser()
     ns = parser.parse_args(argv)
     if ns.command == "list":

@@ -33,12 +33,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from raysfl.config import RUN_DEFAULTS, Config
+from raysfl.config import DATA_DEFINING, RUN_DEFAULTS, Config
 from raysfl.errors import ConfigError
-
-SHARED = ("dataset", "model", "cut", "clients", "clients_per_round", "rounds", "partition", "alpha",
-          "classes_per_client", "shards_per_client", "quantity_skew", "local_test_fraction", "local_epochs",
-          "local_steps", "batch_size")
 
 
 def comparison_configs(algos: list[str], settings: dict, seeds: int, out_dir: Path) -> list[Config]:
@@ -57,8 +53,8 @@ def comparison_configs(algos: list[str], settings: dict, seeds: int, out_dir: Pa
     first = get_algorithm(algos[0])
     dataset = settings.get("dataset", base.dataset)
     paper = {**first.config_defaults, **first.dataset_defaults.get(dataset, {})}  # the comparison's setting
-    shared = {k: paper.get(k, RUN_DEFAULTS.get(k, getattr(base, k))) for k in SHARED}
-    shared.update({k: v for k, v in settings.items() if k in SHARED})
+    shared = {k: paper.get(k, RUN_DEFAULTS.get(k, getattr(base, k))) for k in DATA_DEFINING}
+    shared.update({k: v for k, v in settings.items() if k in DATA_DEFINING})
     # the same participation for every algorithm: the clients per round given, else all of them
     # (an algorithm that selects by its own rule maps it to its own knob, e.g. FLEX-SFL's rho)
     shared["clients_per_round"] = shared["clients_per_round"] or shared["clients"]
@@ -73,7 +69,7 @@ def comparison_configs(algos: list[str], settings: dict, seeds: int, out_dir: Pa
     for algo in algos:
         cls = get_algorithm(algo)
         own = {**cls.config_defaults, **cls.dataset_defaults.get(dataset, {})}
-        learning = {k: v for k, v in paper.items() if k not in SHARED and k not in own}
+        learning = {k: v for k, v in paper.items() if k not in DATA_DEFINING and k not in own}
         mine = {k: v for k, v in settings.items() if k not in ALGORITHMS or k == algo}  # only its own knobs
         for seed in range(seeds):
             data = {**learning, **mine, **shared, "algo": algo, "seed": seed, "name": f"{algo}-s{seed}",
@@ -87,10 +83,10 @@ def run_demand(cfg: Config) -> tuple[float, float]:
     from raysfl.algorithms import get_algorithm
     from raysfl.runtime.placement import actor_demand
 
-    protocol = get_algorithm(cfg.algo)(cfg).protocol
-    if not protocol.distributed:
+    planner = get_algorithm(cfg.algo).make_planner(cfg)
+    if planner.exchange is None:
         return 0.0, 0.0
-    return actor_demand(cfg, cfg.resources.num_client_actors(cfg.clients), protocol.servers)
+    return actor_demand(cfg, cfg.resources.num_client_actors(cfg.clients), planner.servers)
 
 
 def runs_at_once(configs: list[Config], cpus: float, gpus: float, requested: int | None = None) -> int:

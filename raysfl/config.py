@@ -169,13 +169,26 @@ RUN_DEFAULTS: dict[str, Any] = {
 # client lr): an algorithm's paper setting fills them when left None, raysfl's does not.
 NONE_MEANS = ("clients_per_round", "local_steps", "server_lr")
 
+# The settings that define the data and the federation: every run of a comparison shares them
+# (raysfl.compare), and a figure's caption states them (raysfl.plots).
+DATA_DEFINING = ("dataset", "model", "cut", "clients", "clients_per_round", "rounds", "partition", "alpha",
+                 "classes_per_client", "shards_per_client", "quantity_skew", "local_test_fraction", "local_epochs",
+                 "local_steps", "batch_size")
 TRANSFER_DTYPES = ("float32", "float16", "bfloat16")
 SECTIONS = {"devices": DeviceConfig, "resources": ResourceConfig}
 
 
+def type_name(t) -> str:
+    """A dataclass field's type as written (``"float"``, ``"int | None"``), whether the module
+    that declares it postpones annotations (a string) or not (a type)."""
+    if isinstance(t, str):
+        return t
+    return t.__name__ if isinstance(t, type) else str(t).replace("typing.", "")
+
+
 def optional(cls, name: str) -> bool:
     """Whether the dataclass field ``name`` may be None (its type names None)."""
-    return "None" in str({x.name: x for x in dataclasses.fields(cls)}[name].type)
+    return "None" in type_name({x.name: x for x in dataclasses.fields(cls)}[name].type)
 
 
 def coerce(cls, name: str, value: Any, where: str) -> Any:
@@ -184,7 +197,7 @@ def coerce(cls, name: str, value: Any, where: str) -> Any:
     ``null`` (None) is taken only by fields that may be None (for the settings a paper may
     set it means "the default"); a boolean is not taken for a number (YAML's ``yes``)."""
     f = {x.name: x for x in dataclasses.fields(cls)}[name]
-    t = str(f.type)
+    t = type_name(f.type)
     if value is None:
         if optional(cls, name):
             return None

@@ -209,9 +209,9 @@ ALGO_KNOBS: dict[str, str] = {
     "kd_lambda_g": "BESplit eq. 18: lambda_G",
     "kd_c_distance": "BESplit eq. 16: KD-C's relational matrices: mean (normalised) | raw (as printed)",
     "keep_aux_optimizer": "BESplit DTD: the auxiliary model keeps its optimiser state (momentum) across rounds "
-                          "(--no-keep-aux-optimizer: restarted every round, as until 2026-11-25)",
+                          "(--no-keep-aux-optimizer: restarted every round)",
     "evidential_clip": "BESplit: L2 clip of each evidential step's gradient (server-side and auxiliary models; "
-                       "not in the paper, whose lr is 500x smaller; 0: none, as until 2026-11-25)",
+                       "not in the paper, whose lr is 500x smaller; 0: none)",
 }
 
 

@@ -7,7 +7,7 @@ checkpoints, resources, run length) are one curve, the mean over their seeds at 
 evaluated round, with a band of ± one standard deviation (``band="minmax"``: lowest to
 highest; the legend says which and over how many seeds). Two groups of one algorithm are
 told apart in the legend by the settings in which they differ. A caption under the axes
-lists the data-defining settings all runs share (:data:`raysfl.compare.SHARED`).
+lists the data-defining settings all runs share (:data:`raysfl.config.DATA_DEFINING`).
 
 Warnings (printed to stderr, and returned by :func:`group_runs`): the same run directory
 given twice (kept once), the same seed twice in a group, groups that differ in a
@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from raysfl.config import DATA_DEFINING
 from raysfl.errors import ConfigError
 
 # x axes: key -> (file name for the default metric, axis label)
@@ -88,8 +89,6 @@ def _fmt(v) -> str:
 
 def group_runs(runs: list[Run], warn=None) -> tuple[dict[str, list[Run]], str]:
     """{legend label: runs} grouped by (algorithm, settings), and the caption of shared settings."""
-    from raysfl.compare import SHARED
-
     warn = warn if warn is not None else []
     by_id: dict[tuple, list[Run]] = {}
     for r in runs:
@@ -109,7 +108,7 @@ def group_runs(runs: list[Run], warn=None) -> tuple[dict[str, list[Run]], str]:
             diff = [k for k in keys if len({repr(flats[o].get(k)) for o in same_algo}) > 1]
             label += " (" + ", ".join(f"{k.removeprefix('algo_params.')}={_fmt(flats[key].get(k))}" for k in diff) + ")"
         labels[key] = label
-    shared = [k for k in SHARED if any(k in f for f in flats.values())]
+    shared = [k for k in DATA_DEFINING if any(k in f for f in flats.values())]
     differing = [k for k in shared if len({repr(f.get(k)) for f in flats.values()}) > 1]
     if differing:
         warn.append("the runs differ in data-defining settings, so this is not a like-for-like comparison: "

@@ -281,7 +281,7 @@ def validate(cfg: Config) -> Config:
         _check(cfg.clients * cfg.shards_per_client <= info.num_train,
                f"shards partition needs clients x shards-per-client <= {info.num_train} samples, "
                f"got {cfg.clients} x {cfg.shards_per_client}")
-    if algo_cls.protocol.uses_cut:
+    if algo_cls.planner.uses_cut:
         model = build_model(cfg.model, info.input_shape, info.num_classes, seed=0)
         cuts = model.valid_cuts()
         _check(cfg.cut in cuts,
@@ -290,14 +290,15 @@ def validate(cfg: Config) -> Config:
     from raysfl.faults import check_roles, check_rounds, parse_faults
 
     faults = parse_faults(cfg.faults)
-    protocol = algo_cls(cfg).protocol  # as the params refine it (FLEX-SFL's edge servers)
-    check_roles(faults, protocol.servers, cfg.algo, cfg.resources.num_client_actors(cfg.clients))
+    planner = algo_cls.make_planner(cfg)  # as the params shape it (FLEX-SFL's edge servers)
+    check_roles(faults, planner.servers, cfg.algo, cfg.resources.num_client_actors(cfg.clients))
     check_rounds(faults, cfg.rounds)
-    if protocol.sequential and (cfg.round_deadline_s or cfg.sim_deadline_s):
+    exchange = planner.exchange
+    if exchange is not None and exchange.sequential and (cfg.round_deadline_s or cfg.sim_deadline_s):
         raise ConfigError(f"deadlines (--round-deadline-s, --sim-deadline-s) are not supported for the sequential "
                           f"algorithm '{cfg.algo}' (its clients take turns within one round)")
     if cfg.max_restarts == 0 and any(f.action == "kill" for f in faults):
         raise ConfigError("kill faults need --max-restarts >= 1 (with 0, the first kill ends the run)")
-    if faults and not protocol.distributed:
+    if faults and exchange is None:
         raise ConfigError(f"faults need actors; algorithm '{cfg.algo}' runs in one process")
     return cfg

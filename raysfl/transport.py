@@ -166,7 +166,8 @@ class ClientRoundStats:
     traffic: Traffic = field(default_factory=Traffic)
     servers: list[int] = field(default_factory=list)  # server actors that ran its server side
     failed: bool = False  # lost its server (dead or past the deadline) mid-round: update not used
-    late: bool = False    # its actor reached the round's real-time deadline before it finished
+    past_deadline: bool = False  # its actor reached the round's real-time deadline before it finished
+    missed_step: bool = False    # its smashed data missed a server step's window (the server dropped it)
     fallback_steps: int = 0  # local steps trained without the server's answer (SuperSFL's Alg. 3)
     agg_weight: float = float("nan")  # its server-side aggregation weight, for algorithms that
                                       # set one (BESplit's EA, eq. 10); NaN otherwise
@@ -181,7 +182,8 @@ class ClientRoundStats:
     def merge(self, other: "ClientRoundStats") -> None:
         self.servers = sorted(set(self.servers) | set(other.servers))
         self.failed = self.failed or other.failed
-        self.late = self.late or other.late
+        self.past_deadline = self.past_deadline or other.past_deadline
+        self.missed_step = self.missed_step or other.missed_step
         self.samples = max(self.samples, other.samples)
         self.steps = max(self.steps, other.steps)
         self.fallback_steps += other.fallback_steps

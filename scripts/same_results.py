@@ -44,8 +44,13 @@ CASES: dict[str, dict] = {
     "gapsl": dict(algo="gapsl", rounds=4),
     "fed_pairing": dict(algo="fed_pairing"),
     "besplit": dict(algo="besplit"),
+    "epsl": dict(algo="epsl"),
+    "besplit+no_dtd": dict(algo="besplit", besplit={"dtd": False}),
+    "gapsl+second_order": dict(algo="gapsl", rounds=2, gapsl={"gda_regularizer": "second_order"}),
     "splitfed_v2+kill": dict(algo="splitfed_v2", faults="kill:client:round=2", rounds=3),
     "psl+sim_deadline": dict(algo="psl", sim_deadline_s=0.8),
+    "fed_pairing+sim_deadline": dict(algo="fed_pairing", model="cnn", sim_deadline_s=0.05,
+                                     faults="delay:client:p=0.3:seconds=1"),
 }
 
 

@@ -1,123 +1,191 @@
-"""The worked example of docs/architecture.md ("Adding an algorithm") runs as written, and the
-protocol description refuses shapes that mean nothing."""
+"""Adding an algorithm: the worked example of docs/architecture.md runs as written, through the
+command line with ``--plugin``, and the registry refuses what would make a flag mean two things."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
+import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
-import torch
 
 import raysfl
-from raysfl.algorithms.base import Algorithm, ClientModel, Protocol, ServerModel, Training
+from raysfl.algorithms import ALGORITHMS, register
+from raysfl.algorithms.roles import (Aggregator, ClientSide, OwnModels, PerClientServer, Planner, ServerSide,
+                                     SplitExchange)
+from raysfl.algorithms.spec import Algorithm
 from raysfl.errors import ConfigError
 
-
-@dataclass
-class SFLProxParams:
-    mu: float = 0.01  # weight of (mu/2) ||w - w_global||^2 on the client side
+ROOT = Path(__file__).resolve().parents[1]
 
 
-class SFLProx(Algorithm):
-    name = "sfl_prox"
-    summary = "SplitFed V1 with a proximal term on each client's client-side model"
-    params_cls = SFLProxParams
-    protocol = Protocol(server_model=ServerModel.PER_CLIENT)
-    config_defaults = {"partition": "dirichlet", "alpha": 0.3}
+def worked_example(into: Path) -> Path:
+    """The files of docs/architecture.md's worked example (the ```python blocks whose first line
+    names a file of the package), written under ``into``."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    files = {}
+    for block in re.findall(r"```python\n(.*?)```", text, flags=re.S):
+        first = block.splitlines()[0]
+        if first.startswith("# sfl_prox/"):
+            files[first[2:].strip()] = block
+    assert set(files) == {"sfl_prox/__init__.py", "sfl_prox/algorithm.py"}, sorted(files)
+    for name, code in files.items():
+        (into / name).parent.mkdir(parents=True, exist_ok=True)
+        (into / name).write_text(code)
+    return into
 
-    @classmethod
-    def validate(cls, cfg):
-        if cfg.algo_params.mu < 0:
-            raise ConfigError(f"mu must be >= 0, got {cfg.algo_params.mu}")
 
-    def client_regularizer(self, part, anchor):
-        terms = [((p - anchor[k]) ** 2).sum() for k, p in part.named_parameters()]
-        return 0.5 * self.params.mu * torch.stack(terms).sum()
+def _cli(args, cwd, timeout=300):
+    return subprocess.run([sys.executable, "-m", "raysfl", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout)
 
 
-@pytest.fixture
-def registered():
-    from ray import cloudpickle
+def test_the_worked_example_runs_through_the_cli(tmp_path):
+    """Its own package and the registry line in it, nothing else: listed, refused on a bad value
+    before Ray starts, and run with its own flag."""
+    worked_example(tmp_path)
+    listed = _cli(["list", "--plugin", "sfl_prox"], tmp_path)
+    assert listed.returncode == 0 and "sfl_prox" in listed.stdout, listed.stderr
+    bad = _cli(["run", "--plugin", "sfl_prox", "--algo", "sfl_prox", "--prox-mu", "-1"], tmp_path)
+    assert bad.returncode == 2 and bad.stderr.strip() == "raysfl: error: prox_mu must be >= 0, got -1.0"
+    run = _cli(["run", "--plugin", "sfl_prox", "--algo", "sfl_prox", "--prox-mu", "0.1", "--clients", "4",
+                "--rounds", "2", "--local-steps", "2", "--batch-size", "16", "--out", str(tmp_path / "runs"),
+                "--name", "ex", "--num-cpus", "2", "--no-progress"], tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    import json
 
-    from raysfl.algorithms import ALGORITHMS, register
+    import pyarrow.parquet as pq
 
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # actors cannot import the tests
-    register(SFLProx)
-    try:
-        yield
-    finally:
-        ALGORITHMS.pop("sfl_prox", None)
-        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    saved = json.loads((tmp_path / "runs" / "ex" / "config.json").read_text())
+    assert saved["algo"] == "sfl_prox" and saved["algo_params"] == {"prox_mu": 0.1}
+    assert saved["partition"] == "dirichlet" and saved["alpha"] == 0.3  # its paper setting
+    assert pq.read_table(tmp_path / "runs" / "ex" / "metrics.parquet").num_rows == 2
 
 
 def _rows(res):
     return [{k: v for k, v in r.items() if "wall_time" not in k and k != "algo"} for r in res.metrics]
 
 
-@pytest.mark.slow  # two whole runs; CI runs the slow tests (`make test` stays near 10 minutes)
-def test_the_worked_example_runs_and_its_knob_matters(quick, registered):
-    kw = dict(clients=4, rounds=2, local_steps=3, lr=0.1)
-    with pytest.raises(ConfigError, match="mu must be >= 0"):
-        raysfl.run(quick(algo="sfl_prox", sfl_prox={"mu": -1.0}, **kw))
-    zero = raysfl.run(quick(algo="sfl_prox", sfl_prox={"mu": 0.0}, **kw))
-    v1 = raysfl.run(quick(algo="splitfed_v1", partition="dirichlet", alpha=0.3, **kw))
-    strong = raysfl.run(quick(algo="sfl_prox", sfl_prox={"mu": 50.0}, **kw))
-    assert _rows(zero) == _rows(v1)        # mu = 0 is SplitFed V1 exactly (its config default included)
-    assert _rows(strong) != _rows(zero)    # the proximal term changes the training
+@pytest.mark.slow  # three whole runs; CI runs the slow tests
+def test_the_worked_example_changes_exactly_what_it_says(quick, tmp_path, monkeypatch):
+    """prox_mu = 0 is SplitFed V1 exactly (its paper setting included); a strong term changes
+    the training."""
+    monkeypatch.syspath_prepend(str(worked_example(tmp_path)))
+    import sfl_prox  # noqa: F401 - registers sfl_prox
+
+    try:
+        kw = dict(clients=4, rounds=2, local_steps=3, lr=0.1)
+        zero = raysfl.run(quick(algo="sfl_prox", sfl_prox={"prox_mu": 0.0}, **kw))
+        v1 = raysfl.run(quick(algo="splitfed_v1", partition="dirichlet", alpha=0.3, **kw))
+        strong = raysfl.run(quick(algo="sfl_prox", sfl_prox={"prox_mu": 50.0}, **kw))
+    finally:
+        ALGORITHMS.pop("sfl_prox", None)
+    assert _rows(zero) == _rows(v1)
+    assert _rows(strong) != _rows(zero)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(training=Training.SPLIT, servers=0), "at least one server"),
-    (dict(training=Training.WHOLE, servers=0, server_model=ServerModel.PER_CLIENT), "server_model"),
-    (dict(training=Training.PEER, servers=0, server_reply=("loss",)), "server_reply"),
-    (dict(training=Training.WHOLE, servers=1), "servers"),
-    (dict(server_reply=("logits",)), "unknown server_reply"),
-    (dict(servers=3, sequential=True), "sequential"),
-    (dict(training=Training.CENTRAL, servers=0, late_updates=True), "late_updates"),
-    (dict(client_head_optimizer=True), "needs client_heads"),
-])
-def test_protocols_that_mean_nothing_are_refused(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        Protocol(**kwargs)
+# ----------------------------------------------------------------------------- the registry
+@dataclass
+class MuParams:
+    mu: float = 0.5
 
 
-def test_every_registered_protocol_is_valid_and_instances_refine_it():
-    from raysfl.algorithms import ALGORITHMS
-    from raysfl.config import Config
+@dataclass
+class RoundsParams:
+    rounds: int = 3
 
+
+def test_register_refuses_a_taken_name_and_a_flag_with_two_meanings():
+    class Again(Algorithm):
+        name = "psl"
+
+    with pytest.raises(ConfigError, match="algorithm name 'psl' is taken"):
+        register(Again)
+
+    class OtherMu(Algorithm):
+        name = "test_other_mu"
+        params_cls = MuParams
+
+    with pytest.raises(ConfigError, match=r"knob 'mu' \(--mu\) is already a knob of 'fedprox' with another meaning"):
+        register(OtherMu)
+
+    class Shadow(Algorithm):
+        name = "test_shadow"
+        params_cls = RoundsParams
+
+    with pytest.raises(ConfigError, match=r"knob 'rounds' \(--rounds\) has the name of a shared setting"):
+        register(Shadow)
+    assert "test_other_mu" not in ALGORITHMS and "test_shadow" not in ALGORITHMS
+
+
+def test_an_algorithm_sharing_a_params_dataclass_shares_its_flags(tmp_path):
+    """A variant built on GAPSL's knobs registers, and ``--k-min`` goes to whichever of the two runs."""
+    from raysfl.algorithms.gapsl import GAPSL
+    from raysfl.cli import build_parser, config_from_args
+
+    class Variant(GAPSL):
+        name = "test_gapsl_variant"
+
+    register(Variant)
+    try:
+        ns = build_parser().parse_args(["run", "--algo", "test_gapsl_variant", "--k-min", "0.3", "--out", str(tmp_path)])
+        assert config_from_args(ns).algo_params.k_min == 0.3
+        ns = build_parser().parse_args(["run", "--algo", "gapsl", "--k-min", "0.4", "--out", str(tmp_path)])
+        assert config_from_args(ns).algo_params.k_min == 0.4
+    finally:
+        ALGORITHMS.pop("test_gapsl_variant", None)
+
+
+def test_a_flag_of_another_algorithm_is_refused_with_its_owner(tmp_path):
+    from raysfl.cli import build_parser, config_from_args
+
+    ns = build_parser().parse_args(["run", "--algo", "psl", "--mu", "0.1", "--out", str(tmp_path)])
+    with pytest.raises(ConfigError, match=r"'fedprox.mu' \(--mu\) belongs to algorithm 'fedprox', not to this "
+                                          r"run's algorithm 'psl'"):
+        config_from_args(ns)
+
+
+def test_every_algorithm_is_four_roles_and_papers_change_only_theirs():
+    bases = {"planner": Planner, "client": ClientSide, "server": ServerSide, "aggregator": Aggregator}
     for name, cls in ALGORITHMS.items():
-        assert isinstance(cls(Config(algo=name)).protocol, Protocol)
-    flex = ALGORITHMS["flex_sfl"]
-    cfg = raysfl.config_from_kwargs(algo="flex_sfl", flex_sfl={"edge_servers": 5})
-    assert flex(cfg).protocol.servers == 5 and flex.protocol.servers == 1
-    besplit = raysfl.config_from_kwargs(algo="besplit", besplit={"dtd": False})
-    p = ALGORITHMS["besplit"](besplit).protocol
-    assert p.server_reply == () and not p.client_heads and p.server_model is ServerModel.PER_CLIENT
-    assert ALGORITHMS["psl"].protocol.client_model is ClientModel.OWN
-    assert dataclasses.replace(Protocol(), servers=2).servers == 2
+        for role, base in bases.items():
+            assert issubclass(cls.roles()[role], base), (name, role)
+    assert ALGORITHMS["splitfed_v2"].roles() == {"planner": Planner, "client": ClientSide, "server": ServerSide,
+                                                 "aggregator": Aggregator}  # SplitFed: every default
+    assert ALGORITHMS["splitfed_v1"].server is PerClientServer and ALGORITHMS["psl"].aggregator is OwnModels
+    assert not ALGORITHMS["psl"].client.uploads_model
+    flex = raysfl.config_from_kwargs(algo="flex_sfl", flex_sfl={"edge_servers": 5})
+    assert ALGORITHMS["flex_sfl"].make_planner(flex).servers == 5
+    assert ALGORITHMS["fedavg"].make_planner(raysfl.config_from_kwargs(algo="fedavg")).servers == 0
+    assert ALGORITHMS["splitfed_v2"].planner.exchange is SplitExchange
+    assert ALGORITHMS["centralized"].planner.exchange is None
+
+
+# ----------------------------------------------------------------------------- a role records a metric
+class RecordingClient(ClientSide):
+    """SplitFed's client that records the norm of the gradient it receives at its cut."""
+
+    @classmethod
+    def columns(cls, cfg):
+        return ["grad_norm_cut"]
+
+    def backward(self, c, acts, reply):
+        c.stats.record("grad_norm_cut", float(reply.grad.norm()))
+        super().backward(c, acts, reply)
 
 
 class Recording(Algorithm):
-    """SplitFed V2 that records the norm of the gradient each client receives at its cut."""
-
     name = "test_recording"
-
-    def client_metric_names(self):
-        return ["grad_norm_cut"]
-
-    def client_backward(self, a, acts, grad, server_loss):
-        a.stats.record("grad_norm_cut", float(grad.norm()))
-        super().client_backward(a, acts, grad, server_loss)
+    client = RecordingClient
 
 
-def test_client_hooks_record_per_round_metrics(quick):
+def test_client_roles_record_per_round_metrics(quick):
     from ray import cloudpickle
 
-    from raysfl.algorithms import ALGORITHMS, register
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # actors cannot import the tests
     register(Recording)
     try:
         res = raysfl.run(quick(algo="test_recording", clients=3, rounds=2))
@@ -128,3 +196,19 @@ def test_client_hooks_record_per_round_metrics(quick):
     assert all(r["grad_norm_cut"] > 0 for r in res.metrics)
     assert "grad_norm_cut" not in plain.metrics[0]
     assert [r["test_accuracy"] for r in res.metrics] == [r["test_accuracy"] for r in plain.metrics]
+
+
+def test_a_role_state_round_trips_through_a_checkpoint():
+    """A role's typed state is checkpointed as plain data and comes back as its dataclass."""
+    from raysfl import checkpoint
+    from raysfl.algorithms.gapsl.algorithm import GAPSLServer, LGIState
+    from raysfl.models import build_model
+
+    cfg = raysfl.config_from_kwargs(algo="gapsl")
+    srv = GAPSLServer(cfg, None, None, build_model("cnn", (1, 8, 8), 10, seed=0), "cpu")
+    srv.state = LGIState(calls=7, nu_range=(0.1, 0.4))
+    saved = checkpoint._decode(checkpoint._encode(srv.get_state()))
+    other = GAPSLServer(cfg, None, None, build_model("cnn", (1, 8, 8), 10, seed=0), "cpu")
+    other.load_state(saved)
+    assert other.state == LGIState(calls=7, nu_range=(0.1, 0.4))
+    assert dataclasses.is_dataclass(other.state)

@@ -182,19 +182,21 @@ def test_evaluating_a_client_model_leaves_the_global_model_alone():
     follow them (it once aliased the model's tensors: a never-trained PSL client then started
     from the last evaluated client's model, FLEX-SFL's 'initial' parts drifted)."""
     import raysfl
-    from raysfl.algorithms import get_algorithm
     from raysfl.resolve import validate
+    from raysfl.runtime.experiment import prepare
     from raysfl.runtime.fed_actor import FedActor
 
     cfg = validate(raysfl.config_from_kwargs(algo="psl", clients=2))
     from raysfl.runtime.fed_actor import ClientViews
 
-    fed = FedActor(cfg, get_algorithm("psl")(cfg), load_dataset("digits"), ClientViews([], np.ones((2, 10))))
-    before = {k: v.copy() for k, v in fed.s.global_state.items()}
-    fed.s.own[0] = {k: v + 1.0 for k, v in before.items() if k.startswith("blocks.0.")}
-    fed.s.last_clients = [0]
+    ds = load_dataset("digits")
+    p = prepare(cfg, ds)  # the run's context and planner, as the runtime builds them
+    fed = FedActor(cfg, p.spec, p.ctx, p.planner.shared(), ds, ClientViews([], np.ones((2, 10))))
+    before = {k: v.copy() for k, v in fed.role.global_state.items()}
+    fed.role.own[0] = {k: v + 1.0 for k, v in before.items() if k.startswith("blocks.0.")}
+    fed.role.last_clients = [0]
     fed.evaluate()
-    assert all(np.array_equal(before[k], fed.s.global_state[k]) for k in before)
+    assert all(np.array_equal(before[k], fed.role.global_state[k]) for k in before)
 
 
 def test_unset_cpu_shares_fit_the_cluster_and_set_ones_are_kept():

@@ -5,7 +5,7 @@ GPU run fails. Three rules make such bugs fail here:
 
 (a) no ``torch.Tensor`` crosses a Ray boundary: every Ray of the suite runs with the wire
     guard (tests/conftest.py, :mod:`raysfl.runtime.wire_guard`); the first test shows it bites;
-(b) tensors created in algorithm, server-step and peer code name their ``device=``
+(b) tensors created in algorithm, server-step and peer-exchange code name their ``device=``
     (an AST scan; CPU-only statistics are on a short allow-list);
 (c) the pure tensor functions of the papers run on *fake* CUDA tensors
     (``FakeTensorMode``: shapes and devices without a GPU), where a tensor made on the CPU
@@ -63,9 +63,8 @@ ALLOWED: set[tuple[str, str]] = set()
 
 
 def _scanned_files() -> list[Path]:
-    files = sorted((ROOT / "raysfl" / "algorithms").rglob("*.py")) + [ROOT / "raysfl" / "server_steps.py"]
-    peer = ROOT / "raysfl" / "runtime" / "peer_split.py"
-    return files + ([peer] if peer.exists() else [])
+    """The algorithms (their roles, FedPairing's peer exchange included) and the shared server steps."""
+    return sorted((ROOT / "raysfl" / "algorithms").rglob("*.py")) + [ROOT / "raysfl" / "server_steps.py"]
 
 
 def device_free_creations(path: Path) -> list[str]:
@@ -149,9 +148,10 @@ def test_distillation_losses_stay_on_the_inputs_device(fake_cuda):
 
 def test_pairwise_angles_and_gda_stay_on_the_inputs_device(fake_cuda):
     from raysfl.algorithms.gapsl import gda, lgi
+    from raysfl.angles import pairwise_angles
 
     grads = fake_cuda(5, 40)
-    assert lgi.pairwise_angles(grads).device.type == "cuda"
+    assert pairwise_angles(grads).device.type == "cuda"
     assert lgi.consistency_scores(grads).device.type == "cuda"
     assert lgi.consistency_scores(grads[:1]).device.type == "cuda"  # the one-client case builds its own zeros
     assert gda.angles_to_leader(grads, grads.mean(dim=0)).device.type == "cuda"

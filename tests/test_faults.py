@@ -251,12 +251,15 @@ def _only_clients_algorithm(base, clients):
 
     parent = get_algorithm(base)
 
-    class OnlyClients(parent):
-        name = f"test_only_{base}"
+    class OnlyThem(parent.planner):
         chosen = list(clients)
 
         def select(self, rnd, ctx):
             return list(self.chosen)
+
+    class OnlyClients(parent):
+        name = f"test_only_{base}"
+        planner = OnlyThem
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # actors cannot import the tests
     register(OnlyClients)
@@ -404,21 +407,23 @@ def test_killed_driver_resumes_to_the_same_result(tmp_path):
 
 @pytest.mark.slow
 def test_late_updates_join_the_next_round_when_the_algorithm_wants_them(quick):
-    """An algorithm with ``protocol.late_updates`` aggregates a straggler's update one round
-    late instead of dropping it (whole-model clients: a split client past the deadline has
-    lost its server, so there is no late update to apply)."""
+    """An algorithm whose aggregator takes ``late_updates`` aggregates a straggler's update one
+    round late instead of dropping it (whole-model clients: a split client past the deadline
+    has lost its server, so there is no late update to apply)."""
     import sys
 
     import cloudpickle
 
-    import dataclasses
-
     from raysfl.algorithms import ALGORITHMS, register
     from raysfl.algorithms.baselines.fedavg import FedAvg
+    from raysfl.algorithms.roles import Aggregator
+
+    class LateTaking(Aggregator):
+        late_updates = True
 
     class LateFriendly(FedAvg):
         name = "test_late_friendly"
-        protocol = dataclasses.replace(FedAvg.protocol, late_updates=True)
+        aggregator = LateTaking
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # actors cannot import the tests
     register(LateFriendly)

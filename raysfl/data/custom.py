@@ -28,6 +28,7 @@ import re
 
 import numpy as np
 
+from raysfl.data.arrays import DatasetArrays, stratified_test_indices
 from raysfl.errors import ConfigError
 from raysfl.run_registry import RunRegistry
 
@@ -74,7 +75,6 @@ def custom_dataset(x_train, y_train, x_test=None, y_test=None, *, name: str = "d
     as ``(x / scale - mean) / std``, like the built-in image sets; by default samples are
     used as given.
     """
-    from raysfl.data.datasets import DatasetArrays, _stratified_test_indices
 
     x = _samples(x_train, "x_train" if x_test is not None else "x")
     y = _labels(y_train, "y_train" if x_test is not None else "y")
@@ -86,7 +86,7 @@ def custom_dataset(x_train, y_train, x_test=None, y_test=None, *, name: str = "d
         if len(y) < 2:
             raise ConfigError(f"data needs at least 2 samples to split into train and test, got {len(y)}")
         is_test = np.zeros(len(y), dtype=bool)
-        is_test[_stratified_test_indices(y, _TEST_FRACTION, _SPLIT_SEED)] = True
+        is_test[stratified_test_indices(y, _TEST_FRACTION, _SPLIT_SEED)] = True
         x, y, xt, yt = x[~is_test], y[~is_test], x[is_test], y[is_test]
     else:
         xt, yt = _samples(x_test, "x_test"), _labels(y_test, "y_test")
@@ -147,7 +147,6 @@ def _is_torch_dataset(obj) -> bool:
 
 def as_dataset(data, name: str = "data"):
     """``data`` in any of the accepted forms (module docstring) as a DatasetArrays."""
-    from raysfl.data.datasets import DatasetArrays
 
     if isinstance(data, DatasetArrays):
         if not data.name.startswith(PREFIX):

@@ -20,15 +20,14 @@ from __future__ import annotations
 import functools
 import gzip
 import importlib.util
-import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from raysfl.data import custom
+from raysfl.data.arrays import DatasetArrays, stratified_test_indices
 from raysfl.errors import ConfigError
 
 DATASETS: tuple[str, ...] = ("digits", "mnist5k", "mnist", "fashion_mnist", "cifar10", "cifar100")
@@ -58,49 +57,6 @@ _TORCHVISION = {
     "cifar10": ("CIFAR10", 10, (3, 32, 32), (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
     "cifar100": ("CIFAR100", 100, (3, 32, 32), (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
 }
-
-
-@dataclass(eq=False)
-class DatasetArrays:
-    """A whole data set in memory.
-
-    ``x_train``/``x_test`` are NCHW numpy arrays of raw values (``uint8``); ``y_*`` are
-    ``int64``. ``to_tensor`` maps raw values to normalised float32: ``(x/scale - mean)/std``
-    per channel.
-    """
-
-    name: str
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-    num_classes: int
-    input_shape: tuple[int, int, int]
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-    scale: float
-
-    @property
-    def num_train(self) -> int:
-        return int(len(self.y_train))
-
-    @property
-    def num_test(self) -> int:
-        return int(len(self.y_test))
-
-    def to_tensor(self, x_np) -> torch.Tensor:
-        """Normalise a batch ``(N,C,H,W)`` (or one sample ``(C,H,W)``) to a float32 tensor."""
-        x = torch.from_numpy(np.asarray(x_np, dtype=np.float32).copy() if not np.asarray(x_np).flags.writeable
-                             else np.asarray(x_np, dtype=np.float32))
-        if not self.mean:  # your own data without normalisation (raysfl.data.custom_dataset): as given
-            return x / float(self.scale) if self.scale != 1.0 else x
-        c = len(self.mean)
-        if x.ndim < 3 or x.shape[-3] != c:
-            raise ConfigError(
-                f"to_tensor expects NCHW or CHW input with {c} channel(s) for '{self.name}', got shape {tuple(x.shape)}")
-        mean = torch.tensor(self.mean, dtype=torch.float32).view(c, 1, 1)
-        std = torch.tensor(self.std, dtype=torch.float32).view(c, 1, 1)
-        return ((x / float(self.scale)) - mean) / std
 
 
 # ----------------------------------------------------------------------------- validation
@@ -160,19 +116,6 @@ def load_dataset(name: str, data_root=None, download: bool = False, seed: int = 
     return _load_torchvision(name, os.path.abspath(root), download)
 
 
-def _stratified_test_indices(y: np.ndarray, test_fraction: float, seed: int) -> np.ndarray:
-    """Fixed stratified split: ``ceil(test_fraction*N)`` test samples (the scikit-learn
-    convention), allotted to classes by largest remainder, chosen at random per class."""
-    rng = np.random.default_rng(seed)
-    classes, counts = np.unique(y, return_counts=True)
-    n_test = int(math.ceil(test_fraction * len(y)))
-    quota = counts * n_test / len(y)
-    alloc = np.floor(quota).astype(np.int64)
-    rest = n_test - int(alloc.sum())
-    order = np.argsort(-(quota - alloc), kind="stable")
-    alloc[order[:rest]] += 1
-    picks = [rng.permutation(np.flatnonzero(y == c))[:k] for c, k in zip(classes, alloc)]
-    return np.sort(np.concatenate(picks)).astype(np.int64)
 
 
 def _load_digits() -> DatasetArrays:
@@ -182,7 +125,7 @@ def _load_digits() -> DatasetArrays:
     with np.load(_DIGITS_FILE) as f:
         images = np.ascontiguousarray(f["images"], dtype=np.uint8)
         targets = np.asarray(f["targets"], dtype=np.int64)
-    test_idx = _stratified_test_indices(targets, _DIGITS_TEST_FRACTION, _DIGITS_SPLIT_SEED)
+    test_idx = stratified_test_indices(targets, _DIGITS_TEST_FRACTION, _DIGITS_SPLIT_SEED)
     is_test = np.zeros(len(targets), dtype=bool)
     is_test[test_idx] = True
     x_train, y_train = images[~is_test], targets[~is_test]
@@ -235,7 +178,7 @@ def _mnist5k_arrays(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     images = np.ascontiguousarray(pixels.astype(np.uint8).reshape(-1, 1, 28, 28))
     targets = labels.astype(np.int64)
     is_test = np.zeros(len(targets), dtype=bool)
-    is_test[_stratified_test_indices(targets, _MNIST5K_TEST_FRACTION, _MNIST5K_SPLIT_SEED)] = True
+    is_test[stratified_test_indices(targets, _MNIST5K_TEST_FRACTION, _MNIST5K_SPLIT_SEED)] = True
     out = (images[~is_test], targets[~is_test], images[is_test], targets[is_test])
     for a in out:
         a.flags.writeable = False

@@ -19,6 +19,7 @@ from raysfl.runtime.client_actor import sample_stream
 from raysfl.runtime.placement import configure_torch
 from raysfl.runtime.planning import plan_round
 from raysfl.runtime.rounds import prune_checkpoints
+from raysfl.runtime.rows import round_row
 from raysfl.transport import state_to_wire, wire_to_state
 
 
@@ -28,7 +29,8 @@ POOLED_STREAM = 2**31 - 1
 
 def run_centralized(exp, state: dict | None) -> None:
     """Train ``exp``'s model on the pooled data round by round (resuming from ``state``)."""
-    cfg, algo, ds, ctx, logger = exp.cfg, exp.algo, exp.ds, exp.ctx, exp.logger
+    cfg, planner, ds, ctx, logger = exp.cfg, exp.planner, exp.ds, exp.ctx, exp.logger
+    loss_fn = exp.spec.client(cfg, ctx).loss  # the client role's loss (cross-entropy by default)
     configure_torch(cfg, cfg.resources.num_cpus or torch.get_num_threads())
     model = copy.deepcopy(exp.model)  # the run's initial model (a zoo model from the seed, or yours)
     model.train()
@@ -46,7 +48,7 @@ def run_centralized(exp, state: dict | None) -> None:
         t0 = time.perf_counter()
         for group in opt.param_groups:
             group["lr"] = cfg.lr_at(rnd)
-        plans, _ = plan_round(cfg, algo, rnd, ctx, {})
+        plans, _ = plan_round(cfg, planner, rnd, ctx, {})
         samples = sum(p.steps * p.batch for p in plans.values())
         loss_sum, seen = 0.0, 0
         while seen < samples:
@@ -55,7 +57,7 @@ def run_centralized(exp, state: dict | None) -> None:
             counters["pos"] += b
             x = ds.to_tensor(ds.x_train[idx])
             y = torch.from_numpy(ds.y_train[idx])
-            loss = algo.client_loss(model(x), y)
+            loss = loss_fn(model(x), y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -68,16 +70,10 @@ def run_centralized(exp, state: dict | None) -> None:
         sim = samples * flops_per_sample / (cfg.devices.server_tflops * 1e12)
         counters["sim_total"] += sim
         counters["wall_total"] += wall
-        row = {
-            "round": rnd, "algo": cfg.algo, "test_accuracy": acc, "test_loss": test_loss,
-            "train_loss": loss_sum / max(1, seen), "participants": 0,
-            "bytes_up": 0, "bytes_down": 0, "bytes_smashed_up": 0, "bytes_grad_down": 0,
-            "bytes_params_up": 0, "bytes_params_down": 0, "client_flops": 0.0,
-            "server_flops": samples * flops_per_sample, "sim_time_s": sim,
-            "sim_time_total_s": counters["sim_total"], "wall_time_s": wall,
-            "wall_time_total_s": counters["wall_total"], "completed": 0, "fallback_steps": 0, "failures": 0, "restarts": 0,
-            "retries": 0, "dropped": 0, "late_applied": 0, "skipped": 0, "fallbacks": 0,
-        }
+        row = round_row(rnd, cfg.algo, evaluation=(acc, test_loss, {}), train_loss=loss_sum / max(1, seen), participants=0,
+                        traffic={}, client_flops=0.0, server_flops=samples * flops_per_sample, sim=sim,
+                        sim_total=counters["sim_total"], wall=wall, wall_total=counters["wall_total"], completed=0,
+                        fallback_steps=0, events={}, below_min_included=False)
         logger.log_round(row, [])
         stop = exp.callbacks is not None and exp.callbacks.round(row)  # a callback may end the run here
         if exp.due(rnd, cfg.checkpoint_every) or (stop and cfg.checkpoint_every):

@@ -21,7 +21,7 @@ import numpy as np
 
 from raysfl import checkpoint
 from raysfl.algorithms import get_algorithm
-from raysfl.algorithms.base import FederationContext
+from raysfl.algorithms.roles import FederationContext
 from raysfl.errors import ConfigError, RunFailed
 from raysfl.metrics import RunLogger
 
@@ -29,20 +29,23 @@ from raysfl.metrics import RunLogger
 @dataclass
 class Prepared:
     """What a run computes before any actor starts, from its config alone (and the seed):
-    the data and its partition, the device profiles, the initial model, the set-up algorithm."""
+    the data and its partition, the device profiles, the initial model, the algorithm and its
+    planner, set up."""
 
     ds: object                 # raysfl.data.DatasetArrays
     parts: list                # each client's training indices
     local_tests: list          # each client's local test indices (--local-test-fraction)
     model: object              # the initial raysfl.models.SplitModel (every actor starts from a copy)
     ctx: FederationContext
-    algo: object               # the algorithm instance, set up
+    spec: type                 # the algorithm (raysfl.algorithms.Algorithm)
+    planner: object            # its planner, set up
 
 
 def run_experiment(cfg, callbacks=None) -> tuple[Path, list[dict], "object", "object", bool]:
     """Run (or resume, if ``cfg.resume`` is set) the validated config ``cfg``; return the run
-    directory, its metrics rows, the set-up algorithm, the initial model and whether a
-    callback stopped the run early (``callbacks``: :class:`raysfl.callbacks.Callbacks`).
+    directory, its metrics rows, what :func:`prepare` made (the initial model, the algorithm
+    and its planner) and whether a callback stopped the run early (``callbacks``:
+    :class:`raysfl.callbacks.Callbacks`).
 
     Everything that can be checked without Ray is checked before the run directory is written:
     the Ray address, the checkpoint and metrics files of a resumed run, the data set. An error
@@ -53,7 +56,7 @@ def run_experiment(cfg, callbacks=None) -> tuple[Path, list[dict], "object", "ob
 
     from raysfl.runtime.placement import check_ray_address
 
-    if get_algorithm(cfg.algo)(cfg).protocol.distributed and not ray.is_initialized():
+    if get_algorithm(cfg.algo).planner.exchange is not None and not ray.is_initialized():
         check_ray_address()
     if cfg.resume:
         run_dir = Path(cfg.resume)
@@ -114,8 +117,8 @@ def _check_recorded(run_dir: Path, done: int) -> None:
 
 def prepare(cfg, ds=None) -> Prepared:
     """Load (unless given) and partition the data, sample the device profiles, build the model
-    once (its shapes and FLOPs) and set the algorithm up (``algo.setup``), as the run does; also
-    used to rebuild a finished run's algorithm (``raysfl.api.load_run``)."""
+    once (its shapes and FLOPs) and set the algorithm's planner up (``planner.setup``), as the
+    run does; also used to rebuild a finished run's roles (``raysfl.api.load_run``)."""
     from raysfl.data import hold_out, label_histograms, partition
     from raysfl.devices import sample_profiles
     from raysfl.models import build_model
@@ -131,10 +134,12 @@ def prepare(cfg, ds=None) -> Prepared:
     ctx = FederationContext(num_clients=cfg.clients, num_blocks=model.num_blocks, valid_cuts=model.valid_cuts(),
                             sizes=np.array([len(p) for p in parts]),
                             histograms=label_histograms(ds.y_train, parts, ds.num_classes), profiles=profiles,
-                            block_flops=model.block_flops(), conv_blocks=model.leading_conv_blocks())
-    algo = get_algorithm(cfg.algo)(cfg)
-    algo.setup(ctx)
-    return Prepared(ds, parts, local_tests, model, ctx, algo)
+                            block_flops=model.block_flops(), conv_blocks=model.leading_conv_blocks(),
+                            num_classes=ds.num_classes)
+    spec = get_algorithm(cfg.algo)
+    planner = spec.make_planner(cfg)
+    planner.setup(ctx)
+    return Prepared(ds, parts, local_tests, model, ctx, spec, planner)
 
 
 def _run_in(cfg, run_dir: Path, state: dict | None, ds, stages: "StartupClock", callbacks):
@@ -154,18 +159,18 @@ def _run_in(cfg, run_dir: Path, state: dict | None, ds, stages: "StartupClock", 
         check_same_model(state, p.model, run_dir)
     stages.done("setup", f"{cfg.dataset} ({ds.num_train} training samples) split among {cfg.clients} clients "
                          f"({cfg.partition}); model {cfg.model} ({p.model.num_blocks} blocks); {cfg.algo} set up")
-    if not p.algo.wants_calibration():
-        write_clients(run_dir, p.ctx, p.algo)
+    if not p.planner.measures_clients:
+        write_clients(run_dir, p.ctx, p.planner)
 
     start = state["round"] if state else 0
     logger = RunLogger(run_dir, start_round=start, progress=cfg.progress, total_rounds=cfg.rounds, config=cfg.to_dict())
-    exp = Experiment(cfg, p.algo, p.ds, p.parts, p.ctx, run_dir, logger, local_tests=p.local_tests,
+    exp = Experiment(cfg, p.spec, p.planner, p.ds, p.parts, p.ctx, run_dir, logger, local_tests=p.local_tests,
                      faults=parse_faults(cfg.faults),
                      counters=state["counters"] if state else new_counters(), model=p.model, callbacks=callbacks)
     error = None
     try:
         callbacks.start(run_dir, cfg.to_dict())
-        if p.algo.protocol.distributed:
+        if p.planner.exchange is not None:
             _run_federated(exp, state, stages)
         else:
             from raysfl.runtime.centralized import run_centralized
@@ -180,7 +185,7 @@ def _run_in(cfg, run_dir: Path, state: dict | None, ds, stages: "StartupClock", 
         finally:
             callbacks.end(run_dir, logger.rows, error)
     _warn_thin_rounds(cfg, logger.rows)
-    return run_dir, logger.rows, p.algo, p.model, exp.stopped
+    return run_dir, logger.rows, p, exp.stopped
 
 
 def check_same_model(state: dict, model, run_dir: Path) -> None:
@@ -229,11 +234,12 @@ def _new_run_dir(cfg) -> Path:
                               f"{e.strerror or e}") from None
 
 
-def write_clients(run_dir: Path, ctx: FederationContext, algo) -> None:
-    """clients.json: each client's data, device profile and the algorithm's facts about it."""
+def write_clients(run_dir: Path, ctx: FederationContext, planner) -> None:
+    """clients.json: each client's data, device profile and the planner's facts about it."""
     (run_dir / "clients.json").write_text(json.dumps([
         {"client": k, "samples": int(ctx.sizes[k]), "label_histogram": ctx.histograms[k].tolist(),
-         "device": ctx.profiles[k].to_dict(), **algo.client_info(k)} for k in range(ctx.num_clients)], indent=1) + "\n")
+         "device": ctx.profiles[k].to_dict(), **planner.client_info(k)} for k in range(ctx.num_clients)],
+        indent=1) + "\n")
 
 
 def calibrate(exp, fed) -> None:
@@ -250,8 +256,20 @@ def calibrate(exp, fed) -> None:
         print("raysfl: measuring client devices (memory, latency to the server) ...", flush=True)
         profile = fed.measure(exp.cfg.batch_size)
         path.write_text(json.dumps({str(k): list(v) for k, v in profile.items()}, indent=1) + "\n")
-    exp.algo.calibrate(profile)
-    write_clients(exp.run_dir, exp.ctx, exp.algo)
+    exp.planner.calibrate(profile)
+    write_clients(exp.run_dir, exp.ctx, exp.planner)
+
+
+def ship_by_value(spec) -> None:
+    """An algorithm from your own code (a ``--plugin`` module, a module your script imports)
+    reaches the actors by value, so the nodes need not have it installed; raysfl's own and a
+    script's ``__main__`` classes travel as Ray ships them anyway."""
+    from ray import cloudpickle
+
+    for cls in (spec, spec.params_cls, *spec.roles().values()):
+        top = (getattr(cls, "__module__", "") or "").split(".")[0]
+        if top and top not in ("raysfl", "builtins", "__main__") and top in sys.modules:
+            cloudpickle.register_pickle_by_value(sys.modules[top])
 
 
 def _run_federated(exp, state: dict | None, stages: "StartupClock") -> None:
@@ -264,25 +282,26 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock") -> None:
     from raysfl.runtime.placement import check_capacity, fit_resources, init_ray, shutdown_ray
     from raysfl.runtime.rounds import resume_hint, run_round, save_checkpoint
 
-    cfg, algo = exp.cfg, exp.algo
+    cfg, planner = exp.cfg, exp.planner
     num_actors = cfg.resources.num_client_actors(cfg.clients)
-    started = init_ray(cfg, num_actors, algo.protocol.servers)
+    num_servers = planner.servers
+    started = init_ray(cfg, num_actors, num_servers)
     fed = None
     try:
         cpus = ray.cluster_resources().get("CPU", 0.0)
         stages.done("ray", f"Ray up ({'started here' if started else 'joined'}, {cpus:g} CPUs)")
         # CPU shares the user left unset: sized to what the cluster has free
-        cfg = fit_resources(cfg, num_actors, algo.protocol.servers, ray.available_resources().get("CPU", 0.0))
+        cfg = fit_resources(cfg, num_actors, num_servers, ray.available_resources().get("CPU", 0.0))
         if not os.environ.get("RAY_ADDRESS"):  # a Ray of this process: it will not grow. A job on a
             # cluster (RAY_ADDRESS set) may autoscale: the placement groups wait for it instead
-            check_capacity(cfg, num_actors, algo.protocol.servers)
-        fed = Federation(cfg, algo, exp.ds, exp.parts, num_actors, exp.ctx.block_flops, run_name=exp.run_dir.name,
-                         local_tests=exp.local_tests, histograms=exp.ctx.histograms, model=exp.model)
-        servers = algo.protocol.servers
-        stages.done("actors", f"{num_actors + servers + 1} actors ready ({num_actors} client actors hosting "
-                              f"{cfg.clients} clients, {servers} server{'s' * (servers != 1)}, 1 fed server)")
+            check_capacity(cfg, num_actors, num_servers)
+        ship_by_value(exp.spec)
+        fed = Federation(cfg, exp.spec, planner, exp.ctx, planner.shared(), exp.ds, exp.parts, num_actors,
+                         run_name=exp.run_dir.name, local_tests=exp.local_tests, model=exp.model)
+        stages.done("actors", f"{num_actors + num_servers + 1} actors ready ({num_actors} client actors hosting "
+                              f"{cfg.clients} clients, {num_servers} server{'s' * (num_servers != 1)}, 1 fed server)")
         (exp.run_dir / "placement.json").write_text(json.dumps(fed.placement(), indent=1))
-        if algo.wants_calibration():
+        if planner.measures_clients:
             calibrate(exp, fed)
         fed.warm_up()
         stages.done("warm_up", "warm-up (every actor's first forward/backward)")

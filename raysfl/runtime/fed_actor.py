@@ -1,11 +1,12 @@
-"""Fed server actor: holds the global model, aggregates, evaluates, keeps per-client state.
+"""Fed server actor: hosts the algorithm's aggregator, which holds the global model,
+aggregates, evaluates and keeps per-client state (:mod:`raysfl.algorithms.roles.aggregator`).
 
-The global model is one full state dict (every block). What happens to each round's
-client updates and server-side states is the algorithm's ``fed_aggregate`` hook; the
-default merges them into the global model layer by layer
-(:func:`raysfl.aggregation.weighted_average`). Per-client state (PSL's own client-side
-models, FLEX-SFL's client submodels between intra-cluster aggregations) lives here between
-rounds, so client actors hold nothing across rounds and a restarted actor loses nothing.
+The global model is one full state dict (every block). Per-client state (PSL's own
+client-side models, FLEX-SFL's client submodels between intra-cluster aggregations, parked
+modules of the clients' own) lives here between rounds, so client actors hold nothing across
+rounds and a restarted actor loses nothing. This actor fetches the round's results (skipping
+what a dead or late actor never produced), pushes a merged server state to the servers, and
+evaluates (:class:`Evaluator`).
 """
 
 from __future__ import annotations
@@ -15,31 +16,10 @@ import uuid
 import numpy as np
 
 from raysfl.evaluation import evaluate, evaluate_by_class, evaluate_predictions, mix_weighted_accuracy
+from raysfl.algorithms.roles.aggregator import block_of
 from raysfl.runtime.placement import configure_torch, device_for_actor
 from raysfl.runtime.refs import fetch
 from raysfl.transport import state_to_wire, wire_to_state
-
-
-class FedState:
-    """What fed-side hooks may touch (all plain NumPy state, checkpointed as a whole)."""
-
-    def __init__(self, global_state: dict[str, np.ndarray]):
-        self.global_state = global_state
-        self.own: dict[int, dict[str, np.ndarray]] = {}  # per-client state kept between rounds
-        self.last_clients: list[int] = []                 # this round's participants
-        self.extra: dict = {}                             # algorithm-specific state
-        self.round_weights: dict[int, float] = {}         # this round's server-chosen aggregation weights
-                                                          # (ClientRoundStats.agg_weight; not checkpointed)
-
-    def to_dict(self) -> dict:
-        return {"global": self.global_state, "own": self.own, "last_clients": self.last_clients,
-                "extra": self.extra}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "FedState":
-        s = cls(d["global"])
-        s.own, s.last_clients, s.extra = d["own"], d["last_clients"], d.get("extra", {})
-        return s
 
 
 class ClientViews:
@@ -54,17 +34,18 @@ class ClientViews:
 
 
 class FedActor:
-    def __init__(self, cfg, algo, dataset, views: ClientViews | None = None, gpus: float = 0.0, model=None):
+    def __init__(self, cfg, spec, ctx, shared, dataset, views: ClientViews | None = None, gpus: float = 0.0,
+                 model=None):
         from raysfl.models import initial_model
 
         configure_torch(cfg, cfg.resources.fed_cpus)
-        self.cfg, self.algo, self.ds = cfg, algo, dataset
+        self.cfg, self.ds = cfg, dataset
         self.views = views or ClientViews([], None)
         self.device = device_for_actor(gpus, "fed server")
-        self.model = initial_model(model, cfg, dataset.input_shape, dataset.num_classes).to(self.device)  # the run's model object (Federation)
+        self.model = initial_model(model, cfg, dataset.input_shape, dataset.num_classes).to(self.device)  # the run's model object
         # a copy: state_to_wire gives views of the model's tensors, and evaluation loads other
         # states into the model -- the initial global model must not change with them
-        self.s = FedState({k: v.copy() for k, v in state_to_wire(self.model.state_dict()).items()})
+        self.role = spec.aggregator(cfg, ctx, shared, {k: v.copy() for k, v in state_to_wire(self.model.state_dict()).items()})
         self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
 
     def ping(self) -> str:
@@ -89,66 +70,68 @@ class FedActor:
         return rss_bytes()
 
     def dispatch(self, actor_plans: list[dict[int, int]]):
-        """Models for each client actor: {"global": blocks its clients need, "own": {client:
-        state} for clients that start from a state of their own, "charged": clients whose
-        start state is a download}."""
+        """Models for each client actor (``actor_plans``: {client: blocks it holds}): {"global":
+        the blocks its clients need, "own": {client: state} for clients that start from a state
+        of their own, "charged": clients whose start state is a download}."""
         out = []
         for plan in actor_plans:
             own, charged = {}, []
             for c in sorted(plan):
-                state, download = self.algo.fed_client_state(self.s, c, plan[c])
+                state, download = self.role.client_start(c, plan[c])
                 if state is not None:
                     own[c] = state
                 if download:
                     charged.append(c)
             need = [plan[c] for c in plan if c not in own]
             top = max(need) if need else 0
-            out.append({"global": {k: v for k, v in self.s.global_state.items() if _block(k) < top},
+            out.append({"global": {k: v for k, v in self.role.global_state.items() if block_of(k) < top},
                         "own": own, "charged": charged})
         return out if len(out) != 1 else out[0]
 
-    def aggregate(self, rnd: int, include: list[int] | None, server_state_refs: list, update_refs: list,
-                  late_refs: list = (), weights: dict[int, float] | None = None):
+    def aggregate(self, rnd: int, aggregated: list[int] | None, server_state_refs: list, update_refs: list,
+                  late_refs: list = (), weights: dict[int, float] | None = None, servers: list = ()):
         """Merge this round's server-side states and client updates (ObjectRefs: one per
-        server, one list of updates per client actor) into the fed state.
+        server, one list of updates per client actor) into the aggregator's state.
 
         Only updates that exist count: a dead client actor's or server's results are
-        skipped, as are clients not in ``include`` (stragglers past the deadline).
-        ``late_refs``: last round's late update lists, for algorithms that apply late
-        updates. ``weights``: the aggregation weight the servers chose per client, for
-        algorithms that set them (``Algorithm.server_weights``; in ``fed.round_weights``).
-        Returns (merged server state to broadcast, if the algorithm does that; the number of
-        late updates applied).
+        skipped, as are clients not in ``aggregated`` (stragglers past the deadline; None: all).
+        ``late_refs``: earlier rounds' late update lists, for aggregators that take them.
+        ``weights``: the aggregation weight the servers chose per client (``ServerSide.weights``;
+        the role's ``round_weights``). The state the aggregator wants every server to adopt
+        goes to ``servers`` (actor handles) here, before this call returns. Returns the number
+        of late updates applied.
         """
-        self.s.round_weights = dict(weights or {})
+        role = self.role
+        role.round_weights = dict(weights or {})
         server_states = [s if s else {} for s in fetch(server_state_refs)]
-        keep = None if include is None else set(include)
+        keep = None if aggregated is None else set(aggregated)
         updates = sorted((u for res in fetch(update_refs) if res for u in res
                           if keep is None or u.client in keep), key=lambda u: u.client)
         late = [u for res in fetch(list(late_refs)) if res for u in res]
         for u in late:
             u.late = True
         updates = sorted(updates + late, key=lambda u: (u.client, u.late))
-        self.s.last_clients = [u.client for u in updates]
-        return self.algo.fed_aggregate(self.s, rnd, server_states, updates), len(late)
+        role.last_clients = [u.client for u in updates]
+        merged = role.aggregate(rnd, server_states, updates)
+        if merged is not None and servers:  # e.g. FLEX-SFL's w_e to every edge server (eq. 26)
+            fetch([srv.load_shared.remote(merged) for srv in servers])  # a dead one is restored next round
+        return len(late)
 
     def evaluate(self) -> tuple[float, float, dict[str, float]]:
-        """(test accuracy, test loss, extra metrics) per the algorithm's ``fed_evaluate``; with
+        """(test accuracy, test loss, extra metrics) per the aggregator's ``evaluate``; with
         local test splits also ``test_accuracy_local``: the mean over clients of the model each
-        would run (``Algorithm.client_model_state``) on its own split."""
+        would run (``Aggregator.client_model``) on its own split."""
         ev = Evaluator(self.model, self.ds, self.device, self.views)
-        acc, loss, extras = self.algo.fed_evaluate(self.s, ev)
+        acc, loss, extras = self.role.evaluate(ev)
         if ev.has_local_tests and "test_accuracy_local" not in extras:
             extras = {**extras, "test_accuracy_local": self._local_accuracy(ev)}
         return acc, loss, extras
 
     def _local_accuracy(self, ev) -> float:
-        clients = [c for c, t in enumerate(self.views.local_tests) if len(t)]
-        if not self.algo.protocol.aggregate_clients and self.s.own:
-            clients = [c for c in clients if c in self.s.own]  # clients that have a model of their own
+        clients = self.role.local_test_clients([c for c, t in enumerate(self.views.local_tests) if len(t)])
         accs, loaded = [], None
         for c in clients:
-            state = self.algo.client_model_state(self.s, c)
+            state = self.role.client_model(c)
             if state is not loaded:  # clients sharing one state load it once
                 ev.load(state)
                 loaded = state
@@ -156,14 +139,14 @@ class FedActor:
         return float(np.mean(accs)) if accs else float("nan")
 
     def get_state(self) -> dict:
-        return self.s.to_dict()
+        return self.role.get_state()
 
     def load_state(self, state: dict) -> None:
-        self.s = FedState.from_dict(state)
+        self.role.load_state(state)
 
 
 class Evaluator:
-    """Evaluation for ``fed_evaluate``.
+    """Evaluation for the aggregator's ``evaluate``.
 
     * ``ev(state)``: a full-model state dict on the global test set -> (accuracy, loss);
     * ``ev.module(m)``: any module mapping inputs to logits (e.g. a client's encoder prefix plus
@@ -234,6 +217,3 @@ class Evaluator:
         return {"accuracy": acc, "loss": loss, "label_mix": mix_weighted_accuracy(correct, total, mix),
                 "own_class_share": float((mix > 0)[pred].mean()) if len(pred) else float("nan")}
 
-
-def _block(key: str) -> int:
-    return int(key.split(".")[1])

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from raysfl.algorithms.base import Algorithm, Training
+from raysfl.algorithms.roles import Wiring
 from raysfl.models.blob import ModelBlob
 from raysfl.runtime.client_actor import ClientActor
 from raysfl.runtime.fed_actor import ClientViews, FedActor
@@ -37,16 +37,43 @@ from raysfl.transport import ClientRoundStats
 
 @dataclass
 class RoundResult:
-    """What the driver learnt from one round (no tensors)."""
+    """What the driver learnt from one pass of a round (no tensors): the facts the actors
+    reported, and -- decided in one place, :func:`raysfl.runtime.rounds.classify` -- which
+    clients failed and which were late."""
 
     stats: dict[int, ClientRoundStats]
-    failed: set[int] = field(default_factory=set)       # clients whose actor or server died
+    failed: set[int] = field(default_factory=set)       # clients whose actor or server died, or lost their server
     late: set[int] = field(default_factory=set)         # clients dropped at the real-time deadline
     dead_clients: set[int] = field(default_factory=set)  # client actor indices that died
     dead_servers: set[int] = field(default_factory=set)
+    late_actors: set[int] = field(default_factory=set)   # client actors whose results missed the round deadline
     fed_restarted: bool = False
     restarted: int = 0  # servers Ray restarted during the round (put back to the snapshot)
-    server_metrics: dict[str, float] = field(default_factory=dict)  # round means of ServerState.record
+    server_metrics: dict[str, float] = field(default_factory=dict)  # round means of the server roles' records
+
+
+@dataclass
+class RoundInFlight:
+    """A round submitted to the actors and not yet aggregated: what :meth:`Federation.aggregate`
+    needs to finish it."""
+
+    rnd: int
+    result: RoundResult
+    updates: list = field(default_factory=list)        # (client actor, ref of its updates)
+    server_states: list = field(default_factory=list)  # one ref per server
+    sync: bool = True                                   # the servers' states are aggregated this round
+    agg_weights: dict = field(default_factory=dict)     # the weight each client's server chose (BESplit's EA)
+    carried: list | None = None  # late updates to keep for the next round (None: this pass's own)
+
+    def on_time(self) -> list:
+        return [u for a, u in self.updates if a not in self.result.late_actors]
+
+    def late_updates(self) -> list:
+        """Updates of client actors that missed the round's deadline (taken next round by
+        aggregators that want them); a simulated-clock replay keeps its first pass's."""
+        if self.carried is not None:
+            return self.carried
+        return [u for a, u in self.updates if a in self.result.late_actors]
 
 
 def step_window(cfg) -> float | None:
@@ -75,25 +102,26 @@ class FedServerLost(Exception):
 class Federation:
     """The actors of one run and the round protocol over them."""
 
-    def __init__(self, cfg, algo: Algorithm, dataset, parts: list[np.ndarray], num_actors: int,
-                 block_flops: list[int], run_name: str = "run", local_tests: list[np.ndarray] | None = None,
-                 histograms: np.ndarray | None = None, *, model):
+    def __init__(self, cfg, spec, planner, ctx, shared, dataset, parts: list[np.ndarray], num_actors: int,
+                 run_name: str = "run", local_tests: list[np.ndarray] | None = None, *, model):
         """Start the actors. They are named ``raysfl:<run>:client-<i>``, ``...:server-<j>``
         and ``...:fed`` so operators (and tests) can find them with ``ray.get_actor``.
 
-        ``model``: the run's initial :class:`~raysfl.models.SplitModel` (a zoo model built from
-        the seed, or your own); every actor starts from a copy of this object, never from a
-        name, like the data set."""
+        ``spec``: the algorithm (its roles are built in the actors from ``cfg``, ``ctx`` and the
+        planner's ``shared`` facts); ``model``: the run's initial :class:`~raysfl.models.SplitModel`
+        (a zoo model built from the seed, or your own); every actor starts from a copy of this
+        object, never from a name, like the data set."""
         import ray
 
         from raysfl.runtime.ray_noise import without_line
 
-        self.cfg, self.algo, self.num_actors = cfg, algo, num_actors
-        self.num_blocks = len(block_flops)
+        self.cfg, self.spec, self.planner, self.num_actors = cfg, spec, planner, num_actors
+        self.exchange = planner.exchange
+        self.num_blocks = ctx.num_blocks
         self.ds_ref = ray.put(dataset)  # loaded once, shared; kept alive for actor restarts
         self.model_ref = ray.put(ModelBlob(model))  # likewise (sealed: no tensor crosses a Ray boundary)
 
-        num_servers = algo.protocol.servers
+        num_servers = planner.servers
         self.groups = reserve(cfg, num_actors, num_servers, run_name)  # fails here if the cluster is too small
 
         def spawn(cls, role: str, kind: str, pg, bundle: int, *args):
@@ -104,23 +132,22 @@ class Federation:
 
         with without_line():  # Ray's warning about object-store arguments: the refs live as long as we do
             self.clients = [
-                spawn(ClientActor, f"client-{i}", "client", self.groups[0], i, i, cfg, algo, self.ds_ref,
-                      {k: parts[k] for k in range(len(parts)) if k % num_actors == i}, block_flops)
+                spawn(ClientActor, f"client-{i}", "client", self.groups[0], i, i, cfg, spec, ctx, shared, self.ds_ref,
+                      {k: parts[k] for k in range(len(parts)) if k % num_actors == i})
                 for i in range(num_actors)
             ]
             self.servers = [
-                spawn(ServerActor, f"server-{j}", "server", self.groups[1], j, j, cfg, algo,
-                      dataset.input_shape, dataset.num_classes, block_flops)
+                spawn(ServerActor, f"server-{j}", "server", self.groups[1], j, j, cfg, spec, ctx, shared,
+                      dataset.input_shape)
                 for j in range(num_servers)
             ]
-            self.fed = spawn(FedActor, "fed", "fed", self.groups[1], num_servers, cfg, algo, self.ds_ref,
-                             ClientViews(local_tests or [], histograms))
+            self.fed = spawn(FedActor, "fed", "fed", self.groups[1], num_servers, cfg, spec, ctx, shared, self.ds_ref,
+                             ClientViews(local_tests or [], ctx.histograms))
         self.incarnations = ray.get([a.ping.remote() for a in self._all()])
         self.snapshot: dict | None = None  # the state to go back to after a failure
         self.snapshot_round: int | None = None  # the round the snapshot is the end of (0: the start)
         self.died: set[int] = set()  # client actors that died last round (restarting now)
-        self._carry: list = []  # late update refs waiting for the next aggregation (protocol.late_updates)
-        self.late_now: list = []
+        self._carry: list = []  # late update refs waiting for the next aggregation (the aggregator's late_updates)
         self.late_applied = 0
 
     def warm_up(self) -> None:
@@ -128,6 +155,11 @@ class Federation:
         import ray
 
         ray.get([a.warm_up.remote(self.cfg.batch_size) for a in self._all()])
+
+    @property
+    def late_updates(self) -> bool:
+        """The aggregator takes updates that missed the real-time deadline in the next round."""
+        return self.spec.aggregator.late_updates
 
     def placement(self) -> list[dict]:
         """Where each actor runs: role, actor name, node, GPU ids, device (``placement.json``)."""
@@ -243,8 +275,8 @@ class Federation:
     # ------------------------------------------------------------------ one round
     def run_round(self, rnd: int, plans: dict[int, ClientPlan], server_of: dict[int, int],
                   kills: list[tuple[str, int, int]] = (), deadline: float | None = None, on_step=None,
-                  timed: bool = True) -> RoundResult:
-        """Submit round ``rnd`` and collect its statistics (aggregation is :meth:`finish_round`).
+                  timed: bool = True) -> RoundInFlight:
+        """Submit round ``rnd`` and collect its facts (aggregation is :meth:`aggregate`).
 
         ``kills`` = (role, actor index, after step) faults to inject; ``deadline`` (epoch s)
         drops clients whose results are not in by then; ``timed=False`` turns the step
@@ -254,33 +286,32 @@ class Federation:
 
         window = step_window(self.cfg) if timed else None
         deadline = deadline if timed else None
-
-        self._pending_updates: list = []
-        self._aux: list = []  # calls whose result is not needed but whose errors must surface
-        for p in plans.values():
-            p.deadline = deadline
-        self._weights = {c: float(p.steps * p.batch) for c, p in plans.items()}
+        flight = RoundInFlight(rnd, RoundResult(stats={}))
+        w = Wiring(self.clients, self.servers)
+        for p in plans.values():  # clients whose late updates are taken finish their work
+            p.deadline = None if self.late_updates else deadline
+        weights = {c: float(p.steps * p.batch) for c, p in plans.items()}
         for j, srv in enumerate(self.servers):
             mine = {c: p for c, p in plans.items() if server_of[c] == j and not p.local}
-            self._aux.append(srv.begin_round.remote(
+            w.aux.append(srv.begin_round.remote(
                 {c: p.cut for c, p in mine.items()}, self.cfg.server_lr_at(rnd), deadline, rnd,
                 {c: (self.actor_of(c), p.steps) for c, p in mine.items()}, window))
-        turns = [[c] for c in plans] if self.algo.protocol.sequential else ([list(plans)] if plans else [])
+        turns = [[c] for c in plans] if self.exchange.sequential else ([list(plans)] if plans else [])
         stats_refs, stats_actor, markers = [], [], []
         for turn in turns:
-            u, s, actors, m = self._run_group({c: plans[c] for c in turn}, server_of)
-            stats_refs += s
+            u, st, actors, m = self._run_group(w, {c: plans[c] for c in turn}, server_of)
+            stats_refs += st
             stats_actor += actors
             markers += m
-            if self.algo.protocol.sequential:  # the next client starts from this one's model
-                self._aux.append(self.fed.aggregate.options(num_returns=2).remote(rnd, None, [], u)[1])
+            if self.exchange.sequential:  # the next client starts from this one's model
+                w.aux.append(self.fed.aggregate.remote(rnd, None, [], u))
             else:
-                self._pending_updates += list(zip(actors, u))
-        self._sync = self.algo.sync_servers(rnd)
-        server_stats, self._server_states, server_metrics = [], [], []
+                flight.updates += list(zip(actors, u))
+        flight.sync = self.planner.sync_servers(rnd)
+        server_stats, server_metrics = [], []
         for srv in self.servers:
-            state_ref, st_ref, m_ref = srv.end_round.options(num_returns=3).remote(self._weights, self._sync)
-            self._server_states.append(state_ref)
+            state_ref, st_ref, m_ref = srv.end_round.options(num_returns=3).remote(weights, flight.sync)
+            flight.server_states.append(state_ref)
             server_stats.append(st_ref)
             server_metrics.append(m_ref)
         for role, index, step in sorted(kills, key=lambda k: k[2]):
@@ -293,16 +324,15 @@ class Federation:
             ray.wait(refs, num_returns=len(refs), timeout=timeout, fetch_local=False)
             if on_step:
                 on_step(k + 1, len(markers))
-        result = RoundResult(stats={})
-        fetch(self._aux, deadline)  # re-raises a bug in begin_round & co (deaths/lateness are seen below)
+        result = flight.result
+        fetch(w.aux, deadline)  # re-raises a bug in begin_round & co (deaths/lateness are seen below)
         client_out = fetch(stats_refs, deadline)
         server_out = fetch(server_stats)  # servers stop waiting at the deadline themselves
         per_server = [m for m in fetch(server_metrics) if m]
         result.server_metrics = {k: float(np.mean([m[k] for m in per_server if k in m]))
                                  for k in sorted({k for m in per_server for k in m})}
-        for actor, out in zip(stats_actor, client_out):
-            if out is DEAD:
-                result.dead_clients.add(actor)
+        result.dead_clients = {a for a, out in zip(stats_actor, client_out) if out is DEAD}
+        result.late_actors = {a for a, out in zip(stats_actor, client_out) if out is LATE}
         self.died |= result.dead_clients
         result.dead_servers = {j for j, out in enumerate(server_out) if out is DEAD}
         for out in client_out + server_out:
@@ -320,25 +350,11 @@ class Federation:
                 result.dead_servers.add(j)
         result.fed_restarted = tail[-1] != self.incarnations[-1]
         result.restarted = self.restore_restarted_servers(tail[:-1])
-        late_actors = {a for a, out in zip(stats_actor, client_out) if out is LATE}
-        for c in plans:
-            if self.actor_of(c) in late_actors:
-                result.late.add(c)
-            elif self.actor_of(c) in result.dead_clients or (
-                    server_of.get(c) in result.dead_servers and not self.algo.protocol.survives_server_loss
-                    and not plans[c].local):
-                result.failed.add(c)
-            elif c in result.stats and result.stats[c].late:
-                result.late.add(c)
-            elif c not in result.stats or result.stats[c].failed:
-                result.failed.add(c)
-        self._agg_weights = {c: st.agg_weight for c, st in result.stats.items() if st.agg_weight == st.agg_weight}
-        self._late_actors = late_actors
-        self.late_now = [u for a, u in self._pending_updates if a in late_actors]
-        return result
+        flight.agg_weights = {c: st.agg_weight for c, st in result.stats.items() if st.agg_weight == st.agg_weight}
+        return flight
 
-    def finish_round(self, rnd: int, include: list[int] | None, evaluate: bool, void: bool = False):
-        """Aggregate the round's completed updates of ``include`` clients; evaluate.
+    def aggregate(self, flight: RoundInFlight, aggregated: list[int] | None, evaluate: bool, void: bool = False):
+        """Aggregate the round's completed updates of the ``aggregated`` clients; evaluate.
 
         ``void``: the round included nobody; the servers and the fed server go back to the
         snapshot (the round's start state) and nothing is aggregated. Returns (acc, loss,
@@ -347,22 +363,19 @@ class Federation:
         """
         import ray
 
+        late_now = flight.late_updates() if self.late_updates else []
         if void:
             self.restore()
             self.late_applied = 0
-            self._carry = self.late_now if self.algo.protocol.late_updates else []
+            self._carry = late_now
             return self.evaluate(evaluate)
 
-        updates = [u for a, u in self._pending_updates if a not in self._late_actors]
-        states = self._server_states if self._sync else []
+        states = flight.server_states if flight.sync else []
         late = []
-        if self.algo.protocol.late_updates and self._carry:  # last round's stragglers that have finished by now
+        if self._carry:  # earlier rounds' stragglers that have finished by now
             late, _ = ray.wait(self._carry, num_returns=len(self._carry), timeout=0, fetch_local=False)
-        merged, ok = self.fed.aggregate.options(num_returns=2).remote(rnd, include, states, updates, late,
-                                                                 self._agg_weights)
-        loads = []
-        if self._sync and self.algo.protocol.broadcast_servers:  # e.g. FLEX-SFL's w_e to every edge server (eq. 26)
-            loads = [srv.load_shared.remote(merged) for srv in self.servers]
+        ok = self.fed.aggregate.remote(flight.rnd, aggregated, states, flight.on_time(), late, flight.agg_weights,
+                                       self.servers if flight.sync else [])
         eval_ref = self.fed.evaluate.remote() if evaluate else None
         try:
             self.late_applied = ray.get(ok)
@@ -373,8 +386,7 @@ class Federation:
             raise
         if ping_until_alive(self.fed) != self.incarnations[-1]:
             raise FedServerLost("the fed server was restarted during the round")
-        fetch(loads)  # a dead edge server is fine here (restored next round); a bug is not
-        self._carry = self.late_now if self.algo.protocol.late_updates else []  # only once aggregation succeeded
+        self._carry = late_now  # only once aggregation succeeded
         return result
 
     def evaluate(self, evaluate: bool):
@@ -392,102 +404,30 @@ class Federation:
 
     @property
     def carrying(self) -> bool:
-        """Late updates of earlier rounds wait to be aggregated (``protocol.late_updates``)."""
+        """Late updates of earlier rounds wait to be aggregated (the aggregator's ``late_updates``)."""
         return bool(self._carry)
 
-    def _run_group(self, plans: dict[int, ClientPlan], server_of: dict[int, int]):
+    def _run_group(self, w: Wiring, plans: dict[int, ClientPlan], server_of: dict[int, int]):
+        """Dispatch the group's start states, let the exchange wire its steps, and end its round
+        on every client actor: (update refs, stats refs, client actors, step markers)."""
         by_actor: dict[int, dict[int, ClientPlan]] = {}
         for c, p in plans.items():
             by_actor.setdefault(self.actor_of(c), {})[c] = p
         actors = sorted(by_actor)
-        dispatch = [{c: self.num_blocks if p.whole else p.cut for c, p in by_actor[i].items()} for i in actors]
+        dispatch = [{c: p.blocks for c, p in by_actor[i].items()} for i in actors]
         models = _as_list(self.fed.dispatch.options(num_returns=len(actors)).remote(dispatch), len(actors))
         for i, m in zip(actors, models):
-            self._aux.append(self.clients[i].begin_round.remote({c: p.as_dict() for c, p in by_actor[i].items()}, m))
+            w.aux.append(self.clients[i].begin_round.remote(by_actor[i], m))
         prev: dict[int, list] = {i: [] for i in actors}
-        markers: list[list] = []  # per step, the refs whose completion ends that step
-        if self.algo.protocol.training is Training.PEER:
-            markers = self._run_pair_steps(plans, by_actor, actors, prev)
-        elif self.algo.protocol.split:
-            for s in range(max(p.steps for p in plans.values())):
-                sends: dict[tuple[int, int], object] = {}
-                local_refs = []
-                for i in actors:
-                    routes = {c: server_of[c] for c, p in by_actor[i].items() if p.steps > s and not p.local}
-                    dests = sorted(set(routes.values()))
-                    if not dests:
-                        if any(p.local and p.steps > s for p in by_actor[i].values()):  # only local work
-                            local_refs.append(self.clients[i].exchange.remote(s, [], routes, prev[i]))
-                            prev[i] = []
-                        continue  # this actor's clients are done; its last grads wait for finish()
-                    refs = self.clients[i].exchange.options(num_returns=len(dests)).remote(s, dests, routes, prev[i])
-                    prev[i] = []
-                    for d, ref in zip(dests, _as_list(refs, len(dests))):
-                        sends[(i, d)] = ref
-                for d in sorted({d for _, d in sends}):
-                    srcs = sorted(i for (i, dd) in sends if dd == d)
-                    grads = self.servers[d].step.options(num_returns=len(srcs)).remote(
-                        s, [sends[(i, d)] for i in srcs], srcs)
-                    for i, g in zip(srcs, _as_list(grads, len(srcs))):
-                        prev[i].append(g)
-                markers.append([g for i in actors for g in prev[i]] + local_refs)
-                self._aux += local_refs
-        else:
-            for i in actors:
-                self.clients[i].train_local.remote()
+        markers = self.exchange.steps(w, by_actor, server_of, prev)
         update_refs, stats_refs = [], []
         for i in actors:
-            u, st = self.clients[i].finish.options(num_returns=2).remote(prev[i])
+            u, st = self.clients[i].end_round.options(num_returns=2).remote(prev[i])
             update_refs.append(u)
             stats_refs.append(st)
         if not markers:
             markers.append(stats_refs)
         return update_refs, stats_refs, actors, markers
-
-    def _run_pair_steps(self, plans, by_actor, actors, prev) -> list[list]:
-        """FedPairing's steps, four calls per client actor (runtime/peer_split.py): every actor
-        forwards its clients' prefixes to their partners' actors (activations only), the
-        partners return the outputs, the owners return d(loss)/d(outputs) (labels stay home),
-        the partners return the gradient at the cut, which the next forward applies.
-        Returns the step markers."""
-        markers = []
-        for s in range(max(p.steps for p in plans.values())):
-            routes = {i: {c: self.actor_of(p.partner) for c, p in by_actor[i].items()
-                          if p.partner is not None and p.steps > s} for i in actors}
-            acts: dict[tuple[int, int], object] = {}
-            solo = []  # forward calls with nothing to route (solo or finished clients)
-            for i in actors:
-                dests = sorted(set(routes[i].values()))
-                refs = self.clients[i].pair_forward.options(num_returns=max(1, len(dests))).remote(
-                    s, dests, routes[i], prev[i])
-                prev[i] = []
-                if dests:
-                    acts.update({(i, d): ref for d, ref in zip(dests, _as_list(refs, len(dests)))})
-                else:
-                    solo.append(refs)
-            outputs = self._pair_exchange("pair_serve", s, acts)
-            dlogits: dict[tuple[int, int], object] = {}
-            for i in sorted({i for i, _ in outputs}):
-                dests = sorted(d for ii, d in outputs if ii == i)
-                refs = self.clients[i].pair_loss.options(num_returns=len(dests)).remote(
-                    s, dests, routes[i], [outputs[(i, d)] for d in dests])
-                dlogits.update({(i, d): ref for d, ref in zip(dests, _as_list(refs, len(dests)))})
-            for (i, _), ref in sorted(self._pair_exchange("pair_backward", s, dlogits).items()):
-                prev[i].append(ref)
-            markers.append([g for i in actors for g in prev[i]] + solo)
-            self._aux += solo
-        return markers
-
-    def _pair_exchange(self, method: str, step: int, sends: dict[tuple[int, int], object]) -> dict:
-        """One partner-side call (``method``) per destination actor d with the payloads
-        {(source i, d): ref}; returns {(i, d): ref of d's answer to i}."""
-        back = {}
-        for d in sorted({d for _, d in sends}):
-            srcs = sorted(i for i, dd in sends if dd == d)
-            refs = getattr(self.clients[d], method).options(num_returns=len(srcs)).remote(
-                step, [sends[(i, d)] for i in srcs])
-            back.update({(i, d): ref for i, ref in zip(srcs, _as_list(refs, len(srcs)))})
-        return back
 
     def measure(self, batch: int) -> dict[int, tuple[float, float]]:
         """(memory GB, latency s) per virtual client, measured once by its client actor

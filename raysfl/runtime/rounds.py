@@ -17,14 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from raysfl import checkpoint
-from raysfl.algorithms.base import Algorithm, FederationContext
+from raysfl.algorithms.roles import FederationContext, Planner
 from raysfl.errors import RunFailed
 from raysfl.faults import plan_faults
-from raysfl.runtime.federation import Federation, FedServerLost, RoundResult
+from raysfl.runtime.federation import Federation, FedServerLost, RoundInFlight, RoundResult
 from raysfl.runtime.planning import plan_round
-
-EVENT_COLUMNS = ("failures", "restarts", "retries", "dropped", "late_applied", "skipped", "fallbacks")
-
+from raysfl.runtime.rows import EVENT_COLUMNS, TRAFFIC_COLUMNS, client_row, round_row
 
 def new_counters() -> dict:
     """The driver's running totals, checkpointed with the federation: each client's position
@@ -37,7 +35,8 @@ class Experiment:
     """One run being driven: its settings, algorithm, data, where it writes, and its counters."""
 
     cfg: "object"                 # the validated raysfl.config.Config
-    algo: Algorithm
+    spec: type                    # the algorithm (raysfl.algorithms.Algorithm): its roles
+    planner: Planner              # its planner, set up
     ds: "object"                  # raysfl.data.DatasetArrays
     parts: list                   # each client's training sample indices
     ctx: FederationContext
@@ -60,31 +59,32 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
 
     A dead client actor or edge server costs only its clients; a dead main server or fed
     server rolls the round back to the last snapshot and retries it (``--max-round-retries``),
-    unless the algorithm's clients survive their server (``protocol.survives_server_loss``:
-    SuperSFL's fallback), in which case the round goes on and the restarted server is restored.
+    unless the algorithm's clients survive their server (the client role's
+    ``survives_server_loss``: SuperSFL's fallback), in which case the round goes on and the
+    restarted server is restored.
 
     Stragglers cost only themselves (docs/reliability.md): on the real clock a server step
     goes on without smashed data that missed the step's deadline (``step_window``); on the
     simulated clock (``--sim-deadline-s``) the round is replayed from its start with only the
     clients it includes (:func:`without_sim_stragglers`), so that a dropped client contributes
     nothing, on the client side or the server side. A round that includes nobody changes
-    nothing (:func:`finish`).
+    nothing (:func:`aggregate_round`).
     """
-    cfg, algo, ctx, logger = exp.cfg, exp.algo, exp.ctx, exp.logger
+    cfg, planner, ctx, logger = exp.cfg, exp.planner, exp.ctx, exp.logger
     t0 = time.perf_counter()
     events = {k: 0 for k in EVENT_COLUMNS}
     events["restarts"] += fed.recover()["restarts"]
-    plans, server_of = plan_round(cfg, algo, rnd, ctx, exp.counters["stream_pos"])
+    plans, server_of = plan_round(cfg, planner, rnd, ctx, exp.counters["stream_pos"])
     selected = len(plans)
     rf = plan_faults(exp.faults, rnd, cfg.seed, sorted(plans), fed.num_actors, len(fed.servers))
-    down_servers = set(rf.down_servers) | set(algo.servers_down(rnd))
+    down_servers = set(rf.down_servers) | set(planner.servers_down(rnd))
     down = [c for c in plans if server_of.get(c) in down_servers]
     if down:  # their server is unavailable this round: the algorithm decides (default: sit out)
-        keep = set(algo.on_server_down(rnd, down))
+        keep = set(planner.on_server_down(rnd, down))
         events["skipped"] += len(down) - len(keep)
         plans = {c: p for c, p in plans.items() if c not in down or c in keep}
         for c in keep:
-            plans[c].local = True  # trains without its server (Algorithm.client_fallback)
+            plans[c].local = True  # trains without its server (the client role's fallback)
     real_delay = {c: secs for c, (secs, clock) in rf.delays.items() if clock == "real" and c in plans}
     for c, secs in real_delay.items():
         plans[c].delay_s = secs
@@ -93,14 +93,16 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
     kills = rf.kills
     for attempt in range(cfg.max_round_retries + 1):
         deadline = time.time() + cfg.round_deadline_s if cfg.round_deadline_s else None
-        res = fed.run_round(rnd, plans, server_of, kills=kills, deadline=deadline,
-                            on_step=lambda d, t: logger.step_progress(rnd, d, t))
+        flight = fed.run_round(rnd, plans, server_of, kills=kills, deadline=deadline,
+                               on_step=lambda d, t: logger.step_progress(rnd, d, t))
         kills = []  # injected faults fire once, not on the retry
         try:
-            _count_losses(exp, fed, res, events)
-            include = included(exp, res, sim_delay)
-            res, include = without_sim_stragglers(exp, fed, rnd, plans, server_of, res, include, sim_delay, events)
-            result = finish(exp, fed, rnd, include, evaluate)
+            _count_losses(exp, fed, flight.result, events)
+            classify(exp, fed, plans, server_of, flight.result)
+            aggregated = included(exp, flight.result, sim_delay)
+            flight, aggregated = without_sim_stragglers(exp, fed, rnd, plans, server_of, flight, aggregated,
+                                                        sim_delay, events)
+            result = aggregate_round(exp, fed, flight, aggregated, evaluate)
             events["late_applied"] = fed.late_applied
             break
         except FedServerLost as e:
@@ -113,7 +115,8 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
             if not e.counted:
                 events["failures"] += 1  # the fed server died while aggregating (not counted above)
             events["restarts"] += fed.rollback()
-    events["dropped"] = len(res.late | {c for c in res.stats if c not in include and c not in res.failed})
+    res = flight.result
+    events["dropped"] = len(res.late | {c for c in res.stats if c not in aggregated and c not in res.failed})
     events["fallbacks"] = sum(1 for st in res.stats.values() if st.fallback_steps)
     bad = sorted(c for c, st in res.stats.items() if st.loss_count and not math.isfinite(st.loss_sum))
     if not bad:  # the state to go back to if a later round fails (a diverged one is not kept)
@@ -123,17 +126,40 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
     for c, p in plans.items():
         exp.counters["stream_pos"][c] = p.stream_pos + p.steps * p.batch
     delays = {**sim_delay, **real_delay}
-    row, client_rows = round_metrics(exp, rnd, res, result, wall, sim_delay=sim_delay, included=set(include),
+    row, client_rows = round_metrics(exp, rnd, res, result, wall, sim_delay=sim_delay, included=set(aggregated),
                                      events=events, delays=delays, selected=selected)
     logger.log_round(row, client_rows)
     if row["below_min_included"]:
-        _warn_thin(exp, rnd, res, set(include), selected, events)
+        _warn_thin(exp, rnd, res, set(aggregated), selected, events)
     if bad:  # stop before this round's state reaches a checkpoint; the previous one resumes
         raise RunFailed(f"training diverged: the loss of client(s) {bad[:5]} became NaN/inf in round {rnd} "
                         f"(lr {cfg.lr_at(rnd):g}); start a new run with a lower --lr (or --lr-decay); metrics of "
                         f"rounds 1..{rnd - 1} are in {exp.run_dir}")
     if exp.due(rnd, cfg.checkpoint_every):
         save_checkpoint(exp, fed, rnd)
+
+
+def classify(exp: Experiment, fed: Federation, plans: dict, server_of: dict[int, int], res: RoundResult) -> None:
+    """Decide, from what the actors reported, which of the round's clients failed and which were
+    late (``res.failed``, ``res.late``) -- the one place that does. Late (a straggler on the real
+    clock): its client actor's results missed the round deadline, or it stopped at the deadline,
+    or its smashed data missed a server step's window and it could not go on without the answer.
+    Failed: its client actor died, or its server did and it cannot go on without it, or it lost
+    its server's answer otherwise, or it never reported."""
+    survives = exp.spec.client.survives_server_loss
+    res.failed, res.late = set(), set()
+    for c in plans:
+        actor = fed.actor_of(c)
+        st = res.stats.get(c)
+        if actor in res.late_actors:
+            res.late.add(c)
+        elif actor in res.dead_clients or (server_of.get(c) in res.dead_servers and not survives
+                                           and not plans[c].local):
+            res.failed.add(c)
+        elif st is not None and (st.past_deadline or (st.missed_step and st.failed)):
+            res.late.add(c)
+        elif st is None or st.failed:
+            res.failed.add(c)
 
 
 def save_checkpoint(exp: Experiment, fed: Federation, rnd: int) -> None:
@@ -176,75 +202,70 @@ def _count_losses(exp: Experiment, fed: Federation, res: RoundResult, events: di
     events["failures"] += len(res.dead_clients) + len(res.dead_servers) + int(res.fed_restarted)
     events["restarts"] += res.restarted
     single_server_lost = (bool(res.dead_servers) and len(fed.servers) == 1
-                          and not exp.algo.protocol.survives_server_loss)
+                          and not exp.spec.client.survives_server_loss)
     if single_server_lost or res.fed_restarted:
         raise FedServerLost("server" if single_server_lost else "fed server", counted=True)
 
 
 def without_sim_stragglers(exp: Experiment, fed: Federation, rnd: int, plans: dict, server_of: dict,
-                           res: RoundResult, include: list[int], sim_delay: dict[int, float],
-                           events: dict) -> tuple[RoundResult, list[int]]:
+                           flight: RoundInFlight, aggregated: list[int], sim_delay: dict[int, float],
+                           events: dict) -> tuple[RoundInFlight, list[int]]:
     """Make clients the simulated deadline drops contribute nothing.
 
     Whether a client is in time on the simulated clock is known only from what it did (its
-    FLOPs, bytes and messages, through ``Algorithm.client_sim_time``), and by then the servers
-    have trained on its smashed data. So when the deadline drops a client that ran, the round
-    is replayed from its start state with exactly the clients it includes -- the same plans,
-    stream positions and cuts, untimed, without delays or kills -- and the replay is what gets
-    aggregated. A client in time alone may take longer in the replay (a FedPairing client whose
-    partner was dropped trains alone); the replay is repeated until everyone in it is in time.
-    Rows of the dropped clients keep what they did in the pass they ran in.
+    FLOPs, bytes and messages, through the planner's ``client_sim_time``), and by then the
+    servers have trained on its smashed data. So when the deadline drops a client that ran, the
+    round is replayed from its start state with exactly the clients it includes -- the same
+    plans, stream positions and cuts, untimed, without delays or kills -- and the replay is
+    what gets aggregated. A client in time alone may take longer in the replay (a FedPairing
+    client whose partner was dropped trains alone); the replay is repeated until everyone in it
+    is in time. Rows of the dropped clients keep what they did in the pass they ran in.
 
     Deterministic for a fixed seed: the replay depends only on the plans and the start state.
     Costs a second pass of the round when the deadline drops someone.
     """
     cfg = exp.cfg
     if cfg.sim_deadline_s is None:
-        return res, include
+        return flight, aggregated
+    res = flight.result
     stats = dict(res.stats)
     failed, late = set(res.failed), set(res.late)
-    late_now = fed.late_now  # real-time stragglers' updates of the first pass (protocol.late_updates)
-    while include and _sim_dropped(res, include):
+    carried = flight.late_updates()  # real-time stragglers' updates of the first pass (aggregator's late_updates)
+    while aggregated and _sim_dropped(res, aggregated):
         assert fed.snapshot_round == rnd - 1, "a simulated-clock replay needs the round's start state"
         events["restarts"] += fed.restore()
-        kept = _only(plans, include, exp.ctx.num_blocks)
-        res = fed.run_round(rnd, kept, server_of, timed=False)
+        kept = exp.planner.restrict(rnd, _without_delays(plans, aggregated), aggregated)
+        flight = fed.run_round(rnd, kept, server_of, timed=False)
+        res = flight.result
+        classify(exp, fed, kept, server_of, res)
         _count_losses(exp, fed, res, events)
         stats.update(res.stats)
         failed |= res.failed
         late |= res.late
-        include = included(exp, res, sim_delay)
+        aggregated = included(exp, res, sim_delay)
     res.stats, res.failed, res.late = dict(sorted(stats.items())), failed, late
-    fed.late_now = late_now
-    return res, include
+    flight.carried = carried
+    return flight, aggregated
 
 
-def _sim_dropped(res: RoundResult, include: list[int]) -> bool:
+def _sim_dropped(res: RoundResult, aggregated: list[int]) -> bool:
     """Whether a client that ran (and did not fail or miss the real deadline) was dropped."""
-    keep = set(include)
+    keep = set(aggregated)
     return any(c not in keep and c not in res.failed and c not in res.late for c in res.stats)
 
 
-def _only(plans: dict, clients: list[int], num_blocks: int) -> dict:
-    """The round's plans for ``clients`` alone, for a replay: no real delay; a client whose
-    partner is not among them trains alone (PEER: partner None, the whole model)."""
-    keep = set(clients)
-    out = {}
-    for c in clients:
-        p = dataclasses.replace(plans[c], delay_s=0.0, deadline=None, overlap=list(plans[c].overlap))
-        if p.partner is not None and p.partner not in keep:
-            p.partner, p.overlap, p.cut = None, [], num_blocks
-        out[c] = p
-    return out
+def _without_delays(plans: dict, clients: list[int]) -> dict:
+    """The round's plans for ``clients``, for a replay: no real delay, no deadline."""
+    return {c: dataclasses.replace(plans[c], delay_s=0.0, deadline=None) for c in clients}
 
 
-def finish(exp: Experiment, fed: Federation, rnd: int, include: list[int], evaluate: bool):
+def aggregate_round(exp: Experiment, fed: Federation, flight: RoundInFlight, aggregated: list[int], evaluate: bool):
     """Aggregate and evaluate the round. A round that includes nobody (everyone dropped, failed
     or sat out) leaves the model as it was: the servers and the fed server go back to the
     round's start state (when it is kept: with retries or deadlines; the default) and nothing
     is aggregated; it is still evaluated."""
-    void = not include and not fed.carrying and fed.snapshot_round == rnd - 1
-    return fed.finish_round(rnd, include, evaluate, void=void)
+    void = not aggregated and not fed.carrying and fed.snapshot_round == flight.rnd - 1
+    return fed.aggregate(flight, aggregated, evaluate, void=void)
 
 
 def _warn_thin(exp: Experiment, rnd: int, res: RoundResult, include: set[int], selected: int, events: dict) -> None:
@@ -267,7 +288,7 @@ def included(exp: Experiment, res: RoundResult, sim_delay: dict[int, float]) -> 
         if c in res.failed or c in res.late:
             continue
         if cfg.sim_deadline_s is not None:
-            t = exp.algo.client_sim_time(c, st, exp.ctx.profiles[c], server_speed) + sim_delay.get(c, 0.0)
+            t = exp.planner.client_sim_time(c, st, exp.ctx.profiles[c], server_speed) + sim_delay.get(c, 0.0)
             if t > cfg.sim_deadline_s:
                 continue
         out.append(c)
@@ -276,72 +297,50 @@ def included(exp: Experiment, res: RoundResult, sim_delay: dict[int, float]) -> 
 
 def round_metrics(exp: Experiment, rnd: int, res: RoundResult, result, wall: float, sim_delay=None,
                   included=None, events=None, delays=None, selected=None) -> tuple[dict, list[dict]]:
-    """The metrics.parquet row and clients.parquet rows of one round.
+    """The metrics.parquet row and clients.parquet rows of one round (:mod:`raysfl.runtime.rows`).
 
     ``result``: the evaluation (accuracy, loss, extras) or None; ``sim_delay``: simulated
     straggler delay per client (added to its simulated time); ``delays``: the injected delay
     per client on either clock (the ``delay_s`` column; default: ``sim_delay``); ``included``:
     clients whose update was aggregated (default: all); ``events``: fault counts
     (EVENT_COLUMNS); ``selected``: clients the algorithm selected (``below_min_included``:
-    fewer than ``--min-included`` of them included). The servers' recorded figures
-    (``Algorithm.server_metric_names``) come from ``res.server_metrics``.
+    fewer than ``--min-included`` of them included). The server roles' recorded figures
+    come from ``res.server_metrics``.
     """
-    cfg, algo, ctx, counters, stats = exp.cfg, exp.algo, exp.ctx, exp.counters, res.stats
+    cfg, planner, spec, ctx, counters, stats = exp.cfg, exp.planner, exp.spec, exp.ctx, exp.counters, res.stats
     server_speed = cfg.devices.server_tflops * 1e12
     sim_delay = sim_delay or {}
     delays = sim_delay if delays is None else delays
     included = set(stats) if included is None else included
     client_rows, times = [], []
     for c in sorted(stats):
-        st = stats[c]
-        t = algo.client_sim_time(c, st, ctx.profiles[c], server_speed) + sim_delay.get(c, 0.0)
+        t = planner.client_sim_time(c, stats[c], ctx.profiles[c], server_speed) + sim_delay.get(c, 0.0)
         times.append(t)
-        tr = st.traffic
-        client_rows.append({
-            "round": rnd, "client": c, "cut": st.cut, "servers": list(st.servers), "samples": st.samples,
-            "steps": st.steps,
-            "bytes_up": tr.up, "bytes_down": tr.down, "bytes_smashed_up": tr.smashed_up,
-            "bytes_grad_down": tr.grad_down, "bytes_params_up": tr.params_up, "bytes_params_down": tr.params_down,
-            "client_flops": st.client_flops, "server_flops": st.server_flops, "sim_time_s": t,
-            "train_loss": st.loss_sum / st.loss_count if st.loss_count else float("nan"),
-            "delay_s": delays.get(c, 0.0), "failed": bool(st.failed), "included": c in included,
-            "fallback_steps": st.fallback_steps,
-            "agg_weight": float(st.agg_weight) if st.agg_weight == st.agg_weight else None,  # null: none set
-        })
-    sim = algo.round_sim_time(times)
+        client_rows.append(client_row(rnd, stats[c], t, delays.get(c, 0.0), c in included))
+    sim = planner.round_sim_time(times)
     if cfg.sim_deadline_s is not None:  # the round ends at the deadline at the latest
         sim = min(sim, cfg.sim_deadline_s)
     counters["sim_total"] += sim
     counters["wall_total"] += wall
     loss_n = sum(s.loss_count for s in stats.values())
     nan = float("nan")
-    acc, test_loss, extras = result if result is not None else (nan, nan, {})
-    row = {
-        "round": rnd, "algo": cfg.algo, "test_accuracy": float(acc), "test_loss": float(test_loss),
-        "train_loss": sum(s.loss_sum for s in stats.values()) / loss_n if loss_n else float("nan"),
-        "participants": len(stats),
-        "bytes_up": sum(r["bytes_up"] for r in client_rows),
-        "bytes_down": sum(r["bytes_down"] for r in client_rows),
-        "bytes_smashed_up": sum(r["bytes_smashed_up"] for r in client_rows),
-        "bytes_grad_down": sum(r["bytes_grad_down"] for r in client_rows),
-        "bytes_params_up": sum(r["bytes_params_up"] for r in client_rows),
-        "bytes_params_down": sum(r["bytes_params_down"] for r in client_rows),
-        "client_flops": sum(r["client_flops"] for r in client_rows),
-        "server_flops": sum(r["server_flops"] for r in client_rows),
-        "sim_time_s": sim, "sim_time_total_s": counters["sim_total"],
-        "wall_time_s": wall, "wall_time_total_s": counters["wall_total"],
-        "completed": len(included & set(stats)),
-        "fallback_steps": sum(s.fallback_steps for s in stats.values()),
-        **{k: int((events or {}).get(k, 0)) for k in EVENT_COLUMNS},
-        "below_min_included": int(bool(selected) and len(included & set(stats)) < cfg.min_included * selected),
-    }
-    row.update(algo.round_info(rnd))
-    row.update({k: float(res.server_metrics.get(k, nan)) for k in algo.server_metric_names()})
+    completed = len(included & set(stats))
+    row = round_row(
+        rnd, cfg.algo, evaluation=result,
+        train_loss=sum(s.loss_sum for s in stats.values()) / loss_n if loss_n else nan, participants=len(stats),
+        traffic={k: sum(r[k] for r in client_rows) for k in TRAFFIC_COLUMNS},
+        client_flops=sum(r["client_flops"] for r in client_rows), server_flops=sum(r["server_flops"] for r in client_rows),
+        sim=sim, sim_total=counters["sim_total"], wall=wall, wall_total=counters["wall_total"], completed=completed,
+        fallback_steps=sum(s.fallback_steps for s in stats.values()), events=events or {},
+        below_min_included=bool(selected) and completed < cfg.min_included * selected)
+    extras = result[2] if result is not None else {}
+    row.update(planner.round_info(rnd))
+    row.update({k: float(res.server_metrics.get(k, nan)) for k in spec.server.columns(cfg)})
     recorded = [st.metrics for st in stats.values()]
-    for k in algo.client_metric_names():
+    for k in spec.client.columns(cfg):
         values = [v for m in recorded for v in m.get(k, [])]
         row[k] = float(sum(values) / len(values)) if values else nan
-    row.update({k: float(extras.get(k, nan)) for k in algo.eval_metric_names()})
+    row.update({k: float(extras.get(k, nan)) for k in spec.aggregator.columns(cfg)})
     if cfg.local_test_fraction:  # every algorithm, on the clients' local test splits
         row["test_accuracy_local"] = float(extras.get("test_accuracy_local", nan))
     return row, client_rows

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from raysfl.algorithms.base import Algorithm, ClientModel, Protocol
-from raysfl.algorithms.baselines.splitfed import OWN_MODEL_METRICS, evaluate_own_models
+from raysfl.algorithms.baselines.splitfed import KeepsOwnModel
+from raysfl.algorithms.roles import OwnModels, ServerSide, StepResult
+from raysfl.algorithms.spec import Algorithm
 from raysfl.errors import ConfigError
 from raysfl.models import SplitModel
 
@@ -74,23 +75,23 @@ class EPSLParams:
     phi: float = 0.5  # share of each batch whose last-layer gradients are aggregated (0 = PSL, 1 = all)
 
 
+class EPSLServer(ServerSide):
+    """PSL's shared server side, stepped with EPSL's last-layer gradient aggregation."""
+
+    def step(self, batches):
+        return StepResult(*aggregated_last_layer_step(self.model, self.opt, batches, self.params.phi))
+
+
 class EPSL(Algorithm):
     name = "epsl"
     summary = "EPSL: parallel split learning with last-layer gradient aggregation across clients"
     params_cls = EPSLParams
-    protocol = Protocol(client_model=ClientModel.OWN)
+    client = KeepsOwnModel
+    server = EPSLServer
+    aggregator = OwnModels
 
     @classmethod
     def validate(cls, cfg) -> None:
         phi = cfg.algo_params.phi
         if not (math.isfinite(phi) and 0 <= phi <= 1):
             raise ConfigError(f"phi must be in [0, 1] (0 = PSL, 1 = every row aggregated), got {phi}")
-
-    def server_step(self, server, batches):
-        return aggregated_last_layer_step(server.model, server.opt, batches, self.params.phi)
-
-    def eval_metric_names(self) -> list[str]:
-        return list(OWN_MODEL_METRICS)
-
-    def fed_evaluate(self, fed, ev):
-        return evaluate_own_models(fed, ev)

@@ -12,14 +12,22 @@ from dataclasses import dataclass
 
 import torch
 
-from raysfl.algorithms.base import Algorithm, Protocol, Training
+from raysfl.algorithms.roles import ClientSide, LocalExchange, Planner
+from raysfl.algorithms.spec import Algorithm
 from raysfl.errors import ConfigError
+
+
+class WholeModelPlanner(Planner):
+    """Every client holds the whole model and trains it locally: no cut, no server actors."""
+
+    exchange = LocalExchange
+    uses_cut = False
 
 
 class FedAvg(Algorithm):
     name = "fedavg"
     summary = "Federated averaging: whole model on each client, weighted model averaging"
-    protocol = Protocol(training=Training.WHOLE, servers=0)
+    planner = WholeModelPlanner
 
 
 @dataclass
@@ -27,18 +35,23 @@ class FedProxParams:
     mu: float = 0.01  # weight of the proximal term (mu/2)||w - w_global||^2
 
 
+class ProximalClient(ClientSide):
+    """FedProx's client: the proximal term (mu/2)||w - w_global||^2 in its objective."""
+
+    def regularizer(self, part, anchor):
+        if self.params.mu == 0:
+            return None
+        terms = [((p - anchor[k]) ** 2).sum() for k, p in part.named_parameters() if k in anchor]
+        return 0.5 * self.params.mu * torch.stack(terms).sum()
+
+
 class FedProx(FedAvg):
     name = "fedprox"
     summary = "FedAvg with a proximal term (mu/2)||w - w_global||^2 on each client"
     params_cls = FedProxParams
+    client = ProximalClient
 
     @classmethod
     def validate(cls, cfg) -> None:
         if cfg.algo_params.mu < 0:
             raise ConfigError(f"mu must be >= 0, got {cfg.algo_params.mu}")
-
-    def client_regularizer(self, part, anchor):
-        if self.params.mu == 0:
-            return None
-        terms = [((p - anchor[k]) ** 2).sum() for k, p in part.named_parameters() if k in anchor]
-        return 0.5 * self.params.mu * torch.stack(terms).sum()

@@ -2,7 +2,8 @@
 Collaboration and Dual-Teacher Distillation, against non-IID data.
 
 SplitFed V1's shape -- one server-side model W_S_k per client on the main server, client-side
-models aggregated by the fed server -- with:
+models aggregated by the fed server -- with three roles of its own (the planner is SplitFed's):
+:class:`EvidentialServer` (1-4 below), :class:`DTDClient` (5) and :class:`EvidentialAggregator`.
 
 1. **Evidential learning** (Sec. 3.2, App. B; :mod:`~raysfl.algorithms.besplit.evidential`): the
    server-side model's outputs are Dirichlet evidence (alpha = e + 1, e = exp(logits) by
@@ -16,15 +17,15 @@ models aggregated by the fed server -- with:
    default as the round's starting server-side model sees them, ``csr_model``), collected in
    every server step (:mod:`~raysfl.algorithms.besplit.bcc_step`), folded into the stored
    record at the end of the round by the staleness-aware EMA (eq. 6), and dropped after
-   ``csr_ttl`` rounds without the client. Kept in ``server.extra`` (checkpointed).
+   ``csr_ttl`` rounds without the client. Kept in the server role's :class:`CSRState` (checkpointed).
 3. **Evidential Aggregation** (eqs. 7-10; :mod:`~raysfl.algorithms.besplit.evidential_aggregation`):
    w = s / sum s from the records of the round's clients -- by default each class compared
    among the clients that hold it, a non-negative epistemic term (mutual information) and
    n_k in s; ``ea_*`` select the other readings, the printed one included -- used for the
-   server-side models (main server, ``server_weights``), whose records the main server keeps
-   (App. D.3's theorem is about them); the fed server averages the client-side models by
-   sample counts, as SplitFed's does (``ea_sides="both"``: by EA's weights too, through
-   ``fed.round_weights``). Reported per client as ``agg_weight`` (the server side's weight).
+   server-side models (main server, ``EvidentialServer.weights``), whose records the main server
+   keeps (App. D.3's theorem is about them); the fed server averages the client-side models by
+   sample counts, as SplitFed's does (``ea_sides="both"``: by EA's weights too, through the
+   aggregator's ``round_weights``). Reported per client as ``agg_weight`` (the server side's weight).
 4. **BCC** (Sec. 4.2, App. D.2; :mod:`~raysfl.algorithms.besplit.bcc`): at a round's first step the
    server estimates P_k and P_g from the records' class counts, finds the biased clients
    (eq. 11) among the round's clients, matches them greedily on eq. (33), and sets each
@@ -49,24 +50,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from raysfl.aggregation import weighted_average
-from raysfl.algorithms.base import (HEAD_OPTIMIZER, Algorithm, ClientUpdate, Protocol, ServerModel, prefix_with_own,
-                                    record_gradient_angle)
 from raysfl.algorithms.besplit.bcc import DISTANCES, bcc_pairs, biased_clients, mix_ratio, overrepresented
 from raysfl.algorithms.besplit.bcc_step import evidential_server_step
 from raysfl.algorithms.besplit.dtd import auxiliary_model, dtd_loss
 from raysfl.algorithms.besplit.evidential import EPISTEMIC, EVIDENCE
 from raysfl.algorithms.besplit.evidential_aggregation import (AVERAGES, COMPARES, ClientStateRecord, ema_update,
                                                               evidential_weights)
+from raysfl.algorithms.roles import (HEAD, HEAD_OPTIMIZER, Aggregator, ClientRound, ClientUpdate, OwnModuleClient,
+                                     PerClientServer, StepResult, record_gradient_angle)
+from raysfl.algorithms.spec import Algorithm
 from raysfl.errors import ConfigError
 from raysfl.transport import wire_to_state
 
-HEAD = "head."  # the auxiliary model's keys in a client's update and in fed.own
 PLAIN_WEIGHTS = ("samples", "uniform")
 CSR_MODELS = ("round_start", "training")
 CSR_ROWS = ("all", "first")
@@ -113,32 +114,239 @@ class BESplitParams:
     kd_c_distance: str = "mean"     # KD-C's relational matrices (eq. 16): mean-normalised | raw (as printed;
                                     # collapses the auxiliary model here, see dtd.py)
     keep_aux_optimizer: bool = True  # the auxiliary model's optimiser state (momentum) stays with it across
-                                    # rounds (False: restarted every round, as until 2026-11-25; see dtd.py)
+                                    # rounds (False: restarted every round; see dtd.py)
     evidential_clip: float = 5.0    # L2 clip of each evidential step's gradient (server-side and auxiliary
-                                    # models): not in the paper, whose lr is 500x smaller; 0: none (the
-                                    # default until 2026-11-25); docs/besplit.md "Dead classes"
+                                    # models): not in the paper, whose lr is 500x smaller; 0: none;
+                                    # docs/besplit.md "Dead classes"
+
+
+def anneal_total(cfg) -> int:
+    """T of eq. (5)'s lambda_t = min(1, t/T): ``anneal_rounds``, or the run's rounds."""
+    return cfg.algo_params.anneal_rounds or cfg.rounds
+
+
+@dataclass
+class CSRState:
+    """The main server's Client State Records and what BCC and EA keep across steps and rounds
+    (checkpointed)."""
+
+    csr: dict = field(default_factory=dict)         # client -> its record (ClientStateRecord as a dict)
+    pending: dict = field(default_factory=dict)     # client -> this round's summed batch statistics
+    bcc_round: int | None = None                    # the round bcc_plan was made for
+    bcc_plan: dict = field(default_factory=dict)    # client i -> (partner j, {class n: rho})
+    ea_weights: dict = field(default_factory=dict)  # client -> its last EA weight (w_{t-1}, App. D.2)
+    bcc_lent: int = 0                               # rows lent this round, and own rows, for bcc_lent_frac
+    bcc_own: int = 0
+
+
+class EvidentialServer(PerClientServer):
+    """W_S_k per client (SplitFed V1's shape) trained with the evidential loss, BCC's mixing,
+    the Client State Records, and EA's weights at the end of each round."""
+
+    state_cls = CSRState
+
+    @classmethod
+    def columns(cls, cfg) -> list[str]:
+        return super().columns(cfg) + ["ea_weight_min", "ea_weight_max", "bcc_biased", "bcc_pairs",
+                                       "bcc_lent_frac", "bcc_skipped"]
+
+    def bcc_plan(self) -> dict[int, tuple[int, dict[int, float]]]:
+        """Eqs. (11), (33), (13), (31)-(32) over this round's clients that have a record: {client i:
+        (partner j, {class n: share of j's class-n samples lent to i})}."""
+        csr = self.state.csr
+        clients = sorted(c for c in self.client_models if c in csr and np.sum(csr[c]["counts"]) > 0)
+        if len(clients) < 2:
+            self.record("bcc_biased", 0)
+            self.record("bcc_pairs", 0)
+            return {}
+        total = np.sum([r["counts"] for r in csr.values()], axis=0)
+        p_g = total / total.sum()  # the global view: every record the server keeps
+        dists = np.stack([csr[c]["counts"] / np.sum(csr[c]["counts"]) for c in clients])
+        biased = biased_clients(dists, p_g)
+        pairs = bcc_pairs(dists, p_g, biased)
+        w_prev = self.state.ea_weights  # w_{t-1} (App. D.2)
+        cap = self.params.bcc_max_ratio
+        plan = {}
+        for a, b in pairs:
+            i, j = clients[a], clients[b]
+            w_i, w_j = w_prev.get(i, 0.0), w_prev.get(j, 0.0)
+            to_j, to_i = overrepresented(dists[a], dists[b])  # classes i lends j, classes j lends i
+            plan[i] = (j, {n: min(cap, mix_ratio(dists[b][n], dists[a][n], p_g[n], w_j, w_i)) for n in to_i})
+            plan[j] = (i, {n: min(cap, mix_ratio(dists[a][n], dists[b][n], p_g[n], w_i, w_j)) for n in to_j})
+        self.record("bcc_biased", len(biased))
+        self.record("bcc_pairs", len(pairs))
+        return plan
+
+    def step(self, batches):
+        x, p = self.state, self.params
+        if not p.bcc:
+            mixes = {}
+        elif x.bcc_round != self.round:
+            x.bcc_round, x.bcc_plan = self.round, self.bcc_plan()
+            mixes = x.bcc_plan
+        else:
+            mixes = x.bcc_plan
+        grads, losses, logits, stats, lent, skipped = evidential_server_step(
+            self.client_models, self.client_opts, batches, mixes, self.round, anneal_total(self.cfg),
+            p.evidence, p.ea_epistemic, p.bcc_move, self.model if p.csr_model == "round_start" else None,
+            p.evidential_clip)
+        for c, st in stats.items():
+            if p.csr_rows == "first" and c in x.pending:  # the record takes the round's first batch only
+                continue
+            acc = x.pending.setdefault(c, {k: np.zeros_like(v) for k, v in st.items()})
+            for k, v in st.items():
+                acc[k] += v
+        if p.bcc:  # lent rows per own row of the round (not a mean over steps)
+            x.bcc_lent += sum(lent.values())
+            x.bcc_own += sum(len(b[3]) for b in batches)
+            self.record("bcc_skipped", len(skipped))
+        if self.cfg.grad_angles:
+            record_gradient_angle(self, torch.stack([self.client_gradient(c, cut) for c, cut, _, _ in batches]))
+        # the server's outputs go back as DTD's global teacher (eq. 15); the borrower's model ran
+        # the lent rows: its server FLOPs
+        return StepResult(grads, losses, logits if p.dtd else {}, lent)
+
+    def weights(self, weights: dict[int, float]) -> dict[int, float]:
+        """End of round: fold this round's statistics into the records (eq. 6), drop expired
+        ones (TTL), and weigh the clients that trained this round by eqs. (7)-(10) (or by
+        sample counts without EA). Clients without a step this round get weight 0."""
+        x, p = self.state, self.params
+        if p.bcc:
+            self.record("bcc_lent_frac", x.bcc_lent / max(1, x.bcc_own))
+            x.bcc_lent, x.bcc_own = 0, 0
+        csr = x.csr
+        pending, x.pending = x.pending, {}
+        for c, st in pending.items():
+            old = ClientStateRecord(**csr[c]) if c in csr else None
+            csr[c] = dataclasses.asdict(ema_update(old, ClientStateRecord(**st, round=self.round), p.csr_beta))
+        x.csr = {c: r for c, r in csr.items() if self.round - r["round"] <= p.csr_ttl}
+        trained = sorted(c for c in weights if c in pending)
+        if not trained:
+            return {c: 0.0 for c in weights}
+        n = np.array([weights[c] for c in trained], dtype=np.float64)  # samples trained on this round
+        if p.ea:
+            w = evidential_weights([ClientStateRecord(**x.csr[c]) for c in trained], p.ea_evidence, p.ea_ale,
+                                   p.ea_epi, average=p.ea_average, samples=n if p.ea_samples else None,
+                                   compare=p.ea_compare,
+                                   q_average=None if p.ea_q_average == "same" else p.ea_q_average)
+        elif p.plain_weights == "uniform":
+            w = np.full(len(trained), 1.0 / len(trained))
+        else:
+            w = n / n.sum()
+        chosen = {c: float(v) for c, v in zip(trained, w)}
+        x.ea_weights = {c: v for c, v in {**x.ea_weights, **chosen}.items() if c in x.csr}
+        self.record("ea_weight_min", min(chosen.values()))
+        self.record("ea_weight_max", max(chosen.values()))
+        return {c: chosen.get(c, 0.0) for c in weights}
+
+
+class DTDClient(OwnModuleClient):
+    """A client with an auxiliary model (DTD, eqs. 15-18), trained next to each split step and
+    kept, with its optimiser state, across rounds; without DTD, SplitFed's client."""
+
+    def has_own_module(self) -> bool:
+        return self.params.dtd
+
+    def parks_optimizer(self) -> bool:
+        return self.params.keep_aux_optimizer
+
+    def own_module(self, cut, model, num_classes):
+        return auxiliary_model(model, cut, num_classes)
+
+    def backward(self, c: ClientRound, acts, reply) -> None:
+        """The split step (back-propagate the server's gradient), then the auxiliary model's
+        DTD step on the same batch (eq. 18)."""
+        super().backward(c, acts, reply)
+        if c.head is None:
+            return
+        p = self.params
+        loss, _ = dtd_loss(c.head, c.x, c.y, acts.detach(), reply.outputs, c.round, anneal_total(self.cfg), p.kd_tau,
+                           p.kd_lambda_c, p.kd_lambda_g, p.evidence, p.kd_c_distance)
+        c.head_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if p.evidential_clip > 0:
+            torch.nn.utils.clip_grad_norm_(c.head.parameters(), p.evidential_clip)
+        c.head_opt.step()
+        c.stats.client_flops += 3.0 * len(c.y) * c.fwd_flops  # the auxiliary extractor's forward + backward
+
+
+class EvidentialAggregator(Aggregator):
+    """Client-side models weighted by sample counts (``ea_sides="server"``, the default), or by
+    the weights the server chose (``ea_sides="both"``: EA's eq. 10 w for both sides); without
+    EA by the server's plain weights. Auxiliary models stay with their clients."""
+
+    @classmethod
+    def columns(cls, cfg) -> list[str]:
+        dtd = cfg.algo_params.dtd
+        local = ["acc_g_local"] + (["acc_aux_local", "acc_aux_local_std"] if dtd else [])
+        return local + (["acc_aux", "acc_aux_std"] if dtd else [])
+
+    def client_start(self, client: int, cut: int):
+        """The global client-side model (a download) plus the client's auxiliary model (kept
+        on the device in a deployment; parked on the fed actor here, not counted)."""
+        if not self.params.dtd:
+            return None, True
+        return self.prefix_with_own(client, cut), True
+
+    def aggregate(self, rnd: int, server_states: list[dict], updates: list[ClientUpdate]):
+        parts = []
+        for u in updates:
+            aux = {k: v for k, v in u.state.items() if k.startswith((HEAD, HEAD_OPTIMIZER))}
+            if aux:
+                self.own[u.client] = aux
+            if self.round_weights and (self.params.ea_sides == "both" or not self.params.ea):
+                w = self.round_weights.get(u.client, 0.0)
+            else:  # ea_sides "server": the client-side models by their samples, as SplitFed's fed server
+                w = u.weight
+            parts.append(({k: v for k, v in u.state.items() if not k.startswith((HEAD, HEAD_OPTIMIZER))}, w))
+        if parts:
+            self.global_state = weighted_average(parts, base=self.global_state)
+        for state in server_states:
+            self.global_state.update(state)
+        return None
+
+    def evaluate(self, ev):
+        """The paper's metrics are on the clients' own test splits (Sec. 3.1,
+        ``--local-test-fraction``): ``acc_g_local`` (BESplit-G: the global model on each
+        client's split, mean over clients) and ``acc_aux_local`` (BESplit-A: each client's
+        auxiliary model on its own split, mean; ``acc_aux_local_std`` across clients). On the
+        global, balanced test set: ``test_accuracy`` (the global model) and ``acc_aux`` /
+        ``acc_aux_std`` (the auxiliary models) -- where a purely local auxiliary model is
+        capped by the classes its client has seen."""
+        acc, loss = ev(self.global_state)
+        nan = float("nan")
+        clients = range(self.cfg.clients) if ev.has_local_tests else []
+        g_local = [a for a in (ev.local(ev.model, c) for c in clients) if a == a]  # ev.model: the global model
+        extras = {"acc_g_local": float(np.mean(g_local)) if g_local else nan}
+        extras["test_accuracy_local"] = extras["acc_g_local"]  # the generic column: the same model
+        if not self.params.dtd:
+            return acc, loss, extras
+        accs, local = [], []
+        for c in sorted(self.own):
+            aux = auxiliary_model(ev.model, self.cfg.cut, ev.num_classes)
+            aux.load_state_dict(wire_to_state({k[len(HEAD):]: v for k, v in self.own[c].items() if k.startswith(HEAD)}))
+            accs.append(ev.module(aux)[0])
+            a = ev.local(aux, c) if ev.has_local_tests else nan
+            if a == a:
+                local.append(a)
+        extras.update({"acc_aux": float(np.mean(accs)) if accs else nan,
+                       "acc_aux_std": float(np.std(accs)) if accs else nan,
+                       "acc_aux_local": float(np.mean(local)) if local else nan,
+                       "acc_aux_local_std": float(np.std(local)) if local else nan})
+        return acc, loss, extras
 
 
 class BESplit(Algorithm):
     name = "besplit"
     summary = "BESplit: evidential aggregation, bias-compensated collaboration and dual-teacher distillation"
     params_cls = BESplitParams
-    # SplitFed V1's shape; the server's logits come back as DTD's global teacher (eq. 15) and every
-    # client keeps an auxiliary model -- both only with DTD (--no-dtd switches them off)
-    protocol = Protocol(server_model=ServerModel.PER_CLIENT, server_reply=("outputs",), client_heads=True,
-                        client_head_optimizer=True)
+    client = DTDClient
+    server = EvidentialServer
+    aggregator = EvidentialAggregator
     # Table 2 / Sec. 5.1: Dirichlet partition, kappa = 1 by default, SGD. Sec. 3.1: every client
     # holds a test split of its own data, on which BESplit-A and BESplit-G are measured (the
     # paper gives no fraction: 20 %, the data sets' own 80/20 train/test split).
     config_defaults = {"partition": "dirichlet", "alpha": 1.0, "optimizer": "sgd", "local_test_fraction": 0.2}
-
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        if not self.params.dtd:
-            self.protocol = dataclasses.replace(BESplit.protocol, server_reply=(), client_heads=False,
-                                                client_head_optimizer=False)
-        elif not self.params.keep_aux_optimizer:
-            self.protocol = dataclasses.replace(BESplit.protocol, client_head_optimizer=False)
 
     @classmethod
     def validate(cls, cfg) -> None:
@@ -171,189 +379,3 @@ class BESplit(Algorithm):
             v = getattr(p, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ConfigError(f"{name} must be a finite number >= 0, got {v}")
-
-    @property
-    def anneal_total(self) -> int:
-        """T of eq. (5)'s lambda_t = min(1, t/T): ``anneal_rounds``, or the run's rounds."""
-        return self.params.anneal_rounds or self.cfg.rounds
-
-    def server_metric_names(self) -> list[str]:
-        return super().server_metric_names() + ["ea_weight_min", "ea_weight_max", "bcc_biased", "bcc_pairs",
-                                                "bcc_lent_frac", "bcc_skipped"]
-
-    def eval_metric_names(self) -> list[str]:
-        local = ["acc_g_local"] + (["acc_aux_local", "acc_aux_local_std"] if self.params.dtd else [])
-        return local + (["acc_aux", "acc_aux_std"] if self.params.dtd else [])
-
-    # ----------------------------------------------------------------- main server
-    def bcc_plan(self, server) -> dict[int, tuple[int, dict[int, float]]]:
-        """Eqs. (11), (33), (13), (31)-(32) over this round's clients on ``server`` that have
-        a record: {client i: (partner j, {class n: share of j's class-n samples lent to i})}."""
-        csr = server.extra.get("csr", {})
-        clients = sorted(c for c in server.client_models if c in csr and np.sum(csr[c]["counts"]) > 0)
-        if len(clients) < 2:
-            server.record("bcc_biased", 0)
-            server.record("bcc_pairs", 0)
-            return {}
-        total = np.sum([r["counts"] for r in csr.values()], axis=0)
-        p_g = total / total.sum()  # the global view: every record the server keeps
-        dists = np.stack([csr[c]["counts"] / np.sum(csr[c]["counts"]) for c in clients])
-        biased = biased_clients(dists, p_g)
-        pairs = bcc_pairs(dists, p_g, biased)
-        w_prev = server.extra.get("ea_weights", {})  # w_{t-1} (App. D.2)
-        cap = self.params.bcc_max_ratio
-        plan = {}
-        for a, b in pairs:
-            i, j = clients[a], clients[b]
-            w_i, w_j = w_prev.get(i, 0.0), w_prev.get(j, 0.0)
-            to_j, to_i = overrepresented(dists[a], dists[b])  # classes i lends j, classes j lends i
-            plan[i] = (j, {n: min(cap, mix_ratio(dists[b][n], dists[a][n], p_g[n], w_j, w_i)) for n in to_i})
-            plan[j] = (i, {n: min(cap, mix_ratio(dists[a][n], dists[b][n], p_g[n], w_i, w_j)) for n in to_j})
-        server.record("bcc_biased", len(biased))
-        server.record("bcc_pairs", len(pairs))
-        return plan
-
-    def server_step(self, server, batches):
-        x = server.extra
-        if not self.params.bcc:
-            mixes = {}
-        elif x.get("bcc_round") != server.round:
-            x["bcc_round"], x["bcc_plan"] = server.round, self.bcc_plan(server)
-            mixes = x["bcc_plan"]
-        else:
-            mixes = x.get("bcc_plan", {})
-        p = self.params
-        grads, losses, logits, stats, lent, skipped = evidential_server_step(
-            server.client_models, server.client_opts, batches, mixes, server.round, self.anneal_total,
-            p.evidence, p.ea_epistemic, p.bcc_move, server.model if p.csr_model == "round_start" else None,
-            p.evidential_clip)
-        server.extra_rows.update(lent)  # the borrower's model ran them: its server FLOPs
-        pending = x.setdefault("pending", {})
-        for c, st in stats.items():
-            if p.csr_rows == "first" and c in pending:  # the record takes the round's first batch only
-                continue
-            acc = pending.setdefault(c, {k: np.zeros_like(v) for k, v in st.items()})
-            for k, v in st.items():
-                acc[k] += v
-        if p.bcc:  # lent rows per own row of the round (not a mean over steps)
-            x["bcc_lent"] = x.get("bcc_lent", 0) + sum(lent.values())
-            x["bcc_own"] = x.get("bcc_own", 0) + sum(len(b[3]) for b in batches)
-            server.record("bcc_skipped", len(skipped))
-        if self.cfg.grad_angles:
-            flat = [torch.cat([p.grad.reshape(-1) for p in server.client_models[c].part(cut, server.model.num_blocks)
-                               .parameters() if p.grad is not None]) for c, cut, _, _ in batches]
-            record_gradient_angle(server, torch.stack(flat))
-        return grads, losses, logits
-
-    def server_weights(self, server, weights: dict[int, float]) -> dict[int, float]:
-        """End of round: fold this round's statistics into the records (eq. 6), drop expired
-        ones (TTL), and weigh the clients that trained this round by eqs. (7)-(10) (or by
-        sample counts without EA). Clients without a step this round get weight 0."""
-        x = server.extra
-        if self.params.bcc:
-            server.record("bcc_lent_frac", x.pop("bcc_lent", 0) / max(1, x.pop("bcc_own", 0)))
-        csr = x.setdefault("csr", {})
-        pending = x.pop("pending", {})
-        for c, st in pending.items():
-            old = ClientStateRecord(**csr[c]) if c in csr else None
-            csr[c] = dataclasses.asdict(ema_update(old, ClientStateRecord(**st, round=server.round),
-                                                   self.params.csr_beta))
-        x["csr"] = {c: r for c, r in csr.items() if server.round - r["round"] <= self.params.csr_ttl}
-        trained = sorted(c for c in weights if c in pending)
-        if not trained:
-            return {c: 0.0 for c in weights}
-        p = self.params
-        n = np.array([weights[c] for c in trained], dtype=np.float64)  # samples trained on this round
-        if p.ea:
-            w = evidential_weights([ClientStateRecord(**x["csr"][c]) for c in trained], p.ea_evidence, p.ea_ale,
-                                   p.ea_epi, average=p.ea_average, samples=n if p.ea_samples else None,
-                                   compare=p.ea_compare,
-                                   q_average=None if p.ea_q_average == "same" else p.ea_q_average)
-        elif p.plain_weights == "uniform":
-            w = np.full(len(trained), 1.0 / len(trained))
-        else:
-            w = n / n.sum()
-        chosen = {c: float(v) for c, v in zip(trained, w)}
-        x["ea_weights"] = {c: v for c, v in {**x.get("ea_weights", {}), **chosen}.items() if c in x["csr"]}
-        server.record("ea_weight_min", min(chosen.values()))
-        server.record("ea_weight_max", max(chosen.values()))
-        return {c: chosen.get(c, 0.0) for c in weights}
-
-    # ----------------------------------------------------------------- clients (DTD)
-    def client_head(self, cut, model, num_classes):
-        return auxiliary_model(model, cut, num_classes)
-
-    def client_backward(self, a, acts, grad, server_loss) -> None:
-        """The split step (back-propagate the server's gradient), then the auxiliary model's
-        DTD step on the same batch (eq. 18)."""
-        super().client_backward(a, acts, grad, server_loss)
-        if a.head is None:
-            return
-        p = self.params
-        loss, _ = dtd_loss(a.head, a.x, a.y, acts.detach(), a.server_logits, a.round, self.anneal_total, p.kd_tau,
-                           p.kd_lambda_c, p.kd_lambda_g, p.evidence, p.kd_c_distance)
-        a.head_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if p.evidential_clip > 0:
-            torch.nn.utils.clip_grad_norm_(a.head.parameters(), p.evidential_clip)
-        a.head_opt.step()
-        a.stats.client_flops += 3.0 * len(a.y) * a.fwd_flops  # the auxiliary extractor's forward + backward
-
-    # ----------------------------------------------------------------- fed server
-    def fed_client_state(self, fed, client: int, cut: int):
-        """The global client-side model (a download) plus the client's auxiliary model (kept
-        on the device in a deployment; parked on the fed actor here, not counted)."""
-        if not self.params.dtd:
-            return None, True
-        return prefix_with_own(fed, client, cut), True
-
-    def fed_aggregate(self, fed, rnd: int, server_states: list[dict], updates: list[ClientUpdate]):
-        """Client-side models weighted by sample counts (``ea_sides="server"``, the default), or
-        by the weights the server chose (``ea_sides="both"``: EA's eq. 10 w for both sides);
-        without EA by the server's plain weights (sample counts or uniform, ``plain_weights``).
-        Auxiliary models stay with their clients."""
-        parts = []
-        for u in updates:
-            aux = {k: v for k, v in u.state.items() if k.startswith((HEAD, HEAD_OPTIMIZER))}
-            if aux:
-                fed.own[u.client] = aux
-            if fed.round_weights and (self.params.ea_sides == "both" or not self.params.ea):
-                w = fed.round_weights.get(u.client, 0.0)
-            else:  # ea_sides "server": the client-side models by their samples, as SplitFed's fed server
-                w = u.weight
-            parts.append(({k: v for k, v in u.state.items() if not k.startswith((HEAD, HEAD_OPTIMIZER))}, w))
-        if parts:
-            fed.global_state = weighted_average(parts, base=fed.global_state)
-        for state in server_states:
-            fed.global_state.update(state)
-        return None
-
-    def fed_evaluate(self, fed, ev):
-        """The paper's metrics are on the clients' own test splits (Sec. 3.1,
-        ``--local-test-fraction``): ``acc_g_local`` (BESplit-G: the global model on each
-        client's split, mean over clients) and ``acc_aux_local`` (BESplit-A: each client's
-        auxiliary model on its own split, mean; ``acc_aux_local_std`` across clients). On the
-        global, balanced test set: ``test_accuracy`` (the global model) and ``acc_aux`` /
-        ``acc_aux_std`` (the auxiliary models) -- where a purely local auxiliary model is
-        capped by the classes its client has seen."""
-        acc, loss = ev(fed.global_state)
-        nan = float("nan")
-        clients = range(self.cfg.clients) if ev.has_local_tests else []
-        g_local = [a for a in (ev.local(ev.model, c) for c in clients) if a == a]  # ev.model: the global model
-        extras = {"acc_g_local": float(np.mean(g_local)) if g_local else nan}
-        extras["test_accuracy_local"] = extras["acc_g_local"]  # the generic column: the same model
-        if not self.params.dtd:
-            return acc, loss, extras
-        accs, local = [], []
-        for c in sorted(fed.own):
-            aux = auxiliary_model(ev.model, self.cfg.cut, ev.num_classes)
-            aux.load_state_dict(wire_to_state({k[len(HEAD):]: v for k, v in fed.own[c].items() if k.startswith(HEAD)}))
-            accs.append(ev.module(aux)[0])
-            a = ev.local(aux, c) if ev.has_local_tests else nan
-            if a == a:
-                local.append(a)
-        extras.update({"acc_aux": float(np.mean(accs)) if accs else nan,
-                       "acc_aux_std": float(np.std(accs)) if accs else nan,
-                       "acc_aux_local": float(np.mean(local)) if local else nan,
-                       "acc_aux_local_std": float(np.std(local)) if local else nan})
-        return acc, loss, extras

@@ -10,12 +10,12 @@ step, on the same batch, with
 
 where z_C is the client-side model's smashed output for the batch (teacher 1, eq. 16-17) and
 the global model's prediction (teacher 2, eq. 15) is the server's output for that smashed
-batch, which comes back with the gradient (``protocol.server_reply`` "outputs"): the split model
+batch, which comes back with the gradient (``StepResult.outputs``): the split model
 [W_C, W_S] the client is training, which is W_g at the start of the round. No model is
 downloaded for it; the logits cost B x N floats per step, counted as traffic.
 
 The auxiliary model lives on its client for the whole run, and so does its optimiser state
-(``keep_aux_optimizer``, ``Protocol.client_head_optimizer``): with ~4 steps a round, an SGD
+(``keep_aux_optimizer``, ``OwnModuleClient.parks_optimizer``): with ~4 steps a round, an SGD
 momentum restarted every round never builds up, and BESplit-A stalled (docs/besplit.md, "The
 auxiliary model's optimiser"). Alone, at raysfl's step size, the evidential loss can kill a
 class of the auxiliary model for good (its logit falls so low that exp evidence has no gradient

@@ -9,7 +9,7 @@
   (the slower client takes the floor); each client holds the whole model, runs its first L_i
   layers and its partner runs the rest on its own copy and returns the logits; the owner
   computes the loss with its labels and sends back d(loss)/d(logits)
-  (:mod:`raysfl.runtime.peer_split`). Losses are weighted (``--pair-weights``,
+  (:mod:`raysfl.algorithms.fed_pairing.peer_exchange`, FedPairing's own exchange). Losses are weighted (``--pair-weights``,
   :mod:`raysfl.algorithms.fed_pairing.weighting`): ``fedavg`` K a_i over the round's K
   clients, FedAvg's global step; ``paper`` the literal a_i = |D_i| / sum |D|.
 * Overlapping layers (eq. 7): the doubled step where both flows reached a layer in that
@@ -22,13 +22,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from raysfl.aggregation import weighted_average
-from raysfl.algorithms.base import Algorithm, ClientUpdate, FederationContext, Protocol, Training
+from raysfl.algorithms.fed_pairing.peer_exchange import PairPlan, PeerClient, PeerExchange
 from raysfl.algorithms.fed_pairing.pairing import (
     PAIRINGS,
     client_positions,
@@ -39,6 +40,8 @@ from raysfl.algorithms.fed_pairing.pairing import (
     rate_matrix,
 )
 from raysfl.algorithms.fed_pairing.weighting import PAIR_WEIGHTS, loss_weights
+from raysfl.algorithms.roles import Aggregator, ClientUpdate, FederationContext, Planner
+from raysfl.algorithms.spec import Algorithm
 from raysfl.errors import ConfigError
 
 
@@ -59,16 +62,11 @@ class FedPairingParams:
     path_loss_exp: float = 3.0    # delta (the paper gives no value)
 
 
-class FedPairing(Algorithm):
-    name = "fed_pairing"
-    summary = "FedPairing: greedy client pairing, client-to-client split training, overlapping-layer steps"
-    params_cls = FedPairingParams
-    protocol = Protocol(training=Training.PEER, servers=0)
-    # Sec. IV-A: 20 clients, 2 local epochs, "We train the ResNet18 neural network model using
-    # stochastic gradient descent optimization with a learning rate of 0.1" (no momentum named).
-    # The model matters: with BatchNorm, FedPairing leads FedAvg on non-IID data; with the
-    # 4-block CNN it trails it (docs/fed-pairing.md).
-    config_defaults = {"clients": 20, "local_epochs": 2, "lr": 0.1, "momentum": 0.0, "model": "resnet18"}
+class PairingPlanner(Planner):
+    """Positions, links and CPU frequencies once per run; each round's pairs (Alg. 1), split
+    lengths and loss weights; the round's simulated time over the partner and server links."""
+
+    exchange = PeerExchange
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -81,30 +79,11 @@ class FedPairing(Algorithm):
         self._partner: dict[int, int | None] = {}  # the last planned round's pairs
         self._lengths: dict[int, int] = {}  # ... and each client's propagation length L_i
 
-    @classmethod
-    def validate(cls, cfg) -> None:
-        p = cfg.algo_params
-        if p.pairing not in PAIRINGS:
-            raise ConfigError(f"unknown pairing '{p.pairing}'; allowed: {', '.join(PAIRINGS)}")
-        if p.pair_weights not in PAIR_WEIGHTS:
-            raise ConfigError(f"unknown pair_weights '{p.pair_weights}'; allowed: {', '.join(PAIR_WEIGHTS)}")
-        for name in ("radius_m", "bandwidth_mhz", "power_w", "noise_w", "gain_ref", "path_loss_exp"):
-            v = getattr(p, name)
-            if not (math.isfinite(v) and v > 0):
-                raise ConfigError(f"{name} must be a finite number > 0, got {v}")
-        if cfg.round_deadline_s is not None or cfg.step_deadline_s is not None:
-            raise ConfigError("fed_pairing does not take real-time deadlines (round_deadline_s, step_deadline_s): "
-                              "partners wait for each other; use sim_deadline_s")
-        for name in ("pair_alpha", "pair_beta"):
-            if not (math.isfinite(getattr(p, name)) and getattr(p, name) >= 0):
-                raise ConfigError(f"{name} must be a finite number >= 0, got {getattr(p, name)}")
-
     def _link(self) -> dict:
         p = self.params
         return {"bandwidth_hz": p.bandwidth_mhz * 1e6, "power_w": p.power_w, "noise_w": p.noise_w,
                 "h0": p.gain_ref, "delta": p.path_loss_exp}
 
-    # ----------------------------------------------------------------- driver side
     def setup(self, ctx: FederationContext) -> None:
         rng = np.random.default_rng([self.cfg.seed, 0xFA12])
         self.num_blocks = ctx.num_blocks
@@ -137,14 +116,27 @@ class FedPairing(Algorithm):
         self.pairs(rnd, clients)
         return {c: self._lengths[c] for c in clients}
 
-    def pair_plan(self, rnd, clients):
+    def model_blocks(self, cut: int, ctx: FederationContext) -> int:
+        return ctx.num_blocks  # every client holds the whole model; its partner runs the rest on its own
+
+    def client_plans(self, rnd, clients, cuts) -> dict[int, PairPlan]:
         """Partner, overlapping layers (those both flows may reach in the client's copy) and
         loss weight of each of the round's clients."""
         weights = loss_weights(self.params.pair_weights, self.sizes, clients)
         out = {}
         for c, j in self.pairs(rnd, clients).items():
             overlap = [] if j is None else overlapping_layers(self.num_blocks, self._lengths[c], self._lengths[j])
-            out[c] = {"partner": j, "overlap": overlap, "weight": weights[c]}
+            out[c] = PairPlan(j, overlap, float(weights[c]))
+        return out
+
+    def restrict(self, rnd: int, plans: dict, clients: list[int]) -> dict:
+        """A client whose partner is not among ``clients`` trains alone, on its whole model."""
+        keep, out = set(clients), {}
+        for c in clients:
+            p = plans[c]
+            if p.role.partner is not None and p.role.partner not in keep:
+                p = dataclasses.replace(p, cut=self.num_blocks, role=PairPlan(None, [], p.role.weight))
+            out[c] = p
         return out
 
     def client_info(self, client: int) -> dict:
@@ -163,18 +155,44 @@ class FedPairing(Algorithm):
         link = self.rates[client, partner] if partner is not None else math.inf
         return compute + model + peer * 8.0 / link
 
-    # ----------------------------------------------------------------- clients
-    def double_overlap(self) -> bool:
-        return self.params.double_overlap
 
-    def client_metric_names(self) -> list[str]:
-        """``doubled_layers``: layers that took eq. 7's doubled step, per client update."""
-        return ["doubled_layers"]
+class PlainAverage(Aggregator):
+    """The plain average of the client models: the weights are already in their gradients
+    (Sec. II-A.3; :mod:`raysfl.algorithms.fed_pairing.weighting`)."""
 
-    # ----------------------------------------------------------------- fed server
-    def aggregate(self, global_state, updates: list[ClientUpdate]):
-        """The plain average of the client models: the weights are already in their
-        gradients (Sec. II-A.3; :mod:`raysfl.algorithms.fed_pairing.weighting`)."""
+    def average(self, global_state, updates: list[ClientUpdate]):
         if not updates:
             return global_state
         return weighted_average([(u.state, 1.0) for u in updates], base=global_state)
+
+
+class FedPairing(Algorithm):
+    name = "fed_pairing"
+    summary = "FedPairing: greedy client pairing, client-to-client split training, overlapping-layer steps"
+    params_cls = FedPairingParams
+    planner = PairingPlanner
+    client = PeerClient
+    aggregator = PlainAverage
+    # Sec. IV-A: 20 clients, 2 local epochs, "We train the ResNet18 neural network model using
+    # stochastic gradient descent optimization with a learning rate of 0.1" (no momentum named).
+    # The model matters: with BatchNorm, FedPairing leads FedAvg on non-IID data; with the
+    # 4-block CNN it trails it (docs/fed-pairing.md).
+    config_defaults = {"clients": 20, "local_epochs": 2, "lr": 0.1, "momentum": 0.0, "model": "resnet18"}
+
+    @classmethod
+    def validate(cls, cfg) -> None:
+        p = cfg.algo_params
+        if p.pairing not in PAIRINGS:
+            raise ConfigError(f"unknown pairing '{p.pairing}'; allowed: {', '.join(PAIRINGS)}")
+        if p.pair_weights not in PAIR_WEIGHTS:
+            raise ConfigError(f"unknown pair_weights '{p.pair_weights}'; allowed: {', '.join(PAIR_WEIGHTS)}")
+        for name in ("radius_m", "bandwidth_mhz", "power_w", "noise_w", "gain_ref", "path_loss_exp"):
+            v = getattr(p, name)
+            if not (math.isfinite(v) and v > 0):
+                raise ConfigError(f"{name} must be a finite number > 0, got {v}")
+        if cfg.round_deadline_s is not None or cfg.step_deadline_s is not None:
+            raise ConfigError("fed_pairing does not take real-time deadlines (round_deadline_s, step_deadline_s): "
+                              "partners wait for each other; use sim_deadline_s")
+        for name in ("pair_alpha", "pair_beta"):
+            if not (math.isfinite(getattr(p, name)) and getattr(p, name) >= 0):
+                raise ConfigError(f"{name} must be a finite number >= 0, got {getattr(p, name)}")

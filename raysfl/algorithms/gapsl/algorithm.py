@@ -9,7 +9,7 @@ activations to the server; ii) the server employs LGI to construct a leader grad
 then utilizes GDA ..., followed by BP on the server-side model; iii) the server sends all
 generated gradients to the client device"): every server step holds one batch of *every*
 participant, so every participant takes the same number of steps in a round
-(:meth:`GAPSL.plan_steps`: ``ceil(local_epochs x mean client size / batch)``, or
+(:meth:`EqualSteps.plan_steps`: ``ceil(local_epochs x mean client size / batch)``, or
 ``--local-steps``; ``round_steps="epoch"`` gives each client its own epoch instead).
 
 **A server step:**
@@ -37,10 +37,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from raysfl.algorithms.base import Algorithm, ClientModel, Protocol, record_gradient_angle
-from raysfl.algorithms.baselines.splitfed import OWN_MODEL_METRICS, evaluate_own_models
+from raysfl.algorithms.baselines.splitfed import KeepsOwnModel
 from raysfl.algorithms.gapsl import gda
 from raysfl.algorithms.gapsl.lgi import LGI_MODES, leader_gradient
+from raysfl.algorithms.gapsl.second_order import regularizer_gradients
+from raysfl.algorithms.roles import OwnModels, Planner, ServerSide, StepResult, record_gradient_angle
+from raysfl.algorithms.spec import Algorithm
 from raysfl.errors import ConfigError
 from raysfl.server_steps import apply_flat_gradient, per_client_gradients, refresh_batch_norm_stats
 
@@ -66,11 +68,88 @@ class GAPSLParams:
     gda: str = "gda"               # gda | none (Non-GDA) | random (Rand-GDA), Sec. V-C
 
 
+class EqualSteps(Planner):
+    """GAPSL's planning: every server step holds one batch of every participant."""
+
+    def plan_steps(self, rnd: int, clients: list[int], ctx) -> dict[int, tuple[int, int]] | None:
+        """``equal``: one step count for every client, so that each server step holds one batch
+        of every participant: ``--local-steps``, or one epoch of the mean client,
+        ``ceil(local_epochs x mean(n_k) / batch)`` (about one pass over the federation's data
+        per round, as the runtime's own rule gives in total). ``epoch``: the runtime's rule."""
+        if self.params.round_steps == "epoch":
+            return None
+        cfg = self.cfg
+        steps = cfg.local_steps or max(1, math.ceil(cfg.local_epochs * float(np.mean(ctx.sizes)) / cfg.batch_size))
+        return {c: (steps, min(cfg.batch_size, int(ctx.sizes[c]))) for c in clients}
+
+
+@dataclass
+class LGIState:
+    """The server's LGI state across steps and rounds (checkpointed)."""
+
+    calls: int = 0                            # server steps taken (seeds Rand-LGI / Rand-GDA)
+    nu_range: tuple[float, float] | None = None  # running (min, max) of the dispersion nu (eq. 2)
+
+
+class GAPSLServer(ServerSide):
+    """LGI + GDA on the group's per-client gradients, one optimizer step of the shared
+    server-side model on dL_g/dw (eq. 8); each client gets dL_g/da_i at its cut."""
+
+    state_cls = LGIState
+
+    @classmethod
+    def columns(cls, cfg) -> list[str]:
+        names = ["grad_angle_deg", "group_clients", "lgi_k", "gda_kept", "gda_threshold_deg", "lgi_skipped"]
+        return names + (["gda_reg_rel"] if cfg.algo_params.gda_regularizer == "second_order" else [])
+
+    def step(self, batches):
+        st, prm = self.state, self.params
+        grads, act_grads, losses, names, has_bn = per_client_gradients(self.model, batches)
+        calls = st.calls
+        st.calls = calls + 1
+        everyone = list(range(len(batches)))
+        record_gradient_angle(self, grads)
+        self.record("group_clients", len(batches))
+        if len(batches) < MIN_GROUP:
+            selected, coeffs = everyone, None
+            self.record("lgi_skipped", 1.0)
+        else:
+            rng = np.random.default_rng([self.cfg.seed, self.round, calls, 0x6A95])
+            lead, leaders, k, st.nu_range = leader_gradient(grads, self.round, self.cfg.rounds, st.nu_range,
+                                                            prm.k_min, prm.k_max, prm.lgi, rng, prm.time_scaling)
+            selected, threshold, _ = gda.select(grads, lead, leaders, prm.gda_eta, prm.gda, rng)
+            coeffs = (gda.regularizer_coefficients(grads, leaders, selected, prm.gda_lambda)
+                      if prm.gda_regularizer == "second_order" else None)
+            self.record("lgi_skipped", 0.0)
+            self.record("lgi_k", k)
+            self.record("gda_kept", len(selected) / len(batches))
+            self.record("gda_threshold_deg", math.degrees(threshold))
+        update = gda.loss_gradient(grads, selected, prm.gda_reduction)
+        reg_act: dict[int, torch.Tensor] = {}
+        if coeffs is not None:
+            reg, reg_act = regularizer_gradients(self.model, batches, names, coeffs)
+            reg = reg if prm.gda_reduction == "sum" or not selected else reg / len(selected)
+            self.record("gda_reg_rel", float(reg.norm() / update.norm().clamp_min(1e-30)))  # |eq. 7's part| / |sum g_i|
+            update = update + reg
+        if prm.cut_gradients == "eq8":
+            chosen = {batches[i][0] for i in selected}
+            act_grads = {c: g if c in chosen else torch.zeros_like(g) for c, g in act_grads.items()}
+        for c, extra in reg_act.items():
+            act_grads[c] = act_grads[c] + extra
+        if has_bn:
+            refresh_batch_norm_stats(self.model, batches)
+        apply_flat_gradient(self.model, self.opt, batches[0][1], names, update)
+        return StepResult(act_grads, losses)
+
+
 class GAPSL(Algorithm):
     name = "gapsl"
     summary = "GAPSL: parallel split learning with leader gradient identification and direction alignment"
     params_cls = GAPSLParams
-    protocol = Protocol(client_model=ClientModel.OWN)  # PSL: every client keeps its own client-side model
+    planner = EqualSteps
+    client = KeepsOwnModel  # PSL: every client keeps its own client-side model
+    server = GAPSLServer
+    aggregator = OwnModels
     # Sec. IV-4: 10 clients, Dirichlet alpha = 0.1, SGD momentum 0.9, lr 0.005 client / 0.01 server (VGG-16).
     # cut 1: the CNN's first conv layer on the clients, ~1 % of its parameters (VGG-16's four conv
     # layers are 1.8 % of VGG-16; the CNN's cut 2 would put 60 % there).
@@ -93,67 +172,3 @@ class GAPSL(Algorithm):
                                      ("round_steps", p.round_steps, ROUND_STEPS)):
             if value not in allowed:
                 raise ConfigError(f"unknown {name} '{value}'; allowed: {', '.join(allowed)}")
-
-    def plan_steps(self, rnd: int, clients: list[int], ctx) -> dict[int, tuple[int, int]] | None:
-        """``equal``: one step count for every client, so that each server step holds one batch
-        of every participant: ``--local-steps``, or one epoch of the mean client,
-        ``ceil(local_epochs x mean(n_k) / batch)`` (about one pass over the federation's data
-        per round, as the runtime's own rule gives in total). ``epoch``: the runtime's rule."""
-        if self.params.round_steps == "epoch":
-            return None
-        cfg = self.cfg
-        steps = cfg.local_steps or max(1, math.ceil(cfg.local_epochs * float(np.mean(ctx.sizes)) / cfg.batch_size))
-        return {c: (steps, min(cfg.batch_size, int(ctx.sizes[c]))) for c in clients}
-
-    def server_metric_names(self) -> list[str]:
-        names = ["grad_angle_deg", "group_clients", "lgi_k", "gda_kept", "gda_threshold_deg", "lgi_skipped"]
-        return names + (["gda_reg_rel"] if self.params.gda_regularizer == "second_order" else [])
-
-    def eval_metric_names(self) -> list[str]:
-        return list(OWN_MODEL_METRICS)
-
-    def fed_evaluate(self, fed, ev):
-        return evaluate_own_models(fed, ev)
-
-    def server_step(self, server, batches):
-        """LGI + GDA on the group's per-client gradients, one optimizer step of the shared
-        server-side model on dL_g/dw (eq. 8); each client gets dL_g/da_i at its cut."""
-        p, prm = server.extra, self.params
-        grads, act_grads, losses, names, has_bn = per_client_gradients(server.model, batches)
-        calls = p.get("calls", 0)
-        p["calls"] = calls + 1
-        everyone = list(range(len(batches)))
-        record_gradient_angle(server, grads)
-        server.record("group_clients", len(batches))
-        if len(batches) < MIN_GROUP:
-            selected, coeffs = everyone, None
-            server.record("lgi_skipped", 1.0)
-        else:
-            rng = np.random.default_rng([self.cfg.seed, server.round, calls, 0x6A95])
-            lead, leaders, k, p["nu_range"] = leader_gradient(grads, server.round, self.cfg.rounds, p.get("nu_range"),
-                                                             prm.k_min, prm.k_max, prm.lgi, rng, prm.time_scaling)
-            selected, threshold, _ = gda.select(grads, lead, leaders, prm.gda_eta, prm.gda, rng)
-            coeffs = (gda.regularizer_coefficients(grads, leaders, selected, prm.gda_lambda)
-                      if prm.gda_regularizer == "second_order" else None)
-            server.record("lgi_skipped", 0.0)
-            server.record("lgi_k", k)
-            server.record("gda_kept", len(selected) / len(batches))
-            server.record("gda_threshold_deg", math.degrees(threshold))
-        update = gda.loss_gradient(grads, selected, prm.gda_reduction)
-        reg_act: dict[int, torch.Tensor] = {}
-        if coeffs is not None:
-            from raysfl.algorithms.gapsl.second_order import regularizer_gradients
-
-            reg, reg_act = regularizer_gradients(server.model, batches, names, coeffs)
-            reg = reg if prm.gda_reduction == "sum" or not selected else reg / len(selected)
-            server.record("gda_reg_rel", float(reg.norm() / update.norm().clamp_min(1e-30)))  # |eq. 7's part| / |sum g_i|
-            update = update + reg
-        if prm.cut_gradients == "eq8":
-            chosen = {batches[i][0] for i in selected}
-            act_grads = {c: g if c in chosen else torch.zeros_like(g) for c, g in act_grads.items()}
-        for c, extra in reg_act.items():
-            act_grads[c] = act_grads[c] + extra
-        if has_bn:
-            refresh_batch_norm_stats(server.model, batches)
-        apply_flat_gradient(server.model, server.opt, batches[0][1], names, update)
-        return act_grads, losses

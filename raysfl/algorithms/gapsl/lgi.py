@@ -21,14 +21,9 @@ import math
 import numpy as np
 import torch
 
+from raysfl.angles import pairwise_angles
+
 LGI_MODES = ("lgi", "none", "random")  # GAPSL | Non-LGI (all gradients) | Rand-LGI (random subset), Sec. V-C
-
-
-def pairwise_angles(grads: torch.Tensor) -> torch.Tensor:
-    """(S, S) matrix of arccos(cos(g_i, g_j)) for the rows of ``grads`` (radians)."""
-    g = grads.double()
-    unit = g / g.norm(dim=1, keepdim=True).clamp_min(1e-30)
-    return torch.arccos((unit @ unit.T).clamp(-1.0, 1.0))
 
 
 def consistency_scores(grads: torch.Tensor) -> torch.Tensor:
@@ -37,15 +32,6 @@ def consistency_scores(grads: torch.Tensor) -> torch.Tensor:
     if s < 2:
         return torch.zeros(s, dtype=torch.float64, device=grads.device)
     return pairwise_angles(grads).sum(dim=1) / (s - 1)
-
-
-def mean_pairwise_angle(grads: torch.Tensor) -> float:
-    """The average angular deviation over all distinct client pairs (footnote 2, Fig. 3b), radians."""
-    s = grads.shape[0]
-    if s < 2:
-        return float("nan")
-    a = pairwise_angles(grads)
-    return float(a[torch.triu_indices(s, s, offset=1).unbind()].mean())
 
 
 def selection_ratio(nu: float, nu_min: float, nu_max: float, t: int, total: int, k_min: float = 0.2,

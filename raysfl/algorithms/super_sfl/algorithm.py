@@ -10,19 +10,19 @@ Three-Phase Gradient Fusion, a fault-tolerant client classifier and collaborativ
   blocks d_i+1..L for every client with the same shared weights
   (:func:`raysfl.server_steps.shared_server_step`, one forward/backward per depth group).
 * TPGF (Sec. II-B, eqs. 2-4, Alg. 2, :mod:`raysfl.algorithms.super_sfl.tpgf`): phase 1 on the client
-  (``client_forward``: local loss, classifier step, encoder gradient clipped to ``clip_norm``),
+  (``TPGFClient.forward``: local loss, classifier step, encoder gradient clipped to ``clip_norm``),
   phase 2 on the server (its loss travels back with the gradient), phase 3 on the client
-  (``client_backward``: eq. 3 weights, eq. 4 fusion, encoder step). ``fusion`` selects the
+  (``TPGFClient.backward``: eq. 3 weights, eq. 4 fusion, encoder step). ``fusion`` selects the
   ablation of Sec. IV.
 * Fallback (Sec. II-C, Alg. 3): with no answer within ``server_timeout_s`` (or a dead or
-  unavailable server) the client steps on its local gradient alone (``client_fallback``);
+  unavailable server) the client steps on its local gradient alone (``TPGFClient.fallback``);
   it starts the next round from the latest global parameters.
 * Server-gradient availability (Sec. IV, Table III: "the server provides gradients only in a
   fixed fraction of training rounds, simulating intermittent server failures or delayed
   responses"): ``server_availability`` / ``availability_rounds`` pick the rounds with server
   gradients. ``availability_mode=gradients`` (default): in the other rounds the clients
   still send smashed data and the server still trains on it, but its gradient does not
-  reach the client in time, which takes Alg. 3's local step (``client_backward``).
+  reach the client in time, which takes Alg. 3's local step (``TPGFClient.backward``).
   ``availability_mode=server``: the whole server is off in those rounds (no smashed data,
   no server training).
 * Aggregation (Sec. II-D, eqs. 6-8, :mod:`raysfl.algorithms.super_sfl.collaborative_aggregation`):
@@ -36,14 +36,16 @@ Readings the paper leaves open are listed in docs/super-sfl.md.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from raysfl.algorithms.roles import (HEAD, Aggregator, ClientRound, ClientUpdate, FederationContext, OwnModuleClient,
+                                     Planner, ServerSide)
+from raysfl.algorithms.spec import Algorithm
 from raysfl.algorithms.super_sfl.allocation import allocate_depths
-from raysfl.algorithms.base import Algorithm, ClientUpdate, FederationContext, Protocol, prefix_with_own
 from raysfl.algorithms.super_sfl.collaborative_aggregation import client_weights, consensus_average
 from raysfl.algorithms.super_sfl.tpgf import FUSION_MODES, clip_l2, client_weight, fuse, fused_loss, l2_norm
 from raysfl.errors import ConfigError
@@ -107,15 +109,17 @@ def available_rounds(availability: float, rounds: int, seed: int) -> set[int]:
     return {r for r in range(1, rounds + 1) if server_answers(availability, r, seed)}
 
 
-class SuperSFL(Algorithm):
-    name = "super_sfl"
-    summary = "SuperSFL: weight-sharing super-network, TPGF, client-classifier fallback, collaborative aggregation"
-    params_cls = SuperSFLParams
-    # one main server holding the super-network, adopting each round's aggregate; its loss comes
-    # back with the gradient (TPGF); clients keep a classifier and train on when the server is away
-    protocol = Protocol(broadcast_servers=True, server_reply=("loss",), client_heads=True, survives_server_loss=True)
-    # The paper's setting (Sec. III-A): a ViT, Dirichlet alpha = 0.5.
-    config_defaults = {"model": "vit", "partition": "dirichlet", "alpha": 0.5}
+def server_up(params: "SuperSFLParams", seed: int, rnd: int) -> bool:
+    """Whether the server's gradients reach the clients in round ``rnd`` (Table III): the explicit
+    ``availability_rounds``, else the seeded ``server_availability`` schedule."""
+    if params.availability_rounds is not None:
+        return rnd in parse_round_set(str(params.availability_rounds))
+    return server_answers(params.server_availability, rnd, seed)
+
+
+class DepthPlanner(Planner):
+    """Eq. (1)'s depths (from the device profiles, or measured once after the actors start),
+    the server-availability schedule of Table III, fallback for clients whose server is away."""
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -123,7 +127,265 @@ class SuperSFL(Algorithm):
         self.num_blocks = 0
         self.profile: dict[int, tuple[float, float]] = {}  # client -> (memory GB, latency s) used by eq. (1)
         self.valid_cuts: list[int] = []
-        self._up: set[int] | None = None  # explicit schedule (availability_rounds)
+
+    @property
+    def measures_clients(self) -> bool:
+        return self.params.allocation == "measured"
+
+    def setup(self, ctx: FederationContext) -> None:
+        """Eq. (1) once per run (Sec. II-A: profiles are sent once, at initialisation)."""
+        self.num_blocks, self.valid_cuts = ctx.num_blocks, list(ctx.valid_cuts)
+        if self.params.allocation == "profile":
+            self.calibrate({k: (p.memory_gb, p.latency_s) for k, p in enumerate(ctx.profiles)})
+
+    def calibrate(self, profile: dict[int, tuple[float, float]]) -> None:
+        """Depths from (memory GB, latency s) per client: eq. (1), then the largest valid cut
+        of the model not above d_i (every cut is valid for the zoo's models)."""
+        clients = sorted(profile)
+        self.profile = {c: (float(profile[c][0]), float(profile[c][1])) for c in clients}
+        d = allocate_depths([profile[c][0] for c in clients], [profile[c][1] for c in clients], self.num_blocks,
+                            self.params.depth_alpha, self.params.depth_beta)
+        lowest = min(self.valid_cuts)
+        self.depths = np.asarray([max([v for v in self.valid_cuts if v <= di] or [lowest]) for di in d])
+
+    def client_info(self, client: int) -> dict:
+        mem, lat = self.profile.get(client, (float("nan"), float("nan")))
+        return {"depth": int(self.depths[client]), "alloc_memory_gb": mem, "alloc_latency_s": lat}
+
+    def assign_cuts(self, rnd, clients, ctx):
+        return {c: int(self.depths[c]) for c in clients}
+
+    def servers_down(self, rnd: int) -> set[int]:
+        """``availability_mode=server`` only: the server is off in rounds without gradients
+        (in ``gradients`` mode it keeps training; the client role drops its gradient)."""
+        if self.params.availability_mode == "gradients" or server_up(self.params, self.cfg.seed, rnd):
+            return set()
+        return {0}
+
+    def on_server_down(self, rnd: int, clients: list[int]) -> list[int]:
+        return list(clients)  # every client trains on its local classifier (Alg. 3)
+
+    def round_info(self, rnd: int) -> dict[str, float]:
+        return {"server_available": float(server_up(self.params, self.cfg.seed, rnd))}
+
+
+@dataclass
+class TPGFRound:
+    """A client's TPGF figures over its round (the role's per-client scratch)."""
+
+    g_client: list = field(default_factory=list)  # phase 1's clipped local encoder gradient, this step
+    loss_client: float = 0.0  # this step's local loss
+    batch: int = 0            # this step's batch size
+    gn_raw_sum: float = 0.0   # sums over the round: local gradient norms before / after the clip,
+    gn_local_sum: float = 0.0
+    local_steps: int = 0
+    lc_sum: float = 0.0       # local losses (sample-weighted) and their samples,
+    n: int = 0
+    ls_sum: float = 0.0       # server losses and their samples,
+    ns: int = 0
+    w_sum: float = 0.0        # eq. (3)'s client weights, the server gradient norms, over the fused steps
+    gn_server_sum: float = 0.0
+    fused_steps: int = 0
+
+
+class TPGFClient(OwnModuleClient):
+    """A client with its own classifier: Three-Phase Gradient Fusion with the server's
+    gradient, and Alg. 3's local step when the server does not answer."""
+
+    survives_server_loss = True
+
+    @property
+    def server_timeout_s(self) -> float:
+        return self.params.server_timeout_s
+
+    @classmethod
+    def columns(cls, cfg) -> list[str]:
+        return ["tpgf_w_client", "grad_norm_local", "grad_norm_local_raw", "grad_norm_server"]
+
+    def own_module(self, cut, model, num_classes):
+        return client_classifier(model.activation_shape(cut), num_classes,
+                                 spatial=self.params.classifier_head == "spatial")
+
+    def new_state(self, c: ClientRound) -> TPGFRound:
+        return TPGFRound()
+
+    def forward(self, c: ClientRound, acts, y) -> None:
+        """Phase 1 (Alg. 2, lines 4-8): local loss, classifier step, clipped encoder gradient."""
+        enc, head = list(c.part.parameters()), list(c.head.parameters())
+        loss = F.cross_entropy(c.head(acts), y)
+        grads = torch.autograd.grad(loss, enc + head, retain_graph=not c.local, allow_unused=True)
+        grads = [torch.zeros_like(p) if g is None else g for p, g in zip(enc + head, grads)]
+        for p, g in zip(head, grads[len(enc):]):
+            p.grad = g
+        c.head_opt.step()
+        c.head_opt.zero_grad(set_to_none=True)
+        x = c.state
+        x.g_client = clip_l2(grads[:len(enc)], self.params.clip_norm)
+        x.gn_raw_sum += l2_norm(grads[:len(enc)])
+        x.gn_local_sum += l2_norm(x.g_client)
+        x.local_steps += 1
+        x.loss_client = float(loss.detach())
+        x.lc_sum += x.loss_client * len(y)
+        x.n += len(y)
+        x.batch = len(y)
+
+    def backward(self, c: ClientRound, acts, reply) -> None:
+        """Phases 2-3 (Alg. 2, lines 15-19): back-propagate the server's gradient through the
+        encoder, fuse it with the local one by eq. (3)-(4), step.
+
+        In a round without server gradients (``availability_mode=gradients``, Table III) the
+        server has trained on the batch, but its gradient counts as missing or late: the
+        client takes Alg. 3's local step instead (a fallback step), and the server's loss
+        does not enter its eq. (6) weight."""
+        if self.params.availability_mode == "gradients" and not server_up(self.params, self.cfg.seed, c.round):
+            self._local_step(c)
+            c.stats.fallback_steps += 1  # the server's loss on this batch is already the training loss
+            return
+        enc = list(c.part.parameters())
+        g_server = torch.autograd.grad(acts, enc, grad_outputs=reply.grad, allow_unused=True)
+        g_server = [torch.zeros_like(p) if g is None else g for p, g in zip(enc, g_server)]
+        x = c.state
+        depth, server_depth = c.cut, self.ctx.num_blocks - c.cut
+        w = client_weight(depth, server_depth, x.loss_client, reply.loss, self.params.fusion)
+        for p, g in zip(enc, fuse(x.g_client, g_server, w)):
+            p.grad = g
+        c.opt.step()
+        c.opt.zero_grad(set_to_none=True)
+        c.stats.client_flops += 2.0 * x.batch * c.fwd_flops  # TPGF's second backward through the encoder
+        x.ls_sum += reply.loss * x.batch
+        x.ns += x.batch
+        x.w_sum += w
+        x.gn_server_sum += l2_norm(g_server)
+        x.fused_steps += 1
+
+    def fallback(self, c: ClientRound, acts) -> bool:
+        """Alg. 3, lines 7-8: the encoder steps on the local (phase 1) gradient alone. The
+        local loss of such a step is the client's training loss in the metrics."""
+        self._local_step(c)
+        c.stats.loss_sum += c.state.loss_client * c.state.batch
+        c.stats.loss_count += c.state.batch
+        return True
+
+    @staticmethod
+    def _local_step(c: ClientRound) -> None:
+        """The encoder steps on phase 1's clipped local gradient (Alg. 3, line 8; the
+        classifier has stepped in phase 1)."""
+        for p, g in zip(c.part.parameters(), c.state.g_client):
+            p.grad = g
+        c.opt.step()
+        c.opt.zero_grad(set_to_none=True)
+
+    def report(self, c: ClientRound) -> dict:
+        """What the fed server aggregates with (Sec. II-D, "Aggregation inputs"). Also records
+        the client's round means of TPGF's figures (``columns``): w_client of eq. (3) and the L2
+        norm of the server's encoder gradient over its fused steps, and the L2 norm of the local
+        encoder gradient after and before the clip over all its steps; the metric columns are
+        their means over the round's clients."""
+        x = c.state
+        depth, server_depth = c.cut, self.ctx.num_blocks - c.cut
+        lc = x.lc_sum / max(1, x.n)
+        ls = x.ls_sum / x.ns if x.ns else None
+        fused = lc if ls is None else fused_loss(depth, server_depth, lc, ls, self.params.fusion)
+        w = x.w_sum / x.fused_steps if x.fused_steps else None
+        if x.local_steps:
+            c.stats.record("grad_norm_local", x.gn_local_sum / x.local_steps)
+            c.stats.record("grad_norm_local_raw", x.gn_raw_sum / x.local_steps)
+        if w is not None:
+            c.stats.record("tpgf_w_client", w)
+            c.stats.record("grad_norm_server", x.gn_server_sum / x.fused_steps)
+        return {"depth": c.cut, "loss_client": lc, "loss_server": ls, "loss": fused, "w_client": w}
+
+
+class SuperNetworkServer(ServerSide):
+    """The main server holding the whole super-network; its loss travels back with the gradient
+    (TPGF's phase 2)."""
+
+    reply_loss = True
+
+
+@dataclass
+class DepthState:
+    depth: dict = field(default_factory=dict)  # client -> the depth d_i its last update was trained at
+
+
+class CollaborativeAggregator(Aggregator):
+    """Eqs. (6)-(8): encoder layers averaged over the clients holding them with depth x
+    inverse-(fused-)loss weights, pulled towards the server's copy by lambda; classifiers stay
+    with their clients; the result is the new global model, which the main server adopts."""
+
+    state_cls = DepthState
+
+    @classmethod
+    def columns(cls, cfg) -> list[str]:
+        return ["acc_local", "acc_local_std", "acc_local_own"]
+
+    def client_start(self, client: int, cut: int):
+        """The global encoder prefix (a download) plus the client's own classifier (kept on
+        the device in a deployment; parked on the fed actor here, not counted as traffic)."""
+        return self.prefix_with_own(client, cut), True
+
+    def aggregate(self, rnd: int, server_states: list[dict], updates: list[ClientUpdate]):
+        """Eq. (6) weights, eq. (8) per layer; classifiers stay local. Returns the new global
+        model, which the main server adopts (its copy of every layer)."""
+        server_copy = dict(self.global_state)
+        for s in server_states:
+            server_copy.update(s)
+        encoders = []
+        for u in updates:
+            self.own[u.client] = {k: v for k, v in u.state.items() if k.startswith(HEAD)}
+            self.state.depth[u.client] = int(u.report["depth"])
+            encoders.append({k: v for k, v in u.state.items() if not k.startswith(HEAD)})
+        if updates:
+            w = client_weights([u.report["depth"] for u in updates], [u.report["loss"] for u in updates])
+            self.global_state = consensus_average(encoders, w, server_copy, self.params.consensus_lambda)
+        else:
+            self.global_state = server_copy
+        return self.global_state
+
+    def own_path(self, ev, client: int) -> torch.nn.Module | None:
+        """Client ``client``'s own path as a module: the global encoder prefix of its depth
+        d_i followed by its classifier (what it runs when the server is away), or None if it
+        has no classifier yet. Call after ``ev.load(self.global_state)``."""
+        head_state = self.own.get(client)
+        if not head_state:
+            return None
+        d = self.state.depth[client]
+        head = client_classifier(ev.model.activation_shape(d), ev.num_classes,
+                                 spatial=self.params.classifier_head == "spatial")
+        head.load_state_dict(wire_to_state({k[len(HEAD):]: v for k, v in head_state.items()}))
+        return torch.nn.Sequential(ev.model.part(0, d), head.to(ev.device))
+
+    def evaluate(self, ev):
+        """The super-network (global model, all L blocks) on the test set -- the model of
+        every paper table; plus each of this round's clients' own path (:meth:`own_path`):
+        ``acc_local`` (and ``acc_local_std``) on the balanced global test set, and
+        ``acc_local_own`` on the client's own label mix (the test set with each class
+        weighted by the client's share of it in training), means over the clients."""
+        acc, loss = ev(self.global_state)
+        balanced, own = [], []
+        for c in self.last_clients:
+            m = self.own_path(ev, c)
+            if m is None:
+                continue
+            balanced.append(ev.module(m)[0])
+            own.append(ev.on_label_mix(m, c))
+        nan = float("nan")
+        extras = {"acc_local": float(np.mean(balanced)) if balanced else nan,
+                  "acc_local_std": float(np.std(balanced)) if balanced else nan,
+                  "acc_local_own": float(np.mean(own)) if own else nan}
+        return acc, loss, extras
+
+
+class SuperSFL(Algorithm):
+    name = "super_sfl"
+    summary = "SuperSFL: weight-sharing super-network, TPGF, client-classifier fallback, collaborative aggregation"
+    params_cls = SuperSFLParams
+    planner = DepthPlanner
+    client = TPGFClient
+    server = SuperNetworkServer
+    aggregator = CollaborativeAggregator
+    # The paper's setting (Sec. III-A): a ViT, Dirichlet alpha = 0.5.
+    config_defaults = {"model": "vit", "partition": "dirichlet", "alpha": 0.5}
 
     @classmethod
     def validate(cls, cfg) -> None:
@@ -157,208 +419,3 @@ class SuperSFL(Algorithm):
         if cfg.round_deadline_s is not None and cfg.round_deadline_s < p.server_timeout_s:
             raise ConfigError(f"round_deadline_s ({cfg.round_deadline_s}) must be at least server_timeout_s "
                               f"({p.server_timeout_s}), or no fallback step could finish in time")
-
-    # ----------------------------------------------------------------- driver side
-    def setup(self, ctx: FederationContext) -> None:
-        """Eq. (1) once per run (Sec. II-A: profiles are sent once, at initialisation)."""
-        self.num_blocks, self.valid_cuts = ctx.num_blocks, list(ctx.valid_cuts)
-        if self.params.allocation == "profile":
-            self.calibrate({k: (p.memory_gb, p.latency_s) for k, p in enumerate(ctx.profiles)})
-        if self.params.availability_rounds is not None:
-            self._up = parse_round_set(str(self.params.availability_rounds))
-
-    def wants_calibration(self) -> bool:
-        return self.params.allocation == "measured"
-
-    def calibrate(self, profile: dict[int, tuple[float, float]]) -> None:
-        """Depths from (memory GB, latency s) per client: eq. (1), then the largest valid cut
-        of the model not above d_i (every cut is valid for the zoo's models)."""
-        clients = sorted(profile)
-        self.profile = {c: (float(profile[c][0]), float(profile[c][1])) for c in clients}
-        d = allocate_depths([profile[c][0] for c in clients], [profile[c][1] for c in clients], self.num_blocks,
-                            self.params.depth_alpha, self.params.depth_beta)
-        lowest = min(self.valid_cuts)
-        self.depths = np.asarray([max([v for v in self.valid_cuts if v <= di] or [lowest]) for di in d])
-
-    def client_info(self, client: int) -> dict:
-        mem, lat = self.profile.get(client, (float("nan"), float("nan")))
-        return {"depth": int(self.depths[client]), "alloc_memory_gb": mem, "alloc_latency_s": lat}
-
-    def assign_cuts(self, rnd, clients, ctx):
-        return {c: int(self.depths[c]) for c in clients}
-
-    def server_up(self, rnd: int) -> bool:
-        """Whether the server's gradients reach the clients in round ``rnd`` (Table III)."""
-        if self._up is None and self.params.availability_rounds is not None:  # an instance setup() has not seen
-            self._up = parse_round_set(str(self.params.availability_rounds))
-        if self._up is not None:
-            return rnd in self._up
-        return server_answers(self.params.server_availability, rnd, self.cfg.seed)
-
-    def servers_down(self, rnd: int) -> set[int]:
-        """``availability_mode=server`` only: the server is off in rounds without gradients
-        (in ``gradients`` mode it keeps training; ``client_backward`` drops its gradient)."""
-        if self.params.availability_mode == "gradients" or self.server_up(rnd):
-            return set()
-        return {0}
-
-    def on_server_down(self, rnd: int, clients: list[int]) -> list[int]:
-        return list(clients)  # every client trains on its local classifier (Alg. 3)
-
-    def round_info(self, rnd: int) -> dict[str, float]:
-        return {"server_available": float(self.server_up(rnd))}
-
-    def eval_metric_names(self) -> list[str]:
-        return ["acc_local", "acc_local_std", "acc_local_own"]
-
-    def client_metric_names(self) -> list[str]:
-        return ["tpgf_w_client", "grad_norm_local", "grad_norm_local_raw", "grad_norm_server"]
-
-    # ----------------------------------------------------------------- client side (TPGF)
-    def client_head(self, cut, model, num_classes):
-        return client_classifier(model.activation_shape(cut), num_classes,
-                                 spatial=self.params.classifier_head == "spatial")
-
-    def server_timeout_s(self) -> float | None:
-        return self.params.server_timeout_s
-
-    def client_forward(self, a, acts, y) -> None:
-        """Phase 1 (Alg. 2, lines 4-8): local loss, classifier step, clipped encoder gradient."""
-        enc, head = list(a.part.parameters()), list(a.head.parameters())
-        loss = F.cross_entropy(a.head(acts), y)
-        grads = torch.autograd.grad(loss, enc + head, retain_graph=not a.local, allow_unused=True)
-        grads = [torch.zeros_like(p) if g is None else g for p, g in zip(enc + head, grads)]
-        for p, g in zip(head, grads[len(enc):]):
-            p.grad = g
-        a.head_opt.step()
-        a.head_opt.zero_grad(set_to_none=True)
-        x = a.extra
-        x["g_client"] = clip_l2(grads[:len(enc)], self.params.clip_norm)
-        x["gn_raw_sum"] = x.get("gn_raw_sum", 0.0) + l2_norm(grads[:len(enc)])
-        x["gn_local_sum"] = x.get("gn_local_sum", 0.0) + l2_norm(x["g_client"])
-        x["local_steps"] = x.get("local_steps", 0) + 1
-        x["loss_client"] = float(loss.detach())
-        x["lc_sum"] = x.get("lc_sum", 0.0) + x["loss_client"] * len(y)
-        x["n"] = x.get("n", 0) + len(y)
-        x["batch"] = len(y)
-
-    def client_backward(self, a, acts, grad, server_loss) -> None:
-        """Phases 2-3 (Alg. 2, lines 15-19): back-propagate the server's gradient through the
-        encoder, fuse it with the local one by eq. (3)-(4), step.
-
-        In a round without server gradients (``availability_mode=gradients``, Table III) the
-        server has trained on the batch, but its gradient counts as missing or late: the
-        client takes Alg. 3's local step instead (a fallback step), and the server's loss
-        does not enter its eq. (6) weight."""
-        if self.params.availability_mode == "gradients" and not self.server_up(a.round):
-            self._local_step(a)
-            a.stats.fallback_steps += 1  # the server's loss on this batch is already the training loss
-            return
-        enc = list(a.part.parameters())
-        g_server = torch.autograd.grad(acts, enc, grad_outputs=grad, allow_unused=True)
-        g_server = [torch.zeros_like(p) if g is None else g for p, g in zip(enc, g_server)]
-        x = a.extra
-        w = client_weight(a.cut, self.num_blocks - a.cut, x["loss_client"], server_loss, self.params.fusion)
-        for p, g in zip(enc, fuse(x["g_client"], g_server, w)):
-            p.grad = g
-        a.opt.step()
-        a.opt.zero_grad(set_to_none=True)
-        a.stats.client_flops += 2.0 * x["batch"] * a.fwd_flops  # TPGF's second backward through the encoder
-        x["ls_sum"] = x.get("ls_sum", 0.0) + server_loss * x["batch"]
-        x["ns"] = x.get("ns", 0) + x["batch"]
-        x["w_sum"] = x.get("w_sum", 0.0) + w
-        x["gn_server_sum"] = x.get("gn_server_sum", 0.0) + l2_norm(g_server)
-        x["fused_steps"] = x.get("fused_steps", 0) + 1
-
-    def client_fallback(self, a, acts) -> bool:
-        """Alg. 3, lines 7-8: the encoder steps on the local (phase 1) gradient alone. The
-        local loss of such a step is the client's training loss in the metrics."""
-        self._local_step(a)
-        a.stats.loss_sum += a.extra["loss_client"] * a.extra["batch"]
-        a.stats.loss_count += a.extra["batch"]
-        return True
-
-    @staticmethod
-    def _local_step(a) -> None:
-        """The encoder steps on phase 1's clipped local gradient (Alg. 3, line 8; the
-        classifier has stepped in phase 1)."""
-        for p, g in zip(a.part.parameters(), a.extra["g_client"]):
-            p.grad = g
-        a.opt.step()
-        a.opt.zero_grad(set_to_none=True)
-
-    def client_report(self, a) -> dict:
-        """What the fed server aggregates with (Sec. II-D, "Aggregation inputs"). Also records
-        the client's round means of TPGF's figures (``client_metric_names``): w_client of
-        eq. (3) and the L2 norm of the server's encoder gradient over its fused steps, and the
-        L2 norm of the local encoder gradient after and before the clip over all its steps;
-        the metric columns are their means over the round's clients."""
-        x = a.extra
-        lc = x.get("lc_sum", 0.0) / max(1, x.get("n", 0))
-        ls = x["ls_sum"] / x["ns"] if x.get("ns") else None
-        fused = lc if ls is None else fused_loss(a.cut, self.num_blocks - a.cut, lc, ls, self.params.fusion)
-        w = x["w_sum"] / x["fused_steps"] if x.get("fused_steps") else None
-        if x.get("local_steps"):
-            a.stats.record("grad_norm_local", x["gn_local_sum"] / x["local_steps"])
-            a.stats.record("grad_norm_local_raw", x["gn_raw_sum"] / x["local_steps"])
-        if w is not None:
-            a.stats.record("tpgf_w_client", w)
-            a.stats.record("grad_norm_server", x["gn_server_sum"] / x["fused_steps"])
-        return {"depth": a.cut, "loss_client": lc, "loss_server": ls, "loss": fused, "w_client": w}
-
-    # ----------------------------------------------------------------- fed server
-    def fed_client_state(self, fed, client: int, cut: int):
-        """The global encoder prefix (a download) plus the client's own classifier (kept on
-        the device in a deployment; parked on the fed actor here, not counted as traffic)."""
-        return prefix_with_own(fed, client, cut), True
-
-    def fed_aggregate(self, fed, rnd: int, server_states: list[dict], updates: list[ClientUpdate]):
-        """Eq. (6) weights, eq. (8) per layer; classifiers stay local. Returns the new global
-        model, which the main server adopts (its copy of every layer)."""
-        server_copy = dict(fed.global_state)
-        for s in server_states:
-            server_copy.update(s)
-        encoders = []
-        for u in updates:
-            fed.own[u.client] = {k: v for k, v in u.state.items() if k.startswith("head.")}
-            fed.extra.setdefault("depth", {})[u.client] = int(u.report["depth"])
-            encoders.append({k: v for k, v in u.state.items() if not k.startswith("head.")})
-        if updates:
-            w = client_weights([u.report["depth"] for u in updates], [u.report["loss"] for u in updates])
-            fed.global_state = consensus_average(encoders, w, server_copy, self.params.consensus_lambda)
-        else:
-            fed.global_state = server_copy
-        return fed.global_state
-
-    def own_path(self, fed, ev, client: int) -> torch.nn.Module | None:
-        """Client ``client``'s own path as a module: the global encoder prefix of its depth
-        d_i followed by its classifier (what it runs when the server is away), or None if it
-        has no classifier yet. Call after ``ev.load(fed.global_state)``."""
-        head_state = fed.own.get(client)
-        if not head_state:
-            return None
-        d = fed.extra["depth"][client]
-        head = client_classifier(ev.model.activation_shape(d), ev.num_classes,
-                                 spatial=self.params.classifier_head == "spatial")
-        head.load_state_dict(wire_to_state({k[5:]: v for k, v in head_state.items()}))
-        return torch.nn.Sequential(ev.model.part(0, d), head.to(ev.device))
-
-    def fed_evaluate(self, fed, ev):
-        """The super-network (global model, all L blocks) on the test set -- the model of
-        every paper table; plus each of this round's clients' own path (:meth:`own_path`):
-        ``acc_local`` (and ``acc_local_std``) on the balanced global test set, and
-        ``acc_local_own`` on the client's own label mix (the test set with each class
-        weighted by the client's share of it in training), means over the clients."""
-        acc, loss = ev(fed.global_state)
-        balanced, own = [], []
-        for c in fed.last_clients:
-            m = self.own_path(fed, ev, c)
-            if m is None:
-                continue
-            balanced.append(ev.module(m)[0])
-            own.append(ev.on_label_mix(m, c))
-        nan = float("nan")
-        extras = {"acc_local": float(np.mean(balanced)) if balanced else nan,
-                  "acc_local_std": float(np.std(balanced)) if balanced else nan,
-                  "acc_local_own": float(np.mean(own)) if own else nan}
-        return acc, loss, extras

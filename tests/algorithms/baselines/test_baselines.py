@@ -95,7 +95,6 @@ def test_psl_sum_steps_on_the_sum_of_the_clients_gradients_and_mean_is_unchanged
 
     from raysfl.algorithms.baselines.splitfed import ParallelSplitLearning
     from raysfl.resolve import validate
-    from raysfl.runtime.server_actor import ServerState
     from raysfl.server_steps import per_client_gradients, shared_server_step
 
     model, batches = _group()
@@ -103,18 +102,18 @@ def test_psl_sum_steps_on_the_sum_of_the_clients_gradients_and_mean_is_unchanged
     outs = {}
     for red in ("mean", "sum"):
         m = copy.deepcopy(model)
-        state = ServerState(m, torch.optim.SGD(m.parameters(), lr=0.1), "cpu")
-        algo = ParallelSplitLearning(validate(raysfl.config_from_kwargs(algo="psl", momentum=0.0,
-                                                                        psl={"server_reduction": red})))
-        outs[red] = (algo.server_step(state, batches), m)
+        cfg = validate(raysfl.config_from_kwargs(algo="psl", momentum=0.0, psl={"server_reduction": red}))
+        srv = ParallelSplitLearning.server(cfg, None, None, m, "cpu")
+        srv.opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        outs[red] = (srv.step(batches), m)
     ref = copy.deepcopy(model)
     want = shared_server_step(ref, torch.optim.SGD(ref.parameters(), lr=0.1), batches)
-    assert all(torch.equal(outs["mean"][0][0][c], want[0][c]) for c in range(4))
+    assert all(torch.equal(outs["mean"][0].grads[c], want[0][c]) for c in range(4))
     before = dict(model.part(1, 4).named_parameters())
     after = dict(outs["sum"][1].part(1, 4).named_parameters())
     delta = torch.cat([(after[n] - before[n]).detach().reshape(-1) for n in names])
     assert torch.allclose(delta, -0.1 * grads.sum(0), atol=1e-6)
-    assert all(torch.allclose(outs["sum"][0][0][c], act_ref[c]) for c in range(4))  # each its own gradient
+    assert all(torch.allclose(outs["sum"][0].grads[c], act_ref[c]) for c in range(4))  # each its own gradient
 
 
 def test_epsl_aggregates_the_last_layer_gradients_of_a_share_of_each_batch():

@@ -110,28 +110,29 @@ def test_batch_statistics_are_per_true_class():
     assert st["u_ale"][1] > 0 and st["u_epi"].shape == (2,)
 
 
-def _algo(**params):
+def _cfg(**params):
     import raysfl
-    from raysfl.algorithms.besplit.algorithm import BESplit
     from raysfl.resolve import validate
 
-    return BESplit(validate(raysfl.config_from_kwargs(algo="besplit", rounds=4, besplit=params)))
+    return validate(raysfl.config_from_kwargs(algo="besplit", rounds=4, besplit=params))
 
 
 def test_kl_annealing_runs_over_the_whole_run_unless_anneal_rounds_is_set():
     """T of eq. (5)'s lambda_t = min(1, t/T) is the run's number of rounds by default (App. D's
     T), so lambda reaches 1 at the last round; ``anneal_rounds`` pins it (Sensoy et al.'s 10)."""
-    assert _algo().anneal_total == 4  # _algo's run has 4 rounds
-    assert _algo(anneal_rounds=10).anneal_total == 10
+    from raysfl.algorithms.besplit.algorithm import anneal_total
+
+    assert anneal_total(_cfg()) == 4  # _cfg's run has 4 rounds
+    assert anneal_total(_cfg(anneal_rounds=10)) == 10
 
 
-class _Server:
-    def __init__(self, clients):
-        self.extra, self.metrics, self.round = {}, defaultdict(list), 1
-        self.client_models = {c: None for c in clients}
+def _server(clients, **params):
+    """BESplit's main-server role in round 1 with a W_S_k copy (of a ``_Tiny``) for each of ``clients``."""
+    from raysfl.algorithms.besplit.algorithm import BESplit
 
-    def record(self, name, value):
-        self.metrics[name].append(value)
+    srv = BESplit.server(_cfg(**params), None, None, _Tiny(1), "cpu")
+    srv.begin_round(1, {c: 1 for c in clients}, None)
+    return srv
 
 
 def _stats(counts, conf):
@@ -144,44 +145,41 @@ def _stats(counts, conf):
 
 
 def test_round_end_updates_records_weights_clients_and_expires_silent_ones():
-    algo = _algo(csr_beta=0.5, csr_ttl=2)
-    s = _Server([0, 1, 2])
-    s.extra["pending"] = {0: _stats([4, 4, 0], 9.0), 1: _stats([0, 2, 6], 3.0)}
-    w = algo.server_weights(s, {0: 8.0, 1: 8.0, 2: 8.0})
+    s = _server([0, 1, 2], csr_beta=0.5, csr_ttl=2)
+    s.state.pending = {0: _stats([4, 4, 0], 9.0), 1: _stats([0, 2, 6], 3.0)}
+    w = s.weights({0: 8.0, 1: 8.0, 2: 8.0})
     assert w[2] == 0.0 and sum(w.values()) == pytest.approx(1.0)
     assert w[0] > w[1]  # more concentrated evidence, same uncertainty per sample
-    assert set(s.extra["csr"]) == {0, 1} and s.extra["csr"][0]["round"] == 1
+    assert set(s.state.csr) == {0, 1} and s.state.csr[0]["round"] == 1
     # round 2: client 0 again -> EMA with beta^max(1, 1) = 0.5
     s.round = 2
-    s.extra["pending"] = {0: _stats([0, 0, 8], 9.0)}
-    algo.server_weights(s, {0: 8.0})
-    assert s.extra["csr"][0]["counts"].tolist() == [2.0, 2.0, 4.0]
+    s.state.pending = {0: _stats([0, 0, 8], 9.0)}
+    s.weights({0: 8.0})
+    assert s.state.csr[0]["counts"].tolist() == [2.0, 2.0, 4.0]
     # round 4: client 1 (last seen in round 1) is past its TTL of 2 rounds and is dropped
     s.round = 4
-    s.extra["pending"] = {0: _stats([1, 1, 1], 2.0)}
-    algo.server_weights(s, {0: 3.0})
-    assert set(s.extra["csr"]) == {0}
+    s.state.pending = {0: _stats([1, 1, 1], 2.0)}
+    s.weights({0: 3.0})
+    assert set(s.state.csr) == {0}
     # without EA: sample weights, or the paper's "simple average"
     for params, want in (({}, {0: 0.75, 1: 0.25}), ({"plain_weights": "uniform"}, {0: 0.5, 1: 0.5})):
-        plain = _algo(ea=False, **params)
-        s2 = _Server([0, 1])
-        s2.extra["pending"] = {0: _stats([4, 4, 0], 9.0), 1: _stats([0, 2, 6], 3.0)}
-        assert plain.server_weights(s2, {0: 6.0, 1: 2.0}) == want
+        s2 = _server([0, 1], ea=False, **params)
+        s2.state.pending = {0: _stats([4, 4, 0], 9.0), 1: _stats([0, 2, 6], 3.0)}
+        assert s2.weights({0: 6.0, 1: 2.0}) == want
     # EA re-weights the sample-weighted average: the same records, three times the samples
     for params, want in (({}, (0.25, 0.75)), ({"ea_samples": False}, (0.5, 0.5))):
-        s3 = _Server([0, 1])
-        s3.extra["pending"] = {0: _stats([4, 4, 0], 9.0), 1: _stats([4, 4, 0], 9.0)}
-        w = _algo(**params).server_weights(s3, {0: 2.0, 1: 6.0})
+        s3 = _server([0, 1], **params)
+        s3.state.pending = {0: _stats([4, 4, 0], 9.0), 1: _stats([4, 4, 0], 9.0)}
+        w = s3.weights({0: 2.0, 1: 6.0})
         assert (w[0], w[1]) == pytest.approx(want)
 
 
 def test_bcc_plan_pairs_complementary_clients_with_eq31_32_ratios():
-    algo = _algo()
-    s = _Server([0, 1, 2, 3])
+    s = _server([0, 1, 2, 3])
     recs = {0: [10, 0, 0, 0], 1: [0, 10, 0, 0], 2: [3, 3, 2, 2], 3: [2, 2, 3, 3]}
-    s.extra["csr"] = {c: {**_stats(v, 5.0), "round": 1} for c, v in recs.items()}
-    s.extra["ea_weights"] = {0: 0.1, 1: 0.4, 2: 0.25, 3: 0.25}
-    plan = algo.bcc_plan(s)
+    s.state.csr = {c: {**_stats(v, 5.0), "round": 1} for c, v in recs.items()}
+    s.state.ea_weights = {0: 0.1, 1: 0.4, 2: 0.25, 3: 0.25}
+    plan = s.bcc_plan()
     assert set(plan) == {0, 1} and plan[0][0] == 1 and plan[1][0] == 0  # the two one-class clients
     # P_g = [15, 15, 5, 5] / 40; client 0 lends class 0 to client 1, and w_1 > w_0: eq. (32)
     p_g0 = 15 / 40
@@ -321,16 +319,12 @@ def test_besplit_run_weights_sum_to_one_and_reports_both_models(quick):
 def test_records_take_every_batch_or_the_rounds_first(rows):
     """``csr_rows``: "all" folds every step's statistics into the round's record; "first" only
     the round's first batch of each client (smashed by the client-side model it downloaded)."""
-    algo = _algo(csr_rows=rows, bcc=False, dtd=False)
-    s = _Server([0, 1])
-    s.model = _Tiny(1)
-    s.client_models = {c: copy.deepcopy(s.model) for c in (0, 1)}
+    s = _server([0, 1], csr_rows=rows, bcc=False, dtd=False)  # W_S_k: copies of its model, _Tiny(1)
     s.client_opts = {c: torch.optim.SGD(m.parameters(), lr=0.1) for c, m in s.client_models.items()}
-    s.extra_rows = {}
     first, second = _batches(), [(c, cut, x + 1.0, y) for c, cut, x, y in _batches()]
-    algo.server_step(s, first)
-    algo.server_step(s, second)
-    counts = {c: s.extra["pending"][c]["counts"].sum() for c in (0, 1)}
+    s.step(first)
+    s.step(second)
+    counts = {c: s.state.pending[c]["counts"].sum() for c in (0, 1)}
     want = {0: 5.0, 1: 6.0} if rows == "first" else {0: 10.0, 1: 12.0}
     assert counts == want
 
@@ -339,15 +333,14 @@ def test_records_take_every_batch_or_the_rounds_first(rows):
 def test_ea_weighs_the_client_side_models_too_or_only_the_server_side(sides, want):
     """``ea_sides``: the fed server averages the client-side models by EA's weights ("both") or,
     like SplitFed's fed server, by the clients' sample counts ("server")."""
-    from types import SimpleNamespace
+    from raysfl.algorithms.besplit.algorithm import BESplit
+    from raysfl.algorithms.roles import ClientUpdate
 
-    from raysfl.algorithms.base import ClientUpdate
-
-    algo = _algo(ea_sides=sides, dtd=False)
-    fed = SimpleNamespace(own={}, round_weights={0: 0.9, 1: 0.1}, global_state={"w": np.zeros(1)})
+    agg = BESplit.aggregator(_cfg(ea_sides=sides, dtd=False), None, None, {"w": np.zeros(1)})
+    agg.round_weights = {0: 0.9, 1: 0.1}
     updates = [ClientUpdate(0, {"w": np.ones(1)}, 10.0), ClientUpdate(1, {"w": np.zeros(1)}, 10.0)]
-    algo.fed_aggregate(fed, 1, [], updates)
-    assert fed.global_state["w"][0] == pytest.approx(want)
+    agg.aggregate(1, [], updates)
+    assert agg.global_state["w"][0] == pytest.approx(want)
 
 
 @pytest.mark.slow
@@ -404,4 +397,4 @@ def test_besplit_without_ea_uses_sample_weights(quick):
 ])
 def test_bad_besplit_settings_are_refused(params, match):
     with pytest.raises(ConfigError, match=match):
-        _algo(**params)
+        _cfg(**params)

@@ -5,7 +5,6 @@ aggregation rule against FedAvg, a run with partners on different actors, and le
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -22,7 +21,10 @@ def test_doubled_step_only_where_both_flows_reached_the_layer():
     2 * lr * its gradient, every other block by lr * gradient; with one flow only (the
     partner finished its steps, or a solo step) nothing is doubled; switched off, nothing
     is. ``doubled_layers`` records the count per update."""
-    from raysfl.runtime.peer_split import _step
+    import raysfl
+    from raysfl.algorithms.fed_pairing.peer_exchange import PeerClient, PeerRound
+    from raysfl.algorithms.roles import ClientRound
+    from raysfl.resolve import validate
 
     for double, own, theirs, want_doubled in [(True, range(0, 3), range(1, 4), [1, 2]),
                                               (True, range(0, 3), None, []),
@@ -33,15 +35,16 @@ def test_doubled_step_only_where_both_flows_reached_the_layer():
         before = {n: p.detach().clone() for n, p in part.named_parameters()}
         for p in part.parameters():
             p.grad = torch.ones_like(p)
-        a = SimpleNamespace(part=part, opt=torch.optim.SGD(part.parameters(), lr=0.1),
-                            extra={"own_flow": own, "partner_flow": theirs}, stats=ClientRoundStats(0, 3))
-        _step(SimpleNamespace(algo=SimpleNamespace(double_overlap=lambda d=double: d)), a)
+        a = ClientRound(0, 3, 1, 8, 0, part, torch.optim.SGD(part.parameters(), lr=0.1), {}, ClientRoundStats(0, 3),
+                        state=PeerRound(own_flow=own, partner_flow=theirs))
+        cfg = validate(raysfl.config_from_kwargs(algo="fed_pairing", fed_pairing={"double_overlap": double}))
+        PeerClient(cfg, None)._step(a)
         for n, p in part.named_parameters():
             want = 0.2 if int(n.split(".")[1]) in want_doubled else 0.1
             assert torch.allclose(before[n] - p.detach(), torch.full_like(p, want)), (n, double, own, theirs)
         assert all(p.grad is None for p in part.parameters())
         assert a.stats.metrics == {"doubled_layers": [float(len(want_doubled))]}
-        assert "own_flow" not in a.extra and "partner_flow" not in a.extra
+        assert a.state.own_flow is None and a.state.partner_flow is None
 
 
 def _walk(obj):
@@ -66,12 +69,14 @@ class _Pair:
 
     def __init__(self, ray, cuts=(1, 3), weights=(0.3, 0.7), steps=1, double=True, lr=0.1, batch=8):
         import raysfl
-        from raysfl.algorithms.base import FederationContext
         from raysfl.algorithms.fed_pairing.algorithm import FedPairing
+        from raysfl.algorithms.fed_pairing.peer_exchange import PairPlan
+        from raysfl.algorithms.roles import FederationContext
         from raysfl.data import load_dataset
         from raysfl.devices import sample_profiles
         from raysfl.resolve import validate
         from raysfl.runtime.client_actor import ClientActor
+        from raysfl.runtime.planning import ClientPlan
         from raysfl.transport import state_to_wire
 
         self.ray = ray
@@ -79,18 +84,21 @@ class _Pair:
                                                  fed_pairing={"double_overlap": double}))
         self.cfg, self.ds = cfg, load_dataset("digits")
         self.model = build_model("cnn", self.ds.input_shape, self.ds.num_classes, seed=0)
-        algo = FedPairing(cfg)
-        algo.setup(FederationContext(2, self.model.num_blocks, self.model.valid_cuts(), np.array([40, 40]),
-                                     np.zeros((2, 10)), sample_profiles(2, cfg.devices, 0), self.model.block_flops()))
+        ctx = FederationContext(2, self.model.num_blocks, self.model.valid_cuts(), np.array([40, 40]),
+                                np.zeros((2, 10)), sample_profiles(2, cfg.devices, 0), self.model.block_flops(),
+                                conv_blocks=self.model.leading_conv_blocks(), num_classes=self.ds.num_classes)
+        planner = FedPairing.make_planner(cfg)
+        planner.setup(ctx)
         self.parts = {0: np.arange(40), 1: np.arange(40, 80)}
-        self.actors = [ClientActor(i, cfg, algo, self.ds, {i: self.parts[i]}, self.model.block_flops())
+        self.actors = [ClientActor(i, cfg, FedPairing, ctx, planner.shared(), self.ds, {i: self.parts[i]})
                        for i in (0, 1)]
         self.global_state = state_to_wire(self.model.state_dict())
         models = {"global": self.global_state, "own": {}, "charged": [0, 1]}
-        for c in (0, 1):
-            self.actors[c].begin_round({c: {"cut": cuts[c], "steps": steps, "batch": batch, "stream_pos": 0,
-                                            "lr": lr, "whole": True, "partner": 1 - c, "weight": weights[c],
-                                            "overlap": list(range(cuts[1 - c] + 1, cuts[c] + 1))}}, models)
+        W = self.model.num_blocks
+        for c in (0, 1):  # each holds the whole model; its partner runs the rest of its own flow
+            pair = PairPlan(1 - c, list(range(cuts[1 - c] + 1, cuts[c] + 1)), weights[c])
+            self.actors[c].begin_round({c: ClientPlan(cuts[c], steps, batch, 0, lr, blocks=W, round=1, role=pair)},
+                                       models)
         self.crossed: list = []  # every payload that left one actor for the other
         self.steps = steps
 
@@ -102,11 +110,13 @@ class _Pair:
         a0, a1 = self.actors
         back = {0: [], 1: []}
         for s in range(self.steps):
-            sent = {c: self.actors[c].pair_forward(s, [1 - c], {c: 1 - c}, back[c]) for c in (0, 1)}
-            outs = {c: self.actors[1 - c].pair_serve(s, [self._put(sent[c])]) for c in (0, 1)}
-            dl = {c: self.actors[c].pair_loss(s, [1 - c], {c: 1 - c}, [self._put(outs[c])]) for c in (0, 1)}
-            back = {c: [self._put(self.actors[1 - c].pair_backward(s, [self._put(dl[c])]))] for c in (0, 1)}
-        self.results = {c: self.actors[c].finish(back[c]) for c in (0, 1)}
+            sent = {c: self.actors[c].call_role("pair_forward", s, [1 - c], {c: 1 - c}, back[c]) for c in (0, 1)}
+            outs = {c: self.actors[1 - c].call_role("pair_serve", s, [self._put(sent[c])]) for c in (0, 1)}
+            dl = {c: self.actors[c].call_role("pair_loss", s, [1 - c], {c: 1 - c}, [self._put(outs[c])])
+                  for c in (0, 1)}
+            back = {c: [self._put(self.actors[1 - c].call_role("pair_backward", s, [self._put(dl[c])]))]
+                    for c in (0, 1)}
+        self.results = {c: self.actors[c].end_round(back[c]) for c in (0, 1)}
         return self.results
 
     def batch(self, c, step=0):

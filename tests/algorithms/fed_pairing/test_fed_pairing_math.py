@@ -83,10 +83,10 @@ def test_every_pair_splits_the_whole_model(mode):
     """Split lengths are decided once per pair: for every pair the partners' lengths sum to
     W (every block of each copy is reached by one flow or both), the slower partner never
     runs more blocks, and each copy's overlap is the other's gap -- for several seeds,
-    client counts, models and pairing modes, through the algorithm's own driver hooks."""
+    client counts, models and pairing modes, through the algorithm's own planner."""
     import raysfl
-    from raysfl.algorithms.base import FederationContext
     from raysfl.algorithms.fed_pairing.algorithm import FedPairing
+    from raysfl.algorithms.roles import FederationContext
     from raysfl.devices import sample_profiles
     from raysfl.resolve import validate
 
@@ -95,23 +95,24 @@ def test_every_pair_splits_the_whole_model(mode):
             for W in (4, 10):
                 cfg = validate(raysfl.config_from_kwargs(algo="fed_pairing", clients=n, seed=seed,
                                                          fed_pairing={"pairing": mode}))
-                algo = FedPairing(cfg)
+                planner = FedPairing.make_planner(cfg)
                 ctx = FederationContext(n, W, list(range(1, W)), np.full(n, 50), np.zeros((n, 10)),
                                         sample_profiles(n, cfg.devices, seed), [1] * W)
-                algo.setup(ctx)
+                planner.setup(ctx)
                 clients = list(range(n))
-                cuts, plan = algo.assign_cuts(1, clients, ctx), algo.pair_plan(1, clients)
-                solo = [c for c in clients if plan[c]["partner"] is None]
+                cuts = planner.assign_cuts(1, clients, ctx)
+                plan = planner.client_plans(1, clients, cuts)
+                solo = [c for c in clients if plan[c].partner is None]
                 assert len(solo) == n % 2 and all(cuts[c] == W for c in solo)
                 for c in clients:
-                    j = plan[c]["partner"]
+                    j = plan[c].partner
                     if j is None:
                         continue
-                    assert plan[j]["partner"] == c and cuts[c] + cuts[j] == W and 1 <= cuts[c] < W, (seed, n, W, c)
-                    if algo.freq_ghz[c] < algo.freq_ghz[j]:
+                    assert plan[j].partner == c and cuts[c] + cuts[j] == W and 1 <= cuts[c] < W, (seed, n, W, c)
+                    if planner.freq_ghz[c] < planner.freq_ghz[j]:
                         assert cuts[c] <= cuts[j]
-                    assert plan[c]["overlap"] == overlapping_layers(W, cuts[c], cuts[j])
-                    assert len(plan[c]["overlap"]) + len(plan[j]["overlap"]) == abs(cuts[c] - cuts[j])
+                    assert plan[c].overlap == overlapping_layers(W, cuts[c], cuts[j])
+                    assert len(plan[c].overlap) + len(plan[j].overlap) == abs(cuts[c] - cuts[j])
 
 
 def test_loss_weights():

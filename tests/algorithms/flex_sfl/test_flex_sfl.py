@@ -145,17 +145,15 @@ def test_clients_per_round_is_shared_out_over_the_clusters():
     assert cluster_quotas([33, 33, 34], 20) == [7, 6, 7]      # exactly 20 (rho * |C_n| would give 21)
     assert sum(cluster_quotas([5, 0, 11], 7)) == 7 and cluster_quotas([5, 0, 11], 7)[1] == 0
     assert cluster_quotas([2, 3], 10) == [2, 3]                # never more than a cluster holds
-    algo = _algo()
-    assert algo.quotas() == [None, None] and algo.rho == 0.2   # the paper's rho
+    planner = _planner()
+    assert planner.quotas() == [None, None] and planner.rho == 0.2   # the paper's rho
     cfg = raysfl.config_from_kwargs(algo="flex_sfl", clients=4, clients_per_round=3)
     from raysfl.algorithms.flex_sfl.algorithm import FlexSFL
 
-    mapped = FlexSFL(cfg)
-    mapped.das = algo.das
+    mapped = FlexSFL.make_planner(cfg)
+    mapped.das = planner.das
     assert mapped.rho == 0.75 and sum(mapped.quotas()) == 3
-    from raysfl.algorithms.base import FederationContext
-
-    ctx = FederationContext(4, 4, [1, 2, 3], np.array([10, 30, 20, 20]), np.eye(4, 10, dtype=int), [], [1] * 4)
+    ctx = _ctx()
     mapped.histograms = ctx.histograms.astype(float)
     assert len(mapped.select(1, ctx)) == 3
 
@@ -169,11 +167,9 @@ def test_tau_r_server_passes_and_the_gradient_the_client_gets():
 
     from raysfl.algorithms.flex_sfl.algorithm import FlexSFL
     from raysfl.models import build_model
-    from raysfl.runtime.server_actor import ServerState
     from raysfl.server_steps import shared_server_step
 
     cfg = raysfl.config_from_kwargs(algo="flex_sfl", clients=4, flex_sfl={"tau_r": 3})
-    algo = FlexSFL(cfg)
     torch.manual_seed(0)
     model = build_model("cnn", (1, 8, 8), 10, seed=0)
     batches = [(c, 1, torch.randn(4, 32, 4, 4), torch.randint(0, 10, (4,))) for c in (0, 1)]
@@ -182,8 +178,10 @@ def test_tau_r_server_passes_and_the_gradient_the_client_gets():
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     steps = []
     opt.register_step_post_hook(lambda *_: steps.append(1))
-    grads, _ = algo.server_step(ServerState(model, opt, "cpu"), batches)
-    assert len(steps) == 3 == algo.server_updates_per_step()
+    srv = FlexSFL.server(cfg, _ctx(), None, model, "cpu")
+    srv.opt = opt
+    grads = srv.step(batches).grads
+    assert len(steps) == 3 == srv.updates_per_step()
     for c in (0, 1):
         torch.testing.assert_close(grads[c], ref_grads[c])
     moved = [p for p, q in zip(model.parameters(), reference.parameters()) if not torch.equal(p, q)]
@@ -206,80 +204,104 @@ def test_data_weights_eq22_eq25():
     np.testing.assert_allclose(data_weights([10, 30, 60]), [0.1, 0.3, 0.6])
 
 
-def _algo(**params):
+SIZES = np.array([10.0, 30.0, 20.0, 20.0])
+
+
+def _ctx():
+    from raysfl.algorithms.roles import FederationContext
+
+    return FederationContext(4, 4, [1, 2, 3], SIZES.astype(int), np.eye(4, 10, dtype=int), [], [1] * 4,
+                             num_classes=10)
+
+
+def _das():
+    # clients 0, 1 weak -> cluster 0 (cut 1); clients 2, 3 strong -> cluster 1 (cut 2)
+    return das([1, 1, 4, 4], 4, 2, [1, 2, 3], 1, 2)
+
+
+def _cfg(**params):
     from raysfl import config_from_kwargs
+
+    return config_from_kwargs(algo="flex_sfl", clients=4, flex_sfl=params)
+
+
+def _planner(**params):
     from raysfl.algorithms.flex_sfl.algorithm import FlexSFL
 
-    cfg = config_from_kwargs(algo="flex_sfl", clients=4, flex_sfl=params)
-    algo = FlexSFL(cfg)
-    # clients 0, 1 weak -> cluster 0 (cut 1); clients 2, 3 strong -> cluster 1 (cut 2)
-    algo.das = das([1, 1, 4, 4], 4, 2, [1, 2, 3], 1, 2)
-    algo.sizes = np.array([10.0, 30.0, 20.0, 20.0])
-    algo.cluster_data = [40.0, 40.0]  # D_n of the two clusters (setup() computes it from the context)
-    return algo
+    planner = FlexSFL.make_planner(_cfg(**params))
+    planner.das = _das()
+    planner.sizes = SIZES.copy()
+    planner.cluster_data = [40.0, 40.0]  # D_n of the two clusters (setup() computes it from the context)
+    return planner
+
+
+def _agg(global_state, **params):
+    """The central server's HiLoAggregator with the clusters of ``_das`` (the planner's shared
+    facts: DAS's result and D_n of the two clusters) and client sizes ``SIZES``."""
+    from raysfl.algorithms.flex_sfl.algorithm import Clusters, FlexSFL
+
+    return FlexSFL.aggregator(_cfg(**params), _ctx(), Clusters(_das(), [40.0, 40.0]), global_state)
 
 
 def _st(block: int, value: float) -> dict:
     return {f"blocks.{block}.w": np.array([value], dtype=np.float32)}
 
 
-def test_fed_aggregate_hilo_by_hand():
-    from raysfl.algorithms.base import ClientUpdate
-    from raysfl.runtime.fed_actor import FedState
+def _zeros() -> dict:
+    """The initial global model: all four blocks at 0."""
+    return {**_st(0, 0.0), **_st(1, 0.0), **_st(2, 0.0), **_st(3, 0.0)}
 
-    algo = _algo(tau_c=2, tau_e=2)
-    assert algo.das.clusters == [[0, 1], [2, 3]] and algo.das.cluster_cut == [1, 2]
-    fed = FedState({**_st(0, 0.0), **_st(1, 0.0), **_st(2, 0.0), **_st(3, 0.0)})
+
+def test_fed_aggregate_hilo_by_hand():
+    from raysfl.algorithms.roles import ClientUpdate
+
+    agg = _agg(_zeros(), tau_c=2, tau_e=2)
+    assert agg.das.clusters == [[0, 1], [2, 3]] and agg.das.cluster_cut == [1, 2]
     # round 1: client 0 trains; no aggregation yet (tau_c = tau_e = 2), it keeps its model
-    assert algo.fed_aggregate(fed, 1, [], [ClientUpdate(0, _st(0, 1.0), 8)]) is None
-    assert set(fed.own) == {0}
-    state, charged = algo.fed_client_state(fed, 0, 1)
+    assert agg.aggregate(1, [], [ClientUpdate(0, _st(0, 1.0), 8)]) is None
+    assert set(agg.own) == {0}
+    state, charged = agg.client_start(0, 1)
     assert state["blocks.0.w"][0] == 1.0 and not charged          # its own copy: no download
-    state, charged = algo.fed_client_state(fed, 1, 1)
+    state, charged = agg.client_start(1, 1)
     assert state["blocks.0.w"][0] == 0.0 and charged               # the initial model: a download
     # round 2: client 2 trains (cut 2); both aggregations happen
     servers = [{**_st(1, 2.0), **_st(2, 2.0)}, _st(2, 4.0)]         # edge 0 holds blocks 1.., edge 1 blocks 2..
-    merged = algo.fed_aggregate(fed, 2, servers, [ClientUpdate(2, {**_st(0, 3.0), **_st(1, 3.0)}, 8)])
-    cm = fed.extra["cluster_models"]
+    merged = agg.aggregate(2, servers, [ClientUpdate(2, {**_st(0, 3.0), **_st(1, 3.0)}, 8)])
+    cm = agg.state.cluster_models
     # cluster 0: client 0 (D=10) trained to 1.0; client 1 (D=30) still holds 0.0 -> 0.25 (eq. 23 over C_n)
     assert cm[0]["blocks.0.w"][0] == pytest.approx(0.25)
     # cluster 1: client 2 (D=20) -> 3.0, client 3 (D=20) initial 0.0 -> 1.5 on both client blocks
     assert cm[1]["blocks.0.w"][0] == pytest.approx(1.5) and cm[1]["blocks.1.w"][0] == pytest.approx(1.5)
-    assert fed.own == {}
+    assert agg.own == {}
     # edges: D_0 = 40, D_1 = 40; block 1 held only by edge 0 -> 2.0; block 2 -> (2*40 + 4*40)/80 = 3
     assert merged["blocks.1.w"][0] == pytest.approx(2.0) and merged["blocks.2.w"][0] == pytest.approx(3.0)
     # after the aggregation every cluster member downloads the new cluster model once
-    _, charged = algo.fed_client_state(fed, 0, 1)
+    _, charged = agg.client_start(0, 1)
     assert charged
-    _, charged_again = algo.fed_client_state(fed, 0, 1)
+    _, charged_again = agg.client_start(0, 1)
     assert not charged_again
 
 
 def test_fed_aggregate_trained_scope():
-    from raysfl.algorithms.base import ClientUpdate
-    from raysfl.runtime.fed_actor import FedState
+    from raysfl.algorithms.roles import ClientUpdate
 
-    algo = _algo(tau_c=1, tau_e=1, client_agg_scope="trained")
-    fed = FedState({**_st(0, 0.0), **_st(1, 0.0), **_st(2, 0.0), **_st(3, 0.0)})
-    algo.fed_aggregate(fed, 1, [{}, {}], [ClientUpdate(0, _st(0, 1.0), 8)])
-    assert fed.extra["cluster_models"][0]["blocks.0.w"][0] == pytest.approx(1.0)
-    assert 1 not in fed.extra["cluster_models"]  # nobody in cluster 1 trained
+    agg = _agg(_zeros(), tau_c=1, tau_e=1, client_agg_scope="trained")
+    agg.aggregate(1, [{}, {}], [ClientUpdate(0, _st(0, 1.0), 8)])
+    assert agg.state.cluster_models[0]["blocks.0.w"][0] == pytest.approx(1.0)
+    assert 1 not in agg.state.cluster_models  # nobody in cluster 1 trained
 
 
 def test_fed_evaluate_combines_cluster_and_edge_models():
-    from raysfl.runtime.fed_actor import FedState
-
-    algo = _algo()
-    fed = FedState({**_st(0, 0.0), **_st(1, 0.0), **_st(2, 0.0), **_st(3, 0.0)})
-    fed.extra["cluster_models"] = {0: _st(0, 1.0), 1: {**_st(0, 2.0), **_st(1, 2.0)}}
-    fed.extra["edge_model"] = {**_st(1, 5.0), **_st(2, 5.0), **_st(3, 5.0)}
+    agg = _agg(_zeros())
+    agg.state.cluster_models = {0: _st(0, 1.0), 1: {**_st(0, 2.0), **_st(1, 2.0)}}
+    agg.state.edge_model = {**_st(1, 5.0), **_st(2, 5.0), **_st(3, 5.0)}
     seen = []
 
     def evaluate_state(state):  # accuracy = blocks.0.w / 4, loss = blocks.0.w
         seen.append({k: float(v[0]) for k, v in state.items()})
         return state["blocks.0.w"][0] / 4, float(state["blocks.0.w"][0])
 
-    acc, loss, extras = algo.fed_evaluate(fed, evaluate_state)
+    acc, loss, extras = agg.evaluate(evaluate_state)
     # the latest parts (acc_mix): cluster 0 = client block [0,1) + w_e on [1,4); cluster 1 = client [0,2) + w_e
     assert seen[0] == {"blocks.0.w": 1.0, "blocks.1.w": 5.0, "blocks.2.w": 5.0, "blocks.3.w": 5.0}
     assert seen[1] == {"blocks.0.w": 2.0, "blocks.1.w": 2.0, "blocks.2.w": 5.0, "blocks.3.w": 5.0}
@@ -292,11 +314,9 @@ def test_fed_evaluate_combines_cluster_and_edge_models():
 def test_w_global_is_built_at_tau_g_and_evaluated_until_the_next():
     """Eq. (28): W_global at t mod tau_G = 0 is what test_accuracy reports until the next one;
     between syncs only acc_mix follows the latest parts."""
-    from raysfl.algorithms.base import ClientUpdate
-    from raysfl.runtime.fed_actor import FedState
+    from raysfl.algorithms.roles import ClientUpdate
 
-    algo = _algo(tau_c=2, tau_e=1)  # tau_G = 2
-    fed = FedState({**_st(0, 0.0), **_st(1, 0.0), **_st(2, 0.0), **_st(3, 0.0)})
+    agg = _agg(_zeros(), tau_c=2, tau_e=1)  # tau_G = 2
     calls = []
 
     def ev(state):
@@ -304,23 +324,23 @@ def test_w_global_is_built_at_tau_g_and_evaluated_until_the_next():
         return float(state["blocks.0.w"][0]), 0.0
 
     servers = [{**_st(1, 1.0), **_st(2, 1.0), **_st(3, 1.0)}, {**_st(2, 1.0), **_st(3, 1.0)}]
-    algo.fed_aggregate(fed, 1, servers, [ClientUpdate(0, _st(0, 4.0), 8)])
-    assert "w_global" not in fed.extra                         # round 1: no sync
-    acc1, _, ex1 = algo.fed_evaluate(fed, ev)
+    agg.aggregate(1, servers, [ClientUpdate(0, _st(0, 4.0), 8)])
+    assert agg.state.w_global is None                          # round 1: no sync
+    acc1, _, ex1 = agg.evaluate(ev)
     assert acc1 == 0.0 and ex1["w_global_round"] == 0.0        # the initial model
-    algo.fed_aggregate(fed, 2, servers, [ClientUpdate(0, _st(0, 8.0), 8)])
-    assert fed.extra["w_global"]["round"] == 2                 # round 2 = tau_G: W_global built
-    acc2, _, ex2 = algo.fed_evaluate(fed, ev)
+    agg.aggregate(2, servers, [ClientUpdate(0, _st(0, 8.0), 8)])
+    assert agg.state.w_global["round"] == 2                    # round 2 = tau_G: W_global built
+    acc2, _, ex2 = agg.evaluate(ev)
     # cluster 0: D = (10, 30) -> (8*10 + 0*30)/40 = 2.0; cluster 1 untouched (0.0); beta = 1/2 each
     assert acc2 == pytest.approx(1.0) and ex2["w_global_round"] == 2.0 and ex2["acc_cluster_0"] == 2.0
-    algo.fed_aggregate(fed, 3, servers, [ClientUpdate(1, _st(0, 40.0), 8)])
+    agg.aggregate(3, servers, [ClientUpdate(1, _st(0, 40.0), 8)])
     n = len(calls)
-    acc3, _, ex3 = algo.fed_evaluate(fed, ev)
+    acc3, _, ex3 = agg.evaluate(ev)
     assert len(calls) == n + 2                                  # only the mix is evaluated (2 clusters)
     assert acc3 == acc2 and ex3["w_global_round"] == 2.0        # carried forward between syncs
     assert ex3["acc_mix"] == ex2["acc_mix"]                     # client 1's model waits for tau_c
-    algo.fed_aggregate(fed, 4, servers, [])
-    acc4, _, ex4 = algo.fed_evaluate(fed, ev)
+    agg.aggregate(4, servers, [])
+    acc4, _, ex4 = agg.evaluate(ev)
     # cluster 0 at round 4: client 1 (D=30) 40.0 and client 0 (D=10) back on the aggregate 2.0 -> 30.5
     assert ex4["w_global_round"] == 4.0 and ex4["acc_cluster_0"] == pytest.approx(30.5)
 
@@ -340,7 +360,7 @@ def test_paper_defaults_and_knobs_are_flags():
     assert p.das_mode == "paper" and p.rho is None and p.max_cut is None
     from raysfl.algorithms.flex_sfl.algorithm import FlexSFL
 
-    assert FlexSFL(cfg).rho == 0.2
+    assert FlexSFL.make_planner(cfg).rho == 0.2
     for dataset, row in (("cifar10", ("vgg16", 0.03, 0.997, 2)), ("cifar100", ("vgg19", 0.03, 0.998, 20))):
         c = resolve_defaults(raysfl.Config(algo="flex_sfl", dataset=dataset))
         assert (c.model, c.lr, c.lr_decay, c.classes_per_client) == row

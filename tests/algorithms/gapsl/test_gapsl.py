@@ -53,28 +53,28 @@ def test_batched_per_client_gradients_equal_one_backward_per_client(name, shape)
         assert losses[c] == pytest.approx(float(loss.detach()), abs=1e-5)
 
 
-def _gapsl(**params):
+def _cfg(**params):
     import raysfl
-    from raysfl.algorithms.gapsl.algorithm import GAPSL
     from raysfl.resolve import validate
 
-    cfg = validate(raysfl.config_from_kwargs(algo="gapsl", momentum=0.0, server_lr=0.1, rounds=10, gapsl=params))
-    return GAPSL(cfg)
+    return validate(raysfl.config_from_kwargs(algo="gapsl", momentum=0.0, server_lr=0.1, rounds=10, gapsl=params))
 
 
-def _server_and_batches(clients: int, seed: int = 1):
-    from raysfl.runtime.server_actor import ServerState
+def _server_and_batches(clients: int, seed: int = 1, **params):
+    """GAPSL's server role (knobs ``params``) in round 4 of 10, and a group of ``clients`` batches."""
+    from raysfl.algorithms.gapsl.algorithm import GAPSL
 
     model = build_model("cnn", (1, 8, 8), 10, seed=0)
-    state = ServerState(model, torch.optim.SGD(model.parameters(), lr=0.1), "cpu")
-    state.round = 4
+    srv = GAPSL.server(_cfg(**params), None, None, model, "cpu")
+    srv.opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    srv.round = 4
     gen = torch.Generator().manual_seed(seed)
     batches = []
     for c in range(clients):
         with torch.no_grad():
             a = model.part(0, 1)(torch.randn(8, 1, 8, 8, generator=gen))
         batches.append((c, 1, a, torch.randint(0, 10, (8,), generator=gen)))
-    return state, batches
+    return srv, batches
 
 
 def _flat(model, names):
@@ -85,26 +85,26 @@ def _flat(model, names):
 def test_server_step_sums_s_hat_and_gives_clients_outside_it_a_zero_cut_gradient():
     """Eq. 8 as written: the server moves by the sum of the selected clients' gradients, and
     client i receives dL_g/da_i -- its own loss's gradient inside S^, zero outside it."""
-    state, batches = _server_and_batches(6)
-    ref = copy.deepcopy(state.model)
+    srv, batches = _server_and_batches(6)
+    ref = copy.deepcopy(srv.model)
     grads, act_ref, _, names, _ = per_client_gradients(ref, batches)
     lead, leaders, k, _ = leader_gradient(grads, 4, 10, None)
     kept, _, _ = gda.select(grads, lead, leaders, 0.5)
     assert 0 < len(kept) < 6  # the case the test is about: some clients outside S^
-    act, _ = _gapsl().server_step(state, batches)
+    act = srv.step(batches).grads
     for c in range(6):
         if c in kept:
             assert torch.allclose(act[c], act_ref[c]) and act[c].abs().sum() > 0
         else:
             assert torch.equal(act[c], torch.zeros_like(act_ref[c]))
-    assert torch.allclose(_flat(state.model, names), _flat(ref, names) - 0.1 * grads[kept].sum(0), atol=1e-6)
-    assert state.metrics["lgi_k"] == [pytest.approx(k)] and state.metrics["gda_kept"] == [len(kept) / 6]
-    assert state.metrics["group_clients"] == [6] and state.metrics["lgi_skipped"] == [0.0]
+    assert torch.allclose(_flat(srv.model, names), _flat(ref, names) - 0.1 * grads[kept].sum(0), atol=1e-6)
+    assert srv.metrics["lgi_k"] == [pytest.approx(k)] and srv.metrics["gda_kept"] == [len(kept) / 6]
+    assert srv.metrics["group_clients"] == [6] and srv.metrics["lgi_skipped"] == [0.0]
     # cut_gradients="own": every client gets its own loss's gradient, the server step is unchanged
-    state2, batches2 = _server_and_batches(6)
-    act_own, _ = _gapsl(cut_gradients="own").server_step(state2, batches2)
+    srv2, batches2 = _server_and_batches(6, cut_gradients="own")
+    act_own = srv2.step(batches2).grads
     assert all(torch.allclose(act_own[c], act_ref[c]) for c in range(6))
-    assert torch.equal(_flat(state2.model, names), _flat(state.model, names))
+    assert torch.equal(_flat(srv2.model, names), _flat(srv.model, names))
 
 
 def test_lambda_has_no_effect_under_footnote_6_but_does_in_second_order():
@@ -113,9 +113,9 @@ def test_lambda_has_no_effect_under_footnote_6_but_does_in_second_order():
     outs = {}
     for label, params in (("lam", {"gda_lambda": 5e-4}), ("zero", {"gda_lambda": 0.0}),
                           ("2nd", {"gda_lambda": 0.5, "gda_regularizer": "second_order"})):
-        state, batches = _server_and_batches(6)
-        act, losses = _gapsl(**params).server_step(state, batches)
-        outs[label] = (act, state.model.state_dict(), state)
+        srv, batches = _server_and_batches(6, **params)
+        act = srv.step(batches).grads
+        outs[label] = (act, srv.model.state_dict(), srv)
     for c in range(6):
         assert torch.equal(outs["lam"][0][c], outs["zero"][0][c])
     assert all(torch.equal(v, outs["zero"][1][k]) for k, v in outs["lam"][1].items())
@@ -124,21 +124,22 @@ def test_lambda_has_no_effect_under_footnote_6_but_does_in_second_order():
 
 
 def test_groups_under_three_skip_lgi_and_gda_and_stay_out_of_the_nu_range():
-    state, batches = _server_and_batches(2)
-    ref = copy.deepcopy(state.model)
+    srv, batches = _server_and_batches(2)
+    ref = copy.deepcopy(srv.model)
     grads, act_ref, _, names, _ = per_client_gradients(ref, batches)
-    act, _ = _gapsl().server_step(state, batches)
-    assert "nu_range" not in state.extra and "lgi_k" not in state.metrics
-    assert state.metrics["lgi_skipped"] == [1.0]
+    act = srv.step(batches).grads
+    assert srv.state.nu_range is None and "lgi_k" not in srv.metrics
+    assert srv.metrics["lgi_skipped"] == [1.0]
     assert all(torch.allclose(act[c], act_ref[c]) for c in range(2))  # both are in the sum
-    assert torch.allclose(_flat(state.model, names), _flat(ref, names) - 0.1 * grads.sum(0), atol=1e-6)
+    assert torch.allclose(_flat(srv.model, names), _flat(ref, names) - 0.1 * grads.sum(0), atol=1e-6)
 
 
 def test_every_client_takes_the_same_steps_and_every_step_holds_every_client():
     """Sec. III-A: one batch of every participant per server step. The plan gives every client
     the mean client's epoch, whatever its own size; PSL keeps each client's own epoch."""
-    from raysfl.algorithms.base import FederationContext
     from raysfl.algorithms.baselines.splitfed import ParallelSplitLearning
+    from raysfl.algorithms.gapsl.algorithm import GAPSL
+    from raysfl.algorithms.roles import FederationContext
     from raysfl.runtime.planning import plan_round
 
     import raysfl
@@ -147,16 +148,15 @@ def test_every_client_takes_the_same_steps_and_every_step_holds_every_client():
     sizes = np.array([400, 20, 130, 60, 90, 40])
     ctx = FederationContext(6, 4, [1, 2, 3], sizes, np.ones((6, 10)), [], [1] * 4)
     cfg = validate(raysfl.config_from_kwargs(algo="gapsl", clients=6, rounds=3))
-    plans, _ = plan_round(cfg, _gapsl(), 1, ctx, {})
+    plans, _ = plan_round(cfg, GAPSL.make_planner(cfg), 1, ctx, {})
     assert {p.steps for p in plans.values()} == {math.ceil(sizes.mean() / 32)}  # 123.3 / 32 -> 4
     assert [p.batch for p in plans.values()] == [32, 20, 32, 32, 32, 32]
     psl_cfg = validate(raysfl.config_from_kwargs(algo="psl", clients=6))
-    psl_plans, _ = plan_round(psl_cfg, ParallelSplitLearning(psl_cfg), 1, ctx, {})
+    psl_plans, _ = plan_round(psl_cfg, ParallelSplitLearning.make_planner(psl_cfg), 1, ctx, {})
     assert [p.steps for p in psl_plans.values()] == [13, 1, 5, 2, 3, 2]
     epoch = validate(raysfl.config_from_kwargs(algo="gapsl", clients=6, gapsl={"round_steps": "epoch"}))
-    from raysfl.algorithms.gapsl.algorithm import GAPSL
-
-    assert [p.steps for p in plan_round(epoch, GAPSL(epoch), 1, ctx, {})[0].values()] == [13, 1, 5, 2, 3, 2]
+    epoch_plans, _ = plan_round(epoch, GAPSL.make_planner(epoch), 1, ctx, {})
+    assert [p.steps for p in epoch_plans.values()] == [13, 1, 5, 2, 3, 2]
 
 
 def test_a_run_has_equal_steps_and_full_groups(quick):
@@ -212,7 +212,7 @@ def test_gapsl_learns_and_beats_psl_on_non_iid_data(quick):
 ])
 def test_bad_gapsl_settings_are_refused(params, match):
     with pytest.raises(ConfigError, match=match):
-        _gapsl(**params)
+        _cfg(**params)
 
 
 def test_example_presets_keep_a_small_client_share_and_add_nothing_the_paper_lacks():

@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from raysfl.algorithms.gapsl import gda
-from raysfl.algorithms.gapsl.lgi import consistency_scores, leader_gradient, mean_pairwise_angle, selection_ratio
+from raysfl.algorithms.gapsl.lgi import consistency_scores, leader_gradient, selection_ratio
+from raysfl.angles import mean_pairwise_angle
 from raysfl.models import build_model
 from raysfl.server_steps import _batch_stats_only, per_client_gradients
 

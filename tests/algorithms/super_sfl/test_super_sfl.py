@@ -17,7 +17,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from raysfl.algorithms.super_sfl.algorithm import SuperSFL, available_rounds, parse_round_set
+from raysfl.algorithms.roles import ClientRound, FederationContext, PerClientServer, Reply
+from raysfl.algorithms.super_sfl.algorithm import SuperSFL, TPGFRound, available_rounds, parse_round_set
 from raysfl.algorithms.super_sfl.tpgf import clip_l2, client_weight
 from raysfl.errors import ConfigError
 from raysfl.models import build_model
@@ -25,27 +26,37 @@ from raysfl.models.heads import client_classifier
 from raysfl.transport import ClientRoundStats
 
 
-def _algo(**params) -> SuperSFL:
+def _cfg(**params):
     import raysfl
 
     cfg = raysfl.config_from_kwargs(algo="super_sfl", super_sfl=params)
     from raysfl.resolve import validate
 
-    cfg = validate(cfg)
-    algo = SuperSFL(cfg)
-    algo.num_blocks = 8
-    return algo
+    return validate(cfg)
+
+
+def _ctx(num_blocks: int = 8) -> FederationContext:
+    """A federation whose model has ``num_blocks`` blocks (what the roles read of it)."""
+    return FederationContext(4, num_blocks, list(range(1, num_blocks)), np.full(4, 50), np.ones((4, 10)), [],
+                             [1] * num_blocks, num_classes=10)
+
+
+def _role(num_blocks: int = 8, **params):
+    """SuperSFL's client role (TPGF) on a model of ``num_blocks`` blocks."""
+    return SuperSFL.client(_cfg(**params), _ctx(num_blocks), None)
+
+
+def _planner(**params):
+    return SuperSFL.make_planner(_cfg(**params))
 
 
 def test_server_layers_are_shared_between_depths():
     """A depth-2 client's step and a depth-4 client's step update the SAME tensors of the one
     server-side model (no per-depth copies): blocks 4..L-1 move in both steps."""
-    from raysfl.runtime.server_actor import ServerState
-
-    algo = _algo()
     torch.manual_seed(0)
     model = build_model("vit", (1, 8, 8), 10, seed=0)
-    state = ServerState(model, torch.optim.SGD(model.parameters(), lr=0.1), "cpu")
+    srv = SuperSFL.server(_cfg(), _ctx(model.num_blocks), None, model, "cpu")
+    srv.opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x = torch.randn(6, 1, 8, 8)
     y = torch.randint(0, 10, (6,))
 
@@ -56,7 +67,7 @@ def test_server_layers_are_shared_between_depths():
     def step(client, depth):
         before = {n: p.detach().clone() for n, p in model.named_parameters()}
         ptrs = {n: p.data_ptr() for n, p in model.named_parameters()}
-        algo.server_step(state, [(client, depth, smashed(depth), y)])
+        srv.step([(client, depth, smashed(depth), y)])
         assert {n: p.data_ptr() for n, p in model.named_parameters()} == ptrs  # updated in place
         return {n for n, p in model.named_parameters() if not torch.equal(before[n], p.detach())}
 
@@ -66,7 +77,7 @@ def test_server_layers_are_shared_between_depths():
     assert {block(n) for n in moved_4} == set(range(4, 8))
     shared = moved_2 & moved_4
     assert shared == {n for n in moved_4} and {block(n) for n in shared} == set(range(4, 8))
-    assert not state.client_models  # one model for every depth
+    assert not isinstance(srv, PerClientServer) and not getattr(srv, "client_models", None)  # one model, every depth
 
 
 def _client(depth=2, lr=0.1, seed=0):
@@ -76,15 +87,15 @@ def _client(depth=2, lr=0.1, seed=0):
     with torch.no_grad():
         shape = tuple(part(torch.zeros(1, 1, 8, 8)).shape[1:])
     head = client_classifier(shape, 10)
-    return SimpleNamespace(part=part, head=head, opt=torch.optim.SGD(part.parameters(), lr=lr),
-                           head_opt=torch.optim.SGD(head.parameters(), lr=lr), cut=depth, local=False,
-                           extra={}, stats=ClientRoundStats(client=0, cut=depth), anchor={}, fwd_flops=0.0, round=1)
+    return ClientRound(0, depth, 1, 8, 0, part, torch.optim.SGD(part.parameters(), lr=lr), {},
+                       ClientRoundStats(client=0, cut=depth), round=1, local=False, fwd_flops=0.0, head=head,
+                       head_opt=torch.optim.SGD(head.parameters(), lr=lr), state=TPGFRound())
 
 
 def test_tpgf_client_step_is_eqs_3_and_4():
     """Phase 1 steps the classifier on the local loss; phase 3 steps the encoder on
     w * clip(g_client) + (1 - w) * g_server with w from eq. (3)."""
-    algo = _algo()
+    role = _role()
     a = _client(depth=2)
     ref = copy.deepcopy(a)
     x, y = torch.randn(8, 1, 8, 8), torch.randint(0, 10, (8,))
@@ -103,14 +114,14 @@ def test_tpgf_client_step_is_eqs_3_and_4():
     want_head = [p.detach() - 0.1 * g for p, g in zip(head, g_all[len(enc):])]
 
     acts = a.part(x)
-    algo.client_forward(a, acts, y)
+    role.forward(a, acts, y)
     for p, want in zip(a.head.parameters(), want_head):
         torch.testing.assert_close(p.detach(), want)
-    algo.client_backward(a, acts, grad_at_cut, server_loss)
+    role.backward(a, acts, Reply(grad_at_cut, server_loss))
     for p, want in zip(a.part.parameters(), want_enc):
         torch.testing.assert_close(p.detach(), want)
     assert 0 < w < 2 / 8  # depth term 2/8 times a loss ratio < 1
-    report = algo.client_report(a)
+    report = role.report(a)
     assert report["depth"] == 2 and report["loss_server"] == pytest.approx(server_loss)
     assert report["w_client"] == pytest.approx(w)
     # the logged TPGF figures: w_client, the clipped and raw local norms, the server gradient's norm
@@ -127,7 +138,7 @@ def test_gradients_mode_ignores_the_server_gradient_in_rounds_without_it():
     """availability_mode=gradients (the default): in a round without server gradients the
     client's step is Alg. 3's local step whatever gradient the server sent, it counts as a
     fallback step, and the client enters eq. (6) with its client loss alone."""
-    algo = _algo(availability_rounds="1")
+    role = _role(availability_rounds="1")
     a = _client(depth=2)
     a.round = 2  # not in the schedule: no server gradients this round
     ref = copy.deepcopy(a)
@@ -136,12 +147,12 @@ def test_gradients_mode_ignores_the_server_gradient_in_rounds_without_it():
     loss_c = F.cross_entropy(ref.head(ref.part(x)), y)
     g = clip_l2(list(torch.autograd.grad(loss_c, enc)), 0.5)
     acts = a.part(x)
-    algo.client_forward(a, acts, y)
-    algo.client_backward(a, acts, torch.randn_like(acts), 0.3)  # a gradient that arrived, to be ignored
+    role.forward(a, acts, y)
+    role.backward(a, acts, Reply(torch.randn_like(acts), 0.3))  # a gradient that arrived, to be ignored
     for p, r, gi in zip(a.part.parameters(), enc, g):
         torch.testing.assert_close(p.detach(), r.detach() - 0.1 * gi)
     assert a.stats.fallback_steps == 1 and a.stats.loss_count == 0  # the server counted this batch's loss
-    report = algo.client_report(a)
+    report = role.report(a)
     assert report["loss_server"] is None and report["w_client"] is None
     assert report["loss"] == pytest.approx(float(loss_c.detach()))
     assert "tpgf_w_client" not in a.stats.metrics and "grad_norm_local" in a.stats.metrics
@@ -149,33 +160,34 @@ def test_gradients_mode_ignores_the_server_gradient_in_rounds_without_it():
     b = _client(depth=2)
     b.round = 1
     acts = b.part(x)
-    algo.client_forward(b, acts, y)
-    algo.client_backward(b, acts, torch.zeros_like(acts), 0.3)
-    assert b.stats.fallback_steps == 0 and algo.client_report(b)["w_client"] is not None
-    server_mode = _algo(availability_rounds="1", availability_mode="server")
-    assert server_mode.servers_down(2) == {0} and algo.servers_down(2) == set()
-    assert server_mode.servers_down(1) == set() == algo.servers_down(1)
+    role.forward(b, acts, y)
+    role.backward(b, acts, Reply(torch.zeros_like(acts), 0.3))
+    assert b.stats.fallback_steps == 0 and role.report(b)["w_client"] is not None
+    server_mode, gradients_mode = (_planner(availability_rounds="1", availability_mode="server"),
+                                   _planner(availability_rounds="1"))
+    assert server_mode.servers_down(2) == {0} and gradients_mode.servers_down(2) == set()
+    assert server_mode.servers_down(1) == set() == gradients_mode.servers_down(1)
 
 
 @pytest.mark.parametrize("mode,expect", [("equal", 0.5), ("no_loss", 2 / 8)])
 def test_tpgf_ablation_modes_reach_the_client(mode, expect):
     a = _client()
-    algo = _algo(fusion=mode)
+    role = _role(fusion=mode)
     x, y = torch.randn(4, 1, 8, 8), torch.randint(0, 10, (4,))
     acts = a.part(x)
-    algo.client_forward(a, acts, y)
-    algo.client_backward(a, acts, torch.zeros_like(acts), 2.0)
-    assert algo.client_report(a)["w_client"] == pytest.approx(expect)
+    role.forward(a, acts, y)
+    role.backward(a, acts, Reply(torch.zeros_like(acts), 2.0))
+    assert role.report(a)["w_client"] == pytest.approx(expect)
     assert a.stats.metrics["tpgf_w_client"] == [pytest.approx(expect)]
 
 
-def _report(algo, depth, lc, ls=None):
-    """client_report for a client whose round had mean client loss ``lc`` and, if it was
-    supervised, mean server loss ``ls`` (one step each)."""
-    x = {"lc_sum": lc, "n": 1}
+def _report(role, depth, lc, ls=None):
+    """The client role's report for a client whose round had mean client loss ``lc`` and, if it
+    was supervised, mean server loss ``ls`` (one step each)."""
+    x = TPGFRound(lc_sum=lc, n=1)
     if ls is not None:
-        x.update(ls_sum=ls, ns=1, w_sum=0.1, fused_steps=1, gn_server_sum=1.0)
-    return algo.client_report(SimpleNamespace(cut=depth, extra=x, stats=ClientRoundStats(client=0, cut=depth)))
+        x.ls_sum, x.ns, x.w_sum, x.fused_steps, x.gn_server_sum = ls, 1, 0.1, 1, 1.0
+    return role.report(SimpleNamespace(cut=depth, state=x, stats=ClientRoundStats(client=0, cut=depth)))
 
 
 def test_fed_aggregate_wiring():
@@ -183,21 +195,19 @@ def test_fed_aggregate_wiring():
     with its eq. (3)-fused loss, a fallback-only one with its client loss; eq. (8) pulls each
     layer towards the server's copy (the servers' state of this round) with weight lambda;
     a layer no client holds is the server's copy; the main server gets the result."""
-    from raysfl.algorithms.base import ClientUpdate
-    from raysfl.runtime.fed_actor import FedState
+    from raysfl.algorithms.roles import ClientUpdate
 
-    algo = _algo()
-    algo.num_blocks = 4
+    role = _role(num_blocks=4)
     v = lambda x: np.array([x], dtype=np.float32)  # noqa: E731
-    fed = FedState({f"blocks.{i}.w": v(100.0) for i in range(4)})
+    agg = SuperSFL.aggregator(_cfg(), _ctx(4), None, {f"blocks.{i}.w": v(100.0) for i in range(4)})
     server = {f"blocks.{i}.w": v(10.0 * (i + 1)) for i in range(4)}  # this round's server-side copy
     # client 0: depth 2, supervised (client loss 1, server loss 3): eq. 3 weight 2/4 * 0.75 = 0.375,
     # fused loss 0.375 * 1 + 0.625 * 3 = 2.25; client 1: depth 1, fallback only, client loss 0.5
-    r0, r1 = _report(algo, 2, 1.0, 3.0), _report(algo, 1, 0.5)
+    r0, r1 = _report(role, 2, 1.0, 3.0), _report(role, 1, 0.5)
     assert r0["loss"] == pytest.approx(2.25) and r1["loss"] == pytest.approx(0.5)
     u0 = ClientUpdate(0, {"blocks.0.w": v(1.0), "blocks.1.w": v(2.0), "head.1.weight": v(7.0)}, 5.0, report=r0)
     u1 = ClientUpdate(1, {"blocks.0.w": v(3.0), "head.1.weight": v(8.0)}, 50.0, report=r1)
-    out = algo.fed_aggregate(fed, 1, [server], [u0, u1])
+    out = agg.aggregate(1, [server], [u0, u1])
     # eq. 6: depth 2/3, 1/3 times inverse loss (1/2.25, 1/0.5) / (1/2.25 + 2)   (sample counts play no part)
     inv = np.array([1 / 2.25, 2.0])
     w0, w1 = 2 / 3 * inv[0] / inv.sum(), 1 / 3 * inv[1] / inv.sum()
@@ -205,9 +215,9 @@ def test_fed_aggregate_wiring():
     assert out["blocks.0.w"][0] == pytest.approx((w0 * 1.0 + w1 * 3.0 + lam * 10.0) / (w0 + w1 + lam), rel=1e-5)
     assert out["blocks.1.w"][0] == pytest.approx((w0 * 2.0 + lam * 20.0) / (w0 + lam), rel=1e-5)
     assert out["blocks.2.w"][0] == 30.0 and out["blocks.3.w"][0] == 40.0  # held by no client: the server's
-    assert not any(k.startswith("head.") for k in out) and out is fed.global_state
-    assert fed.own == {0: {"head.1.weight": v(7.0)}, 1: {"head.1.weight": v(8.0)}}
-    assert fed.extra["depth"] == {0: 2, 1: 1}
+    assert not any(k.startswith("head.") for k in out) and out is agg.global_state
+    assert agg.own == {0: {"head.1.weight": v(7.0)}, 1: {"head.1.weight": v(8.0)}}
+    assert agg.state.depth == {0: 2, 1: 1}
 
 
 def test_fed_evaluate_own_paths_on_the_balanced_test_set_and_on_their_label_mix():
@@ -216,13 +226,12 @@ def test_fed_evaluate_own_paths_on_the_balanced_test_set_and_on_their_label_mix(
     A classifier that always answers a client's only class is right on its own mix and
     right on one class in ten of the balanced set."""
     from raysfl.data import load_dataset
-    from raysfl.runtime.fed_actor import ClientViews, Evaluator, FedState
+    from raysfl.runtime.fed_actor import ClientViews, Evaluator
 
     ds = load_dataset("digits")
     model = build_model("cnn", ds.input_shape, ds.num_classes, seed=0)
-    algo = _algo()
-    algo.num_blocks = model.num_blocks
-    fed = FedState({k: v.numpy().copy() for k, v in model.state_dict().items()})
+    agg = SuperSFL.aggregator(_cfg(), _ctx(model.num_blocks), None,
+                              {k: v.numpy().copy() for k, v in model.state_dict().items()})
     hist = np.zeros((2, 10), dtype=np.int64)
     hist[0, 3] = 50                      # client 0 holds only class 3
     hist[1] = [10, 0, 0, 0, 0, 0, 0, 0, 0, 10]   # client 1: classes 0 and 9
@@ -232,16 +241,16 @@ def test_fed_evaluate_own_paths_on_the_balanced_test_set_and_on_their_label_mix(
             head[-1].weight.zero_()
             head[-1].bias.zero_()
             head[-1].bias[k] = 1.0       # always class k
-        fed.own[c] = {f"head.{n}": t.numpy().copy() for n, t in head.state_dict().items()}
-        fed.extra.setdefault("depth", {})[c] = depth
-    fed.last_clients = [0, 1]
+        agg.own[c] = {f"head.{n}": t.numpy().copy() for n, t in head.state_dict().items()}
+        agg.state.depth[c] = depth
+    agg.last_clients = [0, 1]
     ev = Evaluator(model, ds, "cpu", ClientViews([], hist))
-    acc, _, extras = algo.fed_evaluate(fed, ev)
+    acc, _, extras = agg.evaluate(ev)
     share = [float(np.mean(ds.y_test == k)) for k in (3, 0)]
     assert extras["acc_local"] == pytest.approx(np.mean(share))
     assert extras["acc_local_std"] == pytest.approx(np.std(share))
     assert extras["acc_local_own"] == pytest.approx((1.0 + 0.5) / 2)  # client 1: right on class 0, wrong on 9
-    assert acc == pytest.approx(ev(fed.global_state)[0])  # the super-network: all blocks of the global model
+    assert acc == pytest.approx(ev(agg.global_state)[0])  # the super-network: all blocks of the global model
 
 
 def test_spatial_classifier_keeps_the_layout_and_the_pooled_one_is_unchanged():
@@ -257,26 +266,26 @@ def test_spatial_classifier_keeps_the_layout_and_the_pooled_one_is_unchanged():
     torch.manual_seed(0)
     spatial, pooled = head((32, 4, 4), 10, spatial=True), head((32, 4, 4), 10)
     assert not torch.allclose(spatial(x)[0], spatial(x)[1]) and torch.allclose(pooled(x)[0], pooled(x)[1])
-    algo = _algo()
-    assert algo.client_head(1, build_model("cnn", (1, 8, 8), 10, seed=0), 10)[-1].in_features == 32 * 16
-    assert _algo(classifier_head="pooled").client_head(1, build_model("cnn", (1, 8, 8), 10, seed=0),
-                                                       10)[-1].in_features == 32
+    role = _role()
+    assert role.own_module(1, build_model("cnn", (1, 8, 8), 10, seed=0), 10)[-1].in_features == 32 * 16
+    assert _role(classifier_head="pooled").own_module(1, build_model("cnn", (1, 8, 8), 10, seed=0),
+                                                      10)[-1].in_features == 32
 
 
 def test_fallback_step_uses_the_clipped_local_gradient_only():
-    algo = _algo()
+    role = _role()
     a = _client()
     ref = copy.deepcopy(a)
     x, y = torch.randn(8, 1, 8, 8), torch.randint(0, 10, (8,))
     enc = list(ref.part.parameters())
     g = clip_l2(list(torch.autograd.grad(F.cross_entropy(ref.head(ref.part(x)), y), enc)), 0.5)
     acts = a.part(x)
-    algo.client_forward(a, acts, y)
-    assert algo.client_fallback(a, acts)
+    role.forward(a, acts, y)
+    assert role.fallback(a, acts)
     for p, r, gi in zip(a.part.parameters(), enc, g):
         torch.testing.assert_close(p.detach(), r.detach() - 0.1 * gi)
     assert a.stats.loss_count == 8  # a fallback step's local loss is the training loss
-    assert algo.client_report(a)["loss_server"] is None
+    assert role.report(a)["loss_server"] is None
 
 
 def test_client_waits_at_most_the_timeout_then_falls_back(ray_session):
@@ -288,18 +297,19 @@ def test_client_waits_at_most_the_timeout_then_falls_back(ray_session):
     from raysfl.data import load_dataset
     from raysfl.resolve import validate
     from raysfl.runtime.client_actor import ClientActor
+    from raysfl.runtime.planning import ClientPlan
     from raysfl.transport import state_to_wire
 
     cfg = validate(raysfl.config_from_kwargs(algo="super_sfl", clients=2, model="cnn", batch_size=8,
                                             super_sfl={"server_timeout_s": 0.5}))
-    algo = SuperSFL(cfg)
     ds = load_dataset("digits")
     model = build_model("cnn", ds.input_shape, ds.num_classes, seed=0)
-    algo.num_blocks = model.num_blocks
-    actor = ClientActor(0, cfg, algo, ds, {0: np.arange(40), 1: np.arange(40, 80)}, model.block_flops())
-    plan = {0: {"cut": 2, "steps": 2, "batch": 8, "stream_pos": 0, "lr": 0.05}}
+    ctx = FederationContext(2, model.num_blocks, model.valid_cuts(), np.array([40, 40]), np.zeros((2, 10)), [],
+                            model.block_flops(), num_classes=ds.num_classes)
+    actor = ClientActor(0, cfg, SuperSFL, ctx, None, ds, {0: np.arange(40), 1: np.arange(40, 80)})
+    plan = {0: ClientPlan(cut=2, steps=2, batch=8, stream_pos=0, lr=0.05, blocks=2, round=1)}
     actor.begin_round(plan, {"global": state_to_wire(model.state_dict()), "own": {}, "charged": []})
-    actor.exchange(0, [0], {0: 0}, [])
+    actor.step(0, [0], {0: 0}, [])
 
     @ray.remote
     def silent_server():
@@ -307,7 +317,7 @@ def test_client_waits_at_most_the_timeout_then_falls_back(ray_session):
         return {}
 
     t0 = time.perf_counter()
-    actor._apply_grads([silent_server.remote()])
+    actor.apply_grads([silent_server.remote()])
     waited = time.perf_counter() - t0
     a = actor.active[0]
     assert 0.4 < waited < 5, waited
@@ -398,4 +408,4 @@ def test_availability_fraction_and_schedule_parsing():
 ])
 def test_bad_super_sfl_settings_are_refused(params, match):
     with pytest.raises(ConfigError, match=match):
-        _algo(**params)
+        _cfg(**params)

@@ -1,0 +1,34 @@
+"""The plain data every role is built with or receives: the federation as the driver knows it,
+and a client's update as the fed server receives it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class FederationContext:
+    """What the driver knows about the federation (no raw data); every role is built with it."""
+
+    num_clients: int
+    num_blocks: int
+    valid_cuts: list[int]
+    sizes: np.ndarray          # samples per client
+    histograms: np.ndarray     # (clients, classes) label counts
+    profiles: list             # raysfl.devices.DeviceProfile per client
+    block_flops: list[int]     # forward FLOPs per sample of each model block (measured once)
+    conv_blocks: int = 0       # leading convolutional blocks of the model (SplitModel.leading_conv_blocks)
+    num_classes: int = 0
+
+
+@dataclass
+class ClientUpdate:
+    """A client's model after its local steps, as the fed server receives it."""
+
+    client: int
+    state: dict[str, np.ndarray]   # the blocks it trained (and its parked own module, ``head.*`` keys)
+    weight: float                  # its sample count this round
+    late: bool = False             # missed its round's deadline; aggregated one round later
+    report: dict = field(default_factory=dict)  # the client role's ``report`` (e.g. losses, depth)

@@ -1,0 +1,110 @@
+"""How a round's local steps are wired between the actors: the exchange shape of an algorithm.
+
+The runtime hands every round to its planner's ``exchange``: it has dispatched the clients'
+start states and will collect their updates; the exchange wires the steps in between. It
+works on actor handles only (it never sees a tensor): each call returns ObjectRefs, which the
+next call receives as a list and fetches itself, so a dead or late actor costs only its own
+clients. The driver submits a whole round without waiting.
+
+* :class:`SplitExchange` (SplitFed and every split algorithm): per step, ONE call per client
+  actor (apply the previous step's gradients, forward the next batch of all its active
+  clients; one payload per destination server) and ONE call per server (the group's smashed
+  batches; one gradient payload per source actor).
+* :class:`SequentialExchange` (vanilla SL): the same, one client at a time, each starting
+  from the previous one's model.
+* :class:`LocalExchange` (FedAvg, FedProx): one call per client actor that runs every local
+  step of its clients on the whole model; no server actors.
+
+A paper whose clients talk another way writes its own in its package (FedPairing's
+client-to-client exchange, :mod:`raysfl.algorithms.fed_pairing.peer_exchange`), calling its
+client role's methods through ``ClientActor.call_role``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+
+def as_list(refs, n: int) -> list:
+    """The refs of a call with ``num_returns=n`` as a list (Ray gives a bare ref for n = 1)."""
+    return [refs] if n == 1 else list(refs)
+
+
+@dataclass
+class Wiring:
+    """What an exchange may use: the run's actor handles and the round's bookkeeping."""
+
+    clients: list                 # client actor handles (client k lives on actor k % len(clients))
+    servers: list                 # server actor handles
+    aux: list = field(default_factory=list)  # refs whose values are not needed but whose errors must surface
+
+
+class Exchange:
+    """The steps of one round's group (``plans_by_actor``: {client actor: {client: plan}})."""
+
+    server_side: ClassVar[bool] = True     # runs server actors
+    sequential: ClassVar[bool] = False     # clients take turns, each starting from the last one's model
+    real_deadlines: ClassVar[bool] = True  # can drop what misses a real-time deadline
+
+    @classmethod
+    def steps(cls, w: Wiring, plans_by_actor: dict[int, dict], server_of: dict[int, int],
+              prev: dict[int, list]) -> list[list]:
+        """Submit the steps; leave in ``prev[i]`` the refs client actor i must still apply at the
+        end of the round. Returns, per step, the refs whose completion ends that step (the
+        driver waits on them for progress and for faults injected after a step)."""
+        raise NotImplementedError
+
+
+class SplitExchange(Exchange):
+    """Client actors forward, servers step, gradients go straight back (module docstring)."""
+
+    @classmethod
+    def steps(cls, w, plans_by_actor, server_of, prev):
+        actors = sorted(plans_by_actor)
+        markers: list[list] = []
+        for s in range(max(p.steps for group in plans_by_actor.values() for p in group.values())):
+            sends: dict[tuple[int, int], object] = {}
+            local_refs = []
+            for i in actors:
+                mine = plans_by_actor[i]
+                routes = {c: server_of[c] for c, p in mine.items() if p.steps > s and not p.local}
+                dests = sorted(set(routes.values()))
+                if not dests:
+                    if any(p.local and p.steps > s for p in mine.values()):  # only local work
+                        local_refs.append(w.clients[i].step.remote(s, [], routes, prev[i]))
+                        prev[i] = []
+                    continue  # this actor's clients are done; its last grads wait for the end of the round
+                refs = w.clients[i].step.options(num_returns=len(dests)).remote(s, dests, routes, prev[i])
+                prev[i] = []
+                for d, ref in zip(dests, as_list(refs, len(dests))):
+                    sends[(i, d)] = ref
+            for d in sorted({d for _, d in sends}):
+                srcs = sorted(i for (i, dd) in sends if dd == d)
+                grads = w.servers[d].step.options(num_returns=len(srcs)).remote(
+                    s, [sends[(i, d)] for i in srcs], srcs)
+                for i, g in zip(srcs, as_list(grads, len(srcs))):
+                    prev[i].append(g)
+            markers.append([g for i in actors for g in prev[i]] + local_refs)
+            w.aux.extend(local_refs)
+        return markers
+
+
+class SequentialExchange(SplitExchange):
+    """Vanilla split learning: the split steps, one client at a time (the runtime aggregates
+    each client's model into the next one's start); the deadlines make no sense here."""
+
+    sequential = True
+    real_deadlines = False
+
+
+class LocalExchange(Exchange):
+    """Whole-model clients: one call per client actor runs all its clients' local steps."""
+
+    server_side = False
+
+    @classmethod
+    def steps(cls, w, plans_by_actor, server_of, prev):
+        for i in sorted(plans_by_actor):
+            w.aux.append(w.clients[i].train_local.remote())
+        return []

@@ -1,0 +1,124 @@
+"""The planner: the algorithm's role on the driver (SplitFed's by default).
+
+It decides, round by round, who takes part, where each client cuts the model, which server
+actor serves it, how many local steps it takes and what else its client needs to know (its
+per-client plan data: FedPairing's partner); and, once per run, what the other roles share
+(:meth:`Planner.shared`). It also says how the round's steps are wired (``exchange``) and how
+long a round takes on the simulated clock. It holds no tensors and is never shipped to an
+actor.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from raysfl.algorithms.roles.context import FederationContext
+from raysfl.algorithms.roles.exchange import Exchange, SplitExchange
+from raysfl.simclock import client_time, round_time
+
+
+class Planner:
+    """SplitFed's planning: every client (or a seeded uniform sample) each round, one cut, one
+    server actor, the runtime's step rule."""
+
+    exchange: ClassVar[type[Exchange] | None] = SplitExchange  # None: one process, no actors (centralised)
+    uses_cut: ClassVar[bool] = True  # the model is split at ``--cut`` (whole-model clients: False)
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.params = cfg.algo_params
+
+    # ----------------------------------------------------------------- once per run
+    @property
+    def servers(self) -> int:
+        """Server actors the run starts (a split exchange needs at least one)."""
+        return 1 if self.exchange is not None and self.exchange.server_side else 0
+
+    def setup(self, ctx: FederationContext) -> None:
+        """Called once before the actors start (FLEX-SFL's clusters, SuperSFL's depths)."""
+
+    def shared(self) -> object:
+        """Facts the other roles are built with (plain data, taken once after :meth:`setup`;
+        FLEX-SFL's clusters). Default: none."""
+        return None
+
+    measures_clients: ClassVar[bool] = False  # wants each client's (memory GB, latency s), measured
+                                              # once after the actors start (SuperSFL's allocation)
+
+    def calibrate(self, profile: dict[int, tuple[float, float]]) -> None:
+        """The measured (memory GB, latency s) per client, for planners that ask for them."""
+
+    def client_info(self, client: int) -> dict:
+        """Extra per-client facts written to ``clients.json`` (e.g. edge cluster)."""
+        return {}
+
+    # ----------------------------------------------------------------- each round
+    def select(self, rnd: int, ctx: FederationContext) -> list[int]:
+        """Clients that take part in round ``rnd`` (uniform without replacement, seeded)."""
+        k = self.cfg.selected_per_round
+        if k >= ctx.num_clients:
+            return list(range(ctx.num_clients))
+        rng = np.random.default_rng([self.cfg.seed, rnd, 0x5E1EC7])
+        return sorted(int(c) for c in rng.choice(ctx.num_clients, size=k, replace=False))
+
+    def assign_cuts(self, rnd: int, clients: list[int], ctx: FederationContext) -> dict[int, int]:
+        """Split point per client: blocks [0, cut) run on the client."""
+        cut = self.cfg.cut if self.uses_cut else ctx.num_blocks
+        return {c: cut for c in clients}
+
+    def assign_servers(self, rnd: int, clients: list[int], cuts: dict[int, int],
+                       ctx: FederationContext) -> dict[int, int]:
+        """Index of the server actor that runs each client's server-side part."""
+        return {c: 0 for c in clients}
+
+    def plan_steps(self, rnd: int, clients: list[int], ctx: FederationContext) -> dict[int, tuple[int, int]] | None:
+        """(local steps, batch size) of each client in round ``rnd``. None (the default) keeps
+        the runtime's rule for each client on its own: ``--local-steps``, or ``ceil(local_epochs
+        x n_k / batch)`` with batch ``min(batch_size, n_k)`` (``runtime/planning.local_steps``)."""
+        return None
+
+    def client_plans(self, rnd: int, clients: list[int], cuts: dict[int, int]) -> dict[int, object]:
+        """What each client's role needs to know this round besides its cut and steps (sent with
+        its plan; FedPairing: its partner, overlapping layers and loss weight). Default: nothing."""
+        return {}
+
+    def model_blocks(self, cut: int, ctx: FederationContext) -> int:
+        """How many leading blocks a client at ``cut`` holds this round (downloads, trains):
+        its cut (FedPairing: every block, its partner runs the rest on its own copy)."""
+        return cut
+
+    def restrict(self, rnd: int, plans: dict, clients: list[int]) -> dict:
+        """The round's plans for ``clients`` alone (a simulated-clock replay of the clients it
+        includes; FedPairing: a client whose partner is not among them trains alone)."""
+        return {c: plans[c] for c in clients}
+
+    def servers_down(self, rnd: int) -> set[int]:
+        """Server actors the algorithm's own availability model takes off line in round ``rnd``
+        (SuperSFL's server availability, Table III); handled like ``unavailable:`` faults."""
+        return set()
+
+    def on_server_down(self, rnd: int, clients: list[int]) -> list[int]:
+        """Clients whose server is unavailable this round: return those that still train without
+        it (fallback, e.g. SuperSFL's local heads). Default: none; they sit the round out."""
+        return []
+
+    def sync_servers(self, rnd: int) -> bool:
+        """Whether the server actors send their server-side state to the fed server in round
+        ``rnd`` (every round by default; FLEX-SFL only every tau_e rounds)."""
+        return True
+
+    def round_info(self, rnd: int) -> dict[str, float]:
+        """Extra columns of round ``rnd``'s metrics row (same keys every round)."""
+        return {}
+
+    def client_sim_time(self, client: int, stats, profile, server_flops_per_s: float) -> float:
+        """Simulated seconds client ``client`` spent in the round (default: simclock.client_time:
+        compute on its device, its share of server compute, its links, one latency per message)."""
+        return client_time(stats, profile, server_flops_per_s)
+
+    def round_sim_time(self, client_times: list[float]) -> float:
+        """Simulated length of the round from its clients' times (the slowest; the sum when the
+        clients take turns)."""
+        return round_time(client_times, sequential=bool(self.exchange is not None and self.exchange.sequential))

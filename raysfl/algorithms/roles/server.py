@@ -1,0 +1,163 @@
+"""The server role: the server-side model(s) and their step on a group, on a server actor
+(SplitFed V2's by default: one model shared by the group, stepped on its concatenated batch).
+
+The server actor (``raysfl.runtime.server_actor``) receives each step's smashed batches in one
+call, unpacks them and hands them here as a list of (client, cut, activations, labels); it
+packs the answers, counts each client's server FLOPs and bounds how long a step waits.
+This role owns the model, its optimiser and the algorithm's server-side state
+(``self.state``: a dataclass of its own, kept across rounds and checkpointed).
+
+:class:`PerClientServer` is SplitFed V1's: one copy of the server side per client during a
+round, averaged at its end.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from raysfl.aggregation import weighted_average
+from raysfl.angles import mean_pairwise_angle
+from raysfl.algorithms.roles.context import FederationContext
+from raysfl.optim import build_optimizer
+from raysfl.server_steps import per_client_gradients, per_client_server_step, shared_server_step
+from raysfl.transport import load_optimizer_state, optimizer_state_to_wire, state_to_wire, wire_to_state
+
+
+@dataclass
+class StepResult:
+    """A server step's answers: per client the gradient at its cut and its mean loss; the
+    server-side outputs where the clients want them (BESplit's DTD); rows a client's model ran
+    beyond its own batch (BESplit's lent rows, eq. 33: they count towards its server FLOPs)."""
+
+    grads: dict[int, torch.Tensor]
+    losses: dict[int, float]
+    outputs: dict[int, torch.Tensor] = field(default_factory=dict)
+    extra_rows: dict[int, int] = field(default_factory=dict)
+
+
+def record_gradient_angle(server: "ServerSide", grads: torch.Tensor) -> None:
+    """The mean pairwise angle between the clients' server-side gradients (GAPSL's footnote 2,
+    Fig. 3b), in degrees, as the ``grad_angle_deg`` metric."""
+    if len(grads) > 1:
+        server.record("grad_angle_deg", math.degrees(mean_pairwise_angle(grads)))
+
+
+class ServerSide:
+    """SplitFed V2's server side."""
+
+    reply_loss: ClassVar[bool] = False  # the server-side loss travels back with the gradient (SuperSFL's TPGF)
+    state_cls: ClassVar[type | None] = None  # the role's state across rounds (a dataclass; None: none)
+
+    def __init__(self, cfg, ctx: FederationContext, shared, model, device):
+        self.cfg, self.ctx, self.shared, self.params = cfg, ctx, shared, cfg.algo_params
+        self.model, self.device = model, device
+        self.lr = cfg.server_lr if cfg.server_lr is not None else cfg.lr
+        self.opt = self.optimizer(model.parameters())
+        self.round = 0  # the round being trained (1-based)
+        self.metrics: dict[str, list[float]] = {}  # this round's figures (``record``)
+        self.state = self.state_cls() if self.state_cls is not None else None
+
+    def optimizer(self, params) -> torch.optim.Optimizer:
+        return build_optimizer(params, self.cfg, self.lr)
+
+    @classmethod
+    def columns(cls, cfg) -> list[str]:
+        """Metric columns the step fills with :meth:`record` (round means over steps and servers;
+        NaN in a round without them). Default: the mean pairwise angle of the clients' server-side
+        gradients with ``--grad-angles``."""
+        return ["grad_angle_deg"] if cfg.grad_angles else []
+
+    def record(self, name: str, value: float) -> None:
+        """Note a server-side figure of this round; its round mean becomes the column ``name``."""
+        self.metrics.setdefault(name, []).append(float(value))
+
+    # ----------------------------------------------------------------- a round
+    def begin_round(self, rnd: int, cuts: dict[int, int], lr: float | None) -> None:
+        """The round's clients and cuts, and its learning rate (``--lr-decay``)."""
+        self.round, self.metrics = rnd, {}
+        if lr is not None:
+            self.lr = lr
+            for group in self.opt.param_groups:
+                group["lr"] = lr
+
+    def step(self, batches: list[tuple[int, int, torch.Tensor, torch.Tensor]]) -> StepResult:
+        """One step on the group's batches (client, cut, smashed activations, labels), sorted by
+        client: the concatenated forward/backward of :func:`raysfl.server_steps.shared_server_step`."""
+        if self.cfg.grad_angles and len({b[1] for b in batches}) == 1:
+            record_gradient_angle(self, per_client_gradients(self.model, batches)[0])
+        return StepResult(*shared_server_step(self.model, self.opt, batches))
+
+    def updates_per_step(self) -> int:
+        """Optimiser updates per received batch (FLOP accounting; FLEX-SFL's tau_r)."""
+        return 1
+
+    def weights(self, weights: dict[int, float]) -> dict[int, float] | None:
+        """At the end of a round: each client's aggregation weight (``weights``: their sample
+        counts, clients dropped at a deadline left out). None keeps the sample counts; weights
+        returned (BESplit's EA, eq. 10) are used for per-client server-side models, reported as
+        ``agg_weight`` and handed to the aggregator (``round_weights``)."""
+        return None
+
+    def end_round(self, weights: dict[int, float], dropped: set[int]) -> None:
+        """Fold the round into the server-side model (per-client copies: their average)."""
+
+    def export(self, lo: int) -> dict[str, np.ndarray]:
+        """The server-side blocks [lo, L), for the fed server."""
+        return state_to_wire(self.model.part(lo, self.model.num_blocks).state_dict())
+
+    def load_shared(self, state: dict[str, np.ndarray]) -> None:
+        """Adopt a merged server-side state from the fed server (keys it holds; others stay)."""
+        self.model.load_state_dict(wire_to_state(state, self.device), strict=False)
+
+    # ----------------------------------------------------------------- snapshots and checkpoints
+    def get_state(self) -> dict:
+        """Model and optimiser as NumPy arrays (never the GPU's tensors: this goes to the driver
+        and into checkpoints) and the role's state as plain data."""
+        return {"model": state_to_wire(self.model.state_dict()), "opt": optimizer_state_to_wire(self.opt),
+                "extra": dataclasses.asdict(self.state) if self.state is not None else {}}
+
+    def load_state(self, state: dict) -> None:
+        self.model.load_state_dict(wire_to_state(state["model"], self.device))
+        load_optimizer_state(self.opt, state["opt"])
+        if self.state_cls is not None:
+            self.state = self.state_cls(**(state.get("extra") or {}))
+
+
+class PerClientServer(ServerSide):
+    """SplitFed V1's server side: every client trains its own copy during a round; the copies
+    are averaged (by the weights of :meth:`weights`, sample counts by default) at its end."""
+
+    def begin_round(self, rnd, cuts, lr):
+        super().begin_round(rnd, cuts, lr)
+        self.client_models: dict[int, torch.nn.Module] = {}
+        self.client_opts: dict[int, torch.optim.Optimizer] = {}
+        for c in sorted(cuts):
+            m = copy.deepcopy(self.model)
+            self.client_models[c] = m
+            self.client_opts[c] = self.optimizer(m.parameters())
+
+    def step(self, batches):
+        out = StepResult(*per_client_server_step(self.client_models, self.client_opts, batches))
+        if self.cfg.grad_angles:  # each client's own copy holds its gradient right after its step
+            record_gradient_angle(self, torch.stack([self.client_gradient(c, cut) for c, cut, _, _ in batches]))
+        return out
+
+    def client_gradient(self, client: int, cut: int) -> torch.Tensor:
+        """The flat server-side gradient client ``client``'s copy holds after its step."""
+        part = self.client_models[client].part(cut, self.model.num_blocks)
+        return torch.cat([p.grad.reshape(-1) for p in part.parameters() if p.grad is not None])
+
+    def end_round(self, weights, dropped):
+        if getattr(self, "client_models", None):
+            states = [(state_to_wire(self.client_models[c].state_dict()), weights.get(c, 1.0))
+                      for c in sorted(self.client_models) if weights.get(c, 1.0) > 0 and c not in dropped]
+            merged = weighted_average(states, base=state_to_wire(self.model.state_dict()))
+            self.model.load_state_dict(wire_to_state(merged, self.device))
+        self.client_models, self.client_opts = {}, {}

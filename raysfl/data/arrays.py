@@ -1,0 +1,70 @@
+"""A data set as raysfl holds it: whole, in memory, as NumPy arrays (:class:`DatasetArrays`),
+and the fixed stratified train/test split of the embedded sets and of yours."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from raysfl.errors import ConfigError
+
+
+@dataclass(eq=False)
+class DatasetArrays:
+    """A whole data set in memory.
+
+    ``x_train``/``x_test`` are NCHW numpy arrays of raw values (``uint8``); ``y_*`` are
+    ``int64``. ``to_tensor`` maps raw values to normalised float32: ``(x/scale - mean)/std``
+    per channel.
+    """
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int
+    input_shape: tuple[int, int, int]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    scale: float
+
+    @property
+    def num_train(self) -> int:
+        return int(len(self.y_train))
+
+    @property
+    def num_test(self) -> int:
+        return int(len(self.y_test))
+
+    def to_tensor(self, x_np) -> torch.Tensor:
+        """Normalise a batch ``(N,C,H,W)`` (or one sample ``(C,H,W)``) to a float32 tensor."""
+        x = torch.from_numpy(np.asarray(x_np, dtype=np.float32).copy() if not np.asarray(x_np).flags.writeable
+                             else np.asarray(x_np, dtype=np.float32))
+        if not self.mean:  # your own data without normalisation (raysfl.data.custom_dataset): as given
+            return x / float(self.scale) if self.scale != 1.0 else x
+        c = len(self.mean)
+        if x.ndim < 3 or x.shape[-3] != c:
+            raise ConfigError(
+                f"to_tensor expects NCHW or CHW input with {c} channel(s) for '{self.name}', got shape {tuple(x.shape)}")
+        mean = torch.tensor(self.mean, dtype=torch.float32).view(c, 1, 1)
+        std = torch.tensor(self.std, dtype=torch.float32).view(c, 1, 1)
+        return ((x / float(self.scale)) - mean) / std
+
+
+def stratified_test_indices(y: np.ndarray, test_fraction: float, seed: int) -> np.ndarray:
+    """Fixed stratified split: ``ceil(test_fraction*N)`` test samples (the scikit-learn
+    convention), allotted to classes by largest remainder, chosen at random per class."""
+    rng = np.random.default_rng(seed)
+    classes, counts = np.unique(y, return_counts=True)
+    n_test = int(math.ceil(test_fraction * len(y)))
+    quota = counts * n_test / len(y)
+    alloc = np.floor(quota).astype(np.int64)
+    rest = n_test - int(alloc.sum())
+    order = np.argsort(-(quota - alloc), kind="stable")
+    alloc[order[:rest]] += 1
+    picks = [rng.permutation(np.flatnonzero(y == c))[:k] for c, k in zip(classes, alloc)]
+    return np.sort(np.concatenate(picks)).astype(np.int64)
