@@ -191,7 +191,7 @@ def parse_knob(text: str) -> tuple[str, object]:
     import dataclasses
     import json
 
-    from raysfl.algorithms.besplit.algorithm import BESplitParams
+    from raysfl.algorithms.besplit.spec import BESplitParams
 
     name, sep, value = text.partition("=")
     knobs = [f.name for f in dataclasses.fields(BESplitParams)]

@@ -6,10 +6,11 @@
     python cluster/chaos.py --role fed --no-restart                  # a permanent death (the run fails cleanly)
 
 It connects to the cluster in ``--address`` (default: $RAY_ADDRESS, else ``auto``; on a
-token-auth cluster set RAY_AUTH_MODE=token), finds the actors a run registered as
-``raysfl:<run>:client-<i>`` / ``server-<j>`` / ``fed`` (in any namespace), and
-``ray.kill``s them. By default Ray restarts them and the run carries on (see
-docs/reliability.md); ``--no-restart`` kills for good.
+token-auth cluster set RAY_AUTH_MODE=token), finds the actors named ``raysfl:<run>:client-<i>``
+/ ``server-<j>`` / ``fed`` (in any namespace) and asks each which run it serves now (a
+process that runs several experiments reuses its actors, which keep the name of the run
+that started them), and ``ray.kill``s them. By default Ray restarts them and the run carries
+on (see docs/reliability.md); ``--no-restart`` kills for good.
 """
 
 from __future__ import annotations
@@ -23,20 +24,34 @@ import time
 ROLES = ("client", "server", "fed", "any")
 
 
+def serving(name: str, namespace: str | None, timeout: float = 5.0) -> str | None:
+    """The run a raysfl actor serves now (None: idle between runs, or it does not answer)."""
+    import ray
+
+    try:
+        return ray.get(ray.get_actor(name, namespace=namespace).serving.remote(), timeout=timeout)
+    except Exception:  # noqa: BLE001 - restarting, busy past the timeout, or gone: not a target now
+        return None
+
+
 def raysfl_actors(run: str | None = None, role: str = "any") -> list[dict]:
-    """[{name, namespace, run, role}] of the raysfl actors alive on the connected cluster."""
+    """[{name, namespace, run, role}] of the raysfl actors alive on the connected cluster, with
+    the run each serves now (``run`` given: only that run's)."""
     import ray
 
     out = []
     for a in ray.util.list_named_actors(all_namespaces=True):
         name = a["name"] if isinstance(a, dict) else a
+        namespace = a.get("namespace") if isinstance(a, dict) else None
         parts = name.split(":")
         if len(parts) != 3 or parts[0] != "raysfl":
             continue
         kind = parts[2].split("-")[0]
-        if (run is None or parts[1] == run) and (role == "any" or kind == role):
-            out.append({"name": name, "namespace": a.get("namespace") if isinstance(a, dict) else None,
-                        "run": parts[1], "role": kind})
+        if role != "any" and kind != role:
+            continue
+        now = serving(name, namespace)
+        if run is None or now == run:
+            out.append({"name": name, "namespace": namespace, "run": now, "role": kind})
     return sorted(out, key=lambda a: a["name"])
 
 

@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "run": "raysfl.api", "RunResult": "raysfl.api", "config_from_kwargs": "raysfl.api",
-    "resume_config": "raysfl.api", "load_run": "raysfl.api",
+    "resume_config": "raysfl.api", "load_run": "raysfl.api", "shutdown": "raysfl.api",
     "Callback": "raysfl.callbacks", "SplitModel": "raysfl.models", "split_sequential": "raysfl.models",
     "custom_dataset": "raysfl.data",
     "Config": "raysfl.config", "DeviceConfig": "raysfl.config", "ResourceConfig": "raysfl.config",

@@ -240,9 +240,17 @@ def run(cfg: Config, *, model=None, data=None, callbacks=None) -> RunResult:
     return RunResult(run_dir, rows, config=cfg, stopped=stopped, _model=prepared.model, _prepared=prepared)
 
 
+def shutdown() -> None:
+    """Shut down the Ray raysfl started in this process, and the actors it keeps warm for the
+    next run (it happens by itself when the process exits)."""
+    from raysfl.runtime.placement import shutdown_ray
+
+    shutdown_ray()
+
+
 def config_from_kwargs(**kwargs) -> Config:
     """Build a Config from keyword settings, e.g. ``config_from_kwargs(algo="psl", rounds=3)``."""
     return from_dict(kwargs)
 
 
-__all__ = ["Config", "RunResult", "run", "resume_config", "config_from_kwargs", "load_run"]
+__all__ = ["Config", "RunResult", "run", "resume_config", "config_from_kwargs", "load_run", "shutdown"]

@@ -37,11 +37,9 @@ def _flag(name: str) -> str:
 
 def _choices() -> dict[str, tuple[str, ...]]:
     from raysfl.algorithms import ALGORITHMS
-    from raysfl.config import TRANSFER_DTYPES
+    from raysfl.config import OPTIMIZERS, STRATEGIES, TRANSFER_DTYPES
     from raysfl.data import DATASETS, PARTITIONERS
     from raysfl.models import MODELS
-    from raysfl.optim import OPTIMIZERS
-    from raysfl.runtime.placement import STRATEGIES
 
     return {"algo": tuple(ALGORITHMS), "dataset": tuple(DATASETS), "model": tuple(MODELS),
             "partition": tuple(PARTITIONERS), "optimizer": tuple(OPTIMIZERS), "transfer_dtype": TRANSFER_DTYPES,
@@ -310,7 +308,7 @@ def _merge(file_data: dict, flags: dict) -> dict:
 def _list() -> None:
     from raysfl.algorithms import ALGORITHMS
     from raysfl.data import DATASETS, PARTITIONERS
-    from raysfl.models import MODELS, build_model
+    from raysfl.models import MODELS
 
     from raysfl.flags import paper_settings
 
@@ -321,10 +319,8 @@ def _list() -> None:
             print(f"  {'':<14}defaults: {paper_settings(cls)}")
     print("datasets:     " + ", ".join(DATASETS))
     print("models (valid --cut values; the blocks before a cut run on the client):")
-    for name in MODELS:
-        m = build_model(name, (1, 28, 28), 10, seed=0)
-        cuts = m.valid_cuts()
-        conv = m.leading_conv_blocks()
+    for name, m in MODELS.items():  # the catalogue: nothing is built
+        cuts, conv = m.cuts, m.conv_blocks
         print(f"  {name:<10}{m.num_blocks} blocks, cuts {cuts[0]}..{cuts[-1]}"
               + (f"; cuts up to {conv} keep only conv modules on the client" if conv else ""))
     print("partitioners: " + ", ".join(PARTITIONERS))

@@ -175,6 +175,9 @@ DATA_DEFINING = ("dataset", "model", "cut", "clients", "clients_per_round", "rou
                  "classes_per_client", "shards_per_client", "quantity_skew", "local_test_fraction", "local_epochs",
                  "local_steps", "batch_size")
 TRANSFER_DTYPES = ("float32", "float16", "bfloat16")
+OPTIMIZERS = ("sgd", "adamw")  # --optimizer (built by raysfl/optim.py)
+# --client-placement / --server-placement: Ray placement-group strategies (raysfl/runtime/placement.py)
+STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK", "none")
 SECTIONS = {"devices": DeviceConfig, "resources": ResourceConfig}
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-OPTIMIZERS = ("sgd", "adamw")
+from raysfl.config import OPTIMIZERS  # noqa: F401 - the choices, defined with the settings
 
 
 def build_optimizer(params, cfg, lr: float) -> torch.optim.Optimizer:

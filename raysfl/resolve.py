@@ -4,7 +4,9 @@
 chosen algorithm's own params section; :func:`validate` checks every value *before* Ray
 starts, so bad input fails fast with a one-line :class:`~raysfl.errors.ConfigError` naming
 the value and what is allowed. This module sits above the algorithm registry, the data
-catalogue and the model zoo; :mod:`raysfl.config` below it holds only the dataclasses.
+catalogue and the model catalogue; :mod:`raysfl.config` below it holds only the dataclasses
+and the choices of the shared settings. Nothing here imports torch (or Ray), so bad input is
+refused before anything heavy is loaded (``tests/test_startup_imports.py``).
 """
 
 from __future__ import annotations
@@ -17,13 +19,12 @@ import tempfile
 from pathlib import Path
 
 from raysfl.algorithms import ALGORITHMS, get_algorithm
-from raysfl.config import RUN_DEFAULTS, SECTIONS, TRANSFER_DTYPES, Config, coerce
+from raysfl.config import OPTIMIZERS, RUN_DEFAULTS, SECTIONS, STRATEGIES, TRANSFER_DTYPES, Config, coerce
 from raysfl.data import DATASETS, PARTITIONERS, check_dataset_args, dataset_info
 from raysfl.errors import ConfigError
 from raysfl.data import custom as custom_data
-from raysfl.models import MODELS, build_model
+from raysfl.models import MODELS, model_info
 from raysfl.models import custom as custom_model
-from raysfl.optim import OPTIMIZERS
 
 
 def from_dict(data: dict, base: Config | None = None) -> Config:
@@ -252,8 +253,6 @@ def validate(cfg: Config) -> Config:
     for name in ("client_memory_gb", "server_memory_gb", "fed_memory_gb"):
         v = getattr(r, name)
         _check(v is None or v > 0, f"resources.{name} must be > 0 (or unset), got {v}")
-    from raysfl.runtime.placement import STRATEGIES
-
     for name in ("client_placement", "server_placement"):
         _check(getattr(r, name) in STRATEGIES,
                f"unknown resources.{name} '{getattr(r, name)}'; allowed: {', '.join(STRATEGIES)}")
@@ -282,8 +281,7 @@ def validate(cfg: Config) -> Config:
                f"shards partition needs clients x shards-per-client <= {info.num_train} samples, "
                f"got {cfg.clients} x {cfg.shards_per_client}")
     if algo_cls.planner.uses_cut:
-        model = build_model(cfg.model, info.input_shape, info.num_classes, seed=0)
-        cuts = model.valid_cuts()
+        cuts = model_info(cfg.model).cuts  # the zoo's catalogue, or your model's own: nothing is built
         _check(cfg.cut in cuts,
                f"cut {cfg.cut} is not valid for model '{cfg.model}'; valid cuts: {cuts[0]}..{cuts[-1]}")
     algo_cls.validate(cfg)

@@ -14,8 +14,11 @@ learning visits clients one after another (``sum``).
 
 from __future__ import annotations
 
-from raysfl.devices import DeviceProfile
-from raysfl.transport import ClientRoundStats
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover - types only: the planner (driver, validation) needs no torch
+    from raysfl.devices import DeviceProfile
+    from raysfl.transport import ClientRoundStats
 
 
 def client_time(stats: ClientRoundStats, profile: DeviceProfile, server_flops_per_s: float) -> float:

@@ -191,7 +191,8 @@ def test_evaluating_a_client_model_leaves_the_global_model_alone():
 
     ds = load_dataset("digits")
     p = prepare(cfg, ds)  # the run's context and planner, as the runtime builds them
-    fed = FedActor(cfg, p.spec, p.ctx, p.planner.shared(), ds, ClientViews([], np.ones((2, 10))))
+    fed = FedActor()
+    fed.setup("test", cfg, p.spec, p.ctx, p.planner.shared(), ds, ClientViews([], np.ones((2, 10))))
     before = {k: v.copy() for k, v in fed.role.global_state.items()}
     fed.role.own[0] = {k: v + 1.0 for k, v in before.items() if k.startswith("blocks.0.")}
     fed.role.last_clients = [0]

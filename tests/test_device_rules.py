@@ -123,21 +123,23 @@ def test_fake_cuda_catches_a_cpu_tensor_mixed_with_a_cuda_input(fake_cuda):
 
 def test_evidential_losses_stay_on_the_inputs_device(fake_cuda):
     from raysfl.algorithms.besplit import evidential as ev
+    from raysfl.algorithms.besplit.spec import EPISTEMIC, EVIDENCE
 
     logits, y = fake_cuda(8, 10), torch.randint(0, 10, (8,), device="cuda")
-    for kind in ev.EVIDENCE:
+    for kind in EVIDENCE:
         alpha = ev.evidence(logits, kind) + 1
         assert alpha.device.type == "cuda"
     alpha = ev.evidence(logits, "exp") + 1
     for out in (ev.aleatoric(alpha), ev.epistemic(alpha), ev.mutual_information(alpha), ev.vacuity(alpha),
                 ev.kl_to_uniform(alpha), ev.evidential_loss(alpha, y, 3, 10),
                 ev.evidential_loss(alpha, y, 3, 10, reduction="none"),
-                *(ev.epistemic_measure(alpha, k) for k in ev.EPISTEMIC)):
+                *(ev.epistemic_measure(alpha, k) for k in EPISTEMIC)):
         assert out.device.type == "cuda"
 
 
 def test_distillation_losses_stay_on_the_inputs_device(fake_cuda):
-    from raysfl.algorithms.besplit.bcc import DISTANCES, kd_client, kd_global, relational_matrix
+    from raysfl.algorithms.besplit.bcc import kd_client, kd_global, relational_matrix
+    from raysfl.algorithms.besplit.spec import DISTANCES
 
     a, g = fake_cuda(8, 10), fake_cuda(8, 10)
     assert kd_global(a, g).device.type == "cuda"

@@ -14,6 +14,16 @@ import pytest
 import raysfl
 
 
+def chaos():
+    """cluster/chaos.py as a module: how an operator finds a run's actors."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("chaos", Path(__file__).resolve().parents[1] / "cluster" / "chaos.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _rows(path):
     """Read the file in one go: the run replaces it atomically while we poll."""
     return pq.read_table(pa.BufferReader(path.read_bytes())).to_pylist()
@@ -40,7 +50,9 @@ def test_killed_server_gives_run_failed_and_resume_continues(quick, ray_session,
         if path.exists() and len(_rows(path)) >= 2:
             break
         time.sleep(0.2)
-    ray.kill(ray.get_actor("raysfl:victim:server-0"))
+    victim = [a for a in chaos().raysfl_actors("victim", "server")]  # the run's actors, reused or not
+    assert len(victim) == 1, victim
+    ray.kill(ray.get_actor(victim[0]["name"], namespace=victim[0]["namespace"]))
     t.join(timeout=120)
     err = outcome.get("error")
     assert isinstance(err, raysfl.errors.RunFailed), err

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from raysfl.errors import ConfigError
-from raysfl.models import MODELS, ModelPart, SplitModel, block_index, build_model
+from raysfl.models import MODELS, ModelInfo, ModelPart, SplitModel, block_index, build_model, model_info
 
 SETTINGS = [((1, 8, 8), 10), ((1, 28, 28), 10), ((3, 32, 32), 100)]
 EXPECTED_BLOCKS = {"cnn": 4, "vgg16": 14, "vgg19": 17, "resnet18": 10, "vit": 8}
@@ -21,6 +21,36 @@ def _model(name, shape, num_classes, seed=0):
 
 def test_registry_names():
     assert set(MODELS) == set(EXPECTED_BLOCKS)
+
+
+def _data_shapes():
+    from raysfl.data import DATASETS, dataset_info
+
+    return sorted({(dataset_info(d).input_shape, dataset_info(d).num_classes) for d in DATASETS})
+
+
+@pytest.mark.parametrize("shape,num_classes", _data_shapes(), ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
+@pytest.mark.parametrize("name", list(EXPECTED_BLOCKS))
+def test_catalog_is_what_build_model_gives(name, shape, num_classes):
+    """The light catalogue (validation and ``raysfl list`` use it instead of building the model)
+    says what the built model is, for every model and every data set's shape."""
+    model = _model(name, shape, num_classes)
+    info = model_info(name)
+    assert (info.name, info.num_blocks, info.conv_blocks, list(info.cuts)) == (
+        name, model.num_blocks, model.leading_conv_blocks(), model.valid_cuts())
+
+
+def test_catalog_of_your_own_model_and_of_an_unknown_one():
+    from raysfl.models import custom
+
+    blocks = [torch.nn.Conv2d(1, 2, 3, padding=1), torch.nn.Flatten(), torch.nn.Linear(8, 2)]
+    mine = SplitModel("custom-mine", blocks, (1, 2, 2), 2, cuts=[2])
+    with pytest.raises(ConfigError, match="custom-mine"):
+        model_info("custom-mine")  # not given to a run
+    with custom.registered(mine):
+        assert model_info("custom-mine") == ModelInfo("custom-mine", 3, 1, (2,))
+    with pytest.raises(ConfigError, match="unknown model 'resnet50'; allowed: cnn, vgg16"):
+        model_info("resnet50")
 
 
 @pytest.mark.parametrize("shape,num_classes", SETTINGS, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))

@@ -3,7 +3,10 @@
 One package per paper (``flex_sfl/``, ``super_sfl/``, ``gapsl/``, ``fed_pairing/``,
 ``besplit/``: the algorithm's roles and its pure mathematics) and one for the baselines
 (``baselines/``); :mod:`raysfl.algorithms.spec` says what an algorithm is and
-:mod:`raysfl.algorithms.roles` holds SplitFed's roles, every role's default.
+:mod:`raysfl.algorithms.roles` holds SplitFed's roles, every role's default. Each package's
+``spec.py`` (name, knobs, paper setting, checks) imports no torch and names its roles by where
+they live (:func:`~raysfl.algorithms.spec.role`): the registry, the command line and validation
+stay light, the roles are imported where they run.
 
 An algorithm from your own code joins with :func:`register` (a decorator): through
 ``raysfl.run`` directly, and on the command line with ``raysfl run --plugin MODULE`` (or an
@@ -16,15 +19,14 @@ from __future__ import annotations
 import dataclasses
 import importlib
 
-from raysfl.algorithms.baselines import (EPSL, Centralized, FedAvg, FedProx, ParallelSplitLearning, SplitFedV1,
-                                         SplitFedV2, SplitLearning)
-from raysfl.algorithms.besplit import BESplit
-from raysfl.algorithms.fed_pairing import FedPairing
-from raysfl.algorithms.flex_sfl import FlexSFL
-from raysfl.algorithms.gapsl import GAPSL
-from raysfl.algorithms.roles import ClientUpdate, FederationContext
+from raysfl.algorithms.baselines.spec import (EPSL, Centralized, FedAvg, FedProx, ParallelSplitLearning, SplitFedV1,
+                                              SplitFedV2, SplitLearning)
+from raysfl.algorithms.besplit.spec import BESplit
+from raysfl.algorithms.fed_pairing.spec import FedPairing
+from raysfl.algorithms.flex_sfl.spec import FlexSFL
+from raysfl.algorithms.gapsl.spec import GAPSL
 from raysfl.algorithms.spec import Algorithm, NoParams
-from raysfl.algorithms.super_sfl import SuperSFL
+from raysfl.algorithms.super_sfl.spec import SuperSFL
 from raysfl.errors import ConfigError
 
 ALGORITHMS: dict[str, type[Algorithm]] = {}
@@ -110,5 +112,4 @@ def get_algorithm(name: str) -> type[Algorithm]:
     return ALGORITHMS[name]
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "ClientUpdate", "FederationContext", "NoParams", "get_algorithm",
-           "load_entry_points", "load_plugin", "register"]
+__all__ = ["ALGORITHMS", "Algorithm", "NoParams", "get_algorithm", "load_entry_points", "load_plugin", "register"]

@@ -24,17 +24,46 @@ subclasses only the roles it changes and names them on its :class:`Algorithm`::
 Each role is built in its own process from the config, the :class:`FederationContext` and
 the planner's ``shared()`` facts (plain data, taken once before the actors start), so no
 process holds another's copy that could drift. A role keeps its own typed state.
+
+A role may also be named by where it lives, ``role("package.module:Class")``: it is imported
+when first used. raysfl's own algorithms name theirs so: their specs (name, knobs, paper
+setting, ``validate``) sit in torch-free ``spec.py`` modules, so the registry, the command line
+and validation never import torch; the planner is the one role validation uses (its modules
+need no torch either).
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from raysfl.algorithms.roles import Aggregator, ClientSide, Planner, ServerSide
-
 if TYPE_CHECKING:  # pragma: no cover
+    from raysfl.algorithms.roles import Planner
     from raysfl.config import Config
+
+
+class role:  # noqa: N801 - used like a class attribute's value: ``client = role("pkg.mod:Cls")``
+    """A role class named ``"package.module:Class"``, imported on first access and kept."""
+
+    def __init__(self, path: str):
+        module, sep, name = path.partition(":")
+        if not (module and sep and name):
+            raise ValueError(f"role() takes 'package.module:Class', got {path!r}")
+        self.path = path
+        self._cls = None
+
+    def __get__(self, obj, owner=None) -> type:
+        if self._cls is None:
+            module, _, name = self.path.partition(":")
+            self._cls = getattr(importlib.import_module(module), name)
+        return self._cls
+
+    def __getstate__(self):  # travels as its path (an algorithm of yours sent by value)
+        return {"path": self.path, "_cls": None}
+
+    def __repr__(self) -> str:
+        return f"role({self.path!r})"
 
 
 @dataclass
@@ -55,10 +84,11 @@ class Algorithm:
     # ... and where the paper's setting depends on the data set (FLEX-SFL's Table 2: VGG-16 and
     # lr 0.03 on CIFAR-10): {dataset: {setting: value}}, applied before ``config_defaults``.
     dataset_defaults: ClassVar[dict] = {}
-    planner: ClassVar[type[Planner]] = Planner
-    client: ClassVar[type[ClientSide]] = ClientSide
-    server: ClassVar[type[ServerSide]] = ServerSide
-    aggregator: ClassVar[type[Aggregator]] = Aggregator
+    # SplitFed's roles (raysfl.algorithms.roles): a class, or role("package.module:Class")
+    planner: ClassVar = role("raysfl.algorithms.roles.planner:Planner")
+    client: ClassVar = role("raysfl.algorithms.roles.client:ClientSide")
+    server: ClassVar = role("raysfl.algorithms.roles.server:ServerSide")
+    aggregator: ClassVar = role("raysfl.algorithms.roles.aggregator:Aggregator")
 
     @classmethod
     def validate(cls, cfg: "Config") -> None:

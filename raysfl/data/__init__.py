@@ -1,8 +1,12 @@
-"""Data sets (in-memory numpy arrays) and seeded federated partitioning."""
+"""Data sets (in-memory numpy arrays) and seeded federated partitioning.
 
-from raysfl.data.catalog import DatasetInfo, dataset_info
+Nothing here imports torch at import time (a batch becomes a tensor in
+:meth:`DatasetArrays.to_tensor`), so the command line lists and checks data sets quickly."""
+
+from raysfl.data.arrays import DatasetArrays
+from raysfl.data.catalog import DATASETS, DatasetInfo, dataset_info
 from raysfl.data.custom import as_dataset, custom_dataset
-from raysfl.data.datasets import DATASETS, DatasetArrays, check_dataset_args, load_dataset
+from raysfl.data.datasets import check_dataset_args, load_dataset
 from raysfl.data.partition import PARTITIONERS, hold_out, label_histograms, partition
 
 __all__ = [

@@ -7,7 +7,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from raysfl.errors import ConfigError
 
@@ -42,6 +41,8 @@ class DatasetArrays:
 
     def to_tensor(self, x_np) -> torch.Tensor:
         """Normalise a batch ``(N,C,H,W)`` (or one sample ``(C,H,W)``) to a float32 tensor."""
+        import torch  # here, not above: the data catalogue and validation import this module without torch
+
         x = torch.from_numpy(np.asarray(x_np, dtype=np.float32).copy() if not np.asarray(x_np).flags.writeable
                              else np.asarray(x_np, dtype=np.float32))
         if not self.mean:  # your own data without normalisation (raysfl.data.custom_dataset): as given

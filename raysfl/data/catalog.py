@@ -1,4 +1,7 @@
-"""What each dataset looks like, known without loading it (for validation before Ray starts)."""
+"""What each dataset looks like, known without loading it (for validation before Ray starts).
+
+Light on purpose (no torch): the command line lists and checks data sets with it before
+anything heavy is imported."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ _CATALOG = {
     "cifar10": DatasetInfo("cifar10", (3, 32, 32), 10, 50000, 10000),
     "cifar100": DatasetInfo("cifar100", (3, 32, 32), 100, 50000, 10000),
 }
+DATASETS: tuple[str, ...] = tuple(_CATALOG)  # the built-in data sets, in the order they are listed
 
 
 def dataset_info(name: str) -> DatasetInfo:
@@ -35,5 +39,5 @@ def dataset_info(name: str) -> DatasetInfo:
             raise custom.missing(name)
         return DatasetInfo(name, ds.input_shape, ds.num_classes, ds.num_train, ds.num_test)
     if name not in _CATALOG:
-        raise ConfigError(f"unknown dataset '{name}'; allowed: {', '.join(_CATALOG)}")
+        raise ConfigError(f"unknown dataset '{name}'; allowed: {', '.join(DATASETS)}")
     return _CATALOG[name]

@@ -24,13 +24,11 @@ import os
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from raysfl.data import custom
 from raysfl.data.arrays import DatasetArrays, stratified_test_indices
+from raysfl.data.catalog import DATASETS
 from raysfl.errors import ConfigError
-
-DATASETS: tuple[str, ...] = ("digits", "mnist5k", "mnist", "fashion_mnist", "cifar10", "cifar100")
 
 _DIGITS_FILE = Path(__file__).with_name("digits.npz")
 _DIGITS_TEST_FRACTION = 0.2
@@ -201,6 +199,7 @@ def _one_line(err: BaseException, limit: int = 300) -> str:
 def _load_torchvision(name: str, root: str, download: bool) -> DatasetArrays:
     cls_name, num_classes, shape, mean, std = _TORCHVISION[name]
     try:
+        import torch
         import torchvision.datasets as tvd
     except ImportError as e:  # pragma: no cover - torchvision is a hard dependency
         raise ConfigError(f"dataset '{name}' needs torchvision, which failed to import: {_one_line(e)}") from None

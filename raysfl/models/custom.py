@@ -23,13 +23,18 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Sequence
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from raysfl.errors import ConfigError
 from raysfl.run_registry import RunRegistry
-from raysfl.models.splittable import SplitModel
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch import nn
+
+    from raysfl.models.splittable import SplitModel
+
+# torch is imported by the functions that take a model, not above: validation looks a model up
+# by name (is_custom, lookup, missing) without importing torch.
 
 PREFIX = "custom-"
 _RUNS = RunRegistry("model", "raysfl.run(cfg, model=...)", "SplitModel(name, blocks, ...)")
@@ -48,6 +53,8 @@ def split_sequential(seq: nn.Sequential, at: Sequence[int] | None = None) -> lis
     it, so ``Linear, ReLU, Linear, ReLU, Linear`` gives three blocks, cut points after each
     ReLU. Children before the first one with parameters join the first block.
     """
+    from torch import nn
+
     if not isinstance(seq, nn.Sequential):
         raise ConfigError(f"split_sequential needs an nn.Sequential, got {type(seq).__name__}")
     children = list(seq.children())
@@ -77,6 +84,10 @@ def as_split_model(model, input_shape: tuple[int, ...], num_classes: int) -> Spl
     """``model`` (any accepted form) as a SplitModel named ``custom-<name>`` for data of
     ``input_shape`` and ``num_classes``, checked to run on it (one-line ConfigError naming
     the block that fails). A copy: the caller's object is left alone."""
+    from torch import nn
+
+    from raysfl.models.splittable import SplitModel
+
     if isinstance(model, SplitModel):
         if tuple(model.input_shape) != tuple(input_shape) or model.num_classes != num_classes:
             raise ConfigError(f"model '{model.name}' is built for inputs {model.input_shape} and "
@@ -98,31 +109,33 @@ def as_split_model(model, input_shape: tuple[int, ...], num_classes: int) -> Spl
     return split
 
 
-@torch.no_grad()
 def check_runs(model: SplitModel) -> None:
-    """One zero sample through every block (eval mode): a ConfigError naming the first block
-    that fails, or logits of the wrong shape. Fills the model's FLOP and shape profile."""
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        x = torch.zeros((1, *model.input_shape))
-        for i, block in enumerate(model.blocks):
-            try:
-                x = block(x)
-            except Exception as e:  # noqa: BLE001 - any failure is a model/data mismatch
-                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                raise ConfigError(f"model '{model.name}' does not run on the data: block {i} "
-                                  f"({type(block).__name__}) fails on input of shape {tuple(x.shape[1:])}: "
-                                  f"{first}") from None
-            if not isinstance(x, torch.Tensor):
-                raise ConfigError(f"model '{model.name}': block {i} returns {type(x).__name__}, not a tensor")
-    finally:
-        for m, was in modes:
-            m.training = was
-    if tuple(x.shape[1:]) != (model.num_classes,):
-        raise ConfigError(f"model '{model.name}' outputs shape {tuple(x.shape[1:])} per sample; a classifier for "
-                          f"these data must output ({model.num_classes},) logits")
-    model.block_flops()  # measured once here, reused by the run
+    """One zero sample through every block (eval mode, no gradients): a ConfigError naming the
+    first block that fails, or logits of the wrong shape. Fills the model's FLOP and shape profile."""
+    import torch
+
+    with torch.no_grad():
+        modes = [(m, m.training) for m in model.modules()]
+        model.eval()
+        try:
+            x = torch.zeros((1, *model.input_shape))
+            for i, block in enumerate(model.blocks):
+                try:
+                    x = block(x)
+                except Exception as e:  # noqa: BLE001 - any failure is a model/data mismatch
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                    raise ConfigError(f"model '{model.name}' does not run on the data: block {i} "
+                                      f"({type(block).__name__}) fails on input of shape {tuple(x.shape[1:])}: "
+                                      f"{first}") from None
+                if not isinstance(x, torch.Tensor):
+                    raise ConfigError(f"model '{model.name}': block {i} returns {type(x).__name__}, not a tensor")
+        finally:
+            for m, was in modes:
+                m.training = was
+        if tuple(x.shape[1:]) != (model.num_classes,):
+            raise ConfigError(f"model '{model.name}' outputs shape {tuple(x.shape[1:])} per sample; a classifier for "
+                              f"these data must output ({model.num_classes},) logits")
+        model.block_flops()  # measured once here, reused by the run
 
 
 

@@ -24,6 +24,7 @@ from torch import nn
 from raysfl.errors import ConfigError
 from raysfl.models import custom
 from raysfl.models.blob import ModelBlob
+from raysfl.models.catalog import MODELS
 from raysfl.models.splittable import SplitModel
 
 Builder = Callable[[tuple[int, int, int], int], SplitModel]
@@ -235,7 +236,7 @@ def vit(input_shape: tuple[int, int, int], num_classes: int, *, depth: int = 6, 
 
 # ---- registry -------------------------------------------------------------------------------
 
-MODELS: dict[str, Builder] = {
+_BUILDERS: dict[str, Builder] = {  # the names and their blocks without building: models/catalog.py
     "cnn": cnn,
     "vgg16": vgg16,
     "vgg19": vgg19,
@@ -281,7 +282,7 @@ def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int, 
         raise ConfigError(f"num_classes must be a positive int, got {num_classes!r}")
     with _SEEDED_BUILD, torch.random.fork_rng(devices=[]):
         torch.random.default_generator.manual_seed(operator.index(seed))
-        return MODELS[name](shape, classes)
+        return _BUILDERS[name](shape, classes)
 
 
 def initial_model(model: SplitModel | None, cfg, input_shape, num_classes: int) -> SplitModel:

@@ -27,7 +27,7 @@ import torch
 from raysfl.algorithms.roles import ClientRound, Reply
 from raysfl.optim import build_optimizer
 from raysfl.runtime.placement import configure_torch, device_for_actor
-from raysfl.runtime.refs import fetch
+from raysfl.runtime.refs import fetch, require_run
 from raysfl.transport import ClientRoundStats, Smashed, pack, state_nbytes, unpack
 
 
@@ -46,22 +46,42 @@ def sample_stream(indices: np.ndarray, client: int, seed: int, start: int, count
 
 
 class ClientActor:
-    def __init__(self, index: int, cfg, spec, ctx, shared, dataset, parts: dict[int, np.ndarray],
-                 gpus: float = 0.0, model=None):
-        from raysfl.models import initial_model
+    """Started once (its process, torch, its device) and set up for each run that uses it
+    (:mod:`raysfl.runtime.pool`: a warm federation's next run reuses it)."""
 
-        configure_torch(cfg, cfg.resources.client_cpus)
-        self.index, self.cfg, self.ds, self.parts = index, cfg, dataset, parts
+    def __init__(self, index: int, gpus: float = 0.0):
+        self.index, self.gpus = index, gpus
         self.device = device_for_actor(gpus, f"client actor {index}")
-        self.model = initial_model(model, cfg, dataset.input_shape, dataset.num_classes)  # the run's model object
-        self.flops = ctx.block_flops  # measured once by the driver (FLOP counting is slow to start)
-        self.role = spec.client(cfg, ctx, shared)
+        self.run_name: str | None = None  # the run it serves (cluster/chaos.py asks)
         self.active: dict[int, ClientRound] = {}
         self.deadline: float | None = None  # epoch seconds (--round-deadline-s)
         self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
 
+    def setup(self, run_name: str, cfg, spec, ctx, shared, dataset, parts: dict[int, np.ndarray], model=None) -> str:
+        """Take on a run: its config, its algorithm's client role, the data, this actor's clients'
+        sample indices and the run's initial model. Returns the incarnation id."""
+        from raysfl.models import initial_model
+
+        configure_torch(cfg, cfg.resources.client_cpus)
+        self.run_name, self.cfg, self.ds, self.parts = run_name, cfg, dataset, parts
+        self.model = initial_model(model, cfg, dataset.input_shape, dataset.num_classes)  # the run's model object
+        self.flops = ctx.block_flops  # measured once by the driver (FLOP counting is slow to start)
+        self.role = spec.client(cfg, ctx, shared)
+        self.active, self.deadline = {}, None
+        return self.incarnation
+
+    def teardown(self) -> None:
+        """Drop the run (its data, model and role) and wait for the next one."""
+        for name in ("cfg", "ds", "parts", "model", "flops", "role"):
+            self.__dict__.pop(name, None)
+        self.run_name, self.active, self.deadline = None, {}, None
+
     def ping(self) -> str:
         return self.incarnation
+
+    def serving(self) -> str | None:
+        """The run this actor serves now (None: idle in the pool)."""
+        return self.run_name
 
     def warm_up(self, batch: int) -> float:
         """Before round 1 (:func:`raysfl.runtime.probe.warm_up`); seconds taken."""
@@ -113,6 +133,7 @@ class ClientActor:
         the next round when it starts. A plan without a deadline (the aggregator takes late
         updates) sleeps the whole delay and finishes its work.
         """
+        require_run(self)
         self.active = {}
         self.deadline = max((p.deadline or 0.0 for p in plans.values()), default=0.0) or None
         delay = max((p.delay_s for p in plans.values()), default=0.0)
@@ -202,6 +223,7 @@ class ClientActor:
         costs its own clients). Clients planned ``local`` (their server is unavailable this
         round) take the step on their own, with the role's ``fallback``.
         """
+        require_run(self)
         self.apply_grads(grad_refs)
         self._stop_past_deadline()
         out: dict[int, dict[int, Smashed]] = {d: {} for d in dests}
@@ -243,6 +265,7 @@ class ClientActor:
 
     def train_local(self) -> None:
         """All local steps of every active client when it holds the whole model (FedAvg)."""
+        require_run(self)
         for a in self.active.values():
             for _ in range(a.steps):
                 self._stop_past_deadline()
@@ -258,6 +281,7 @@ class ClientActor:
     def call_role(self, method: str, *args):
         """An exchange of the algorithm's own (FedPairing's): its client role's ``method``, with
         this actor as the host."""
+        require_run(self)
         return getattr(self.role, method)(self, *args)
 
     def end_round(self, grad_refs: list):
@@ -265,6 +289,7 @@ class ClientActor:
 
         Clients that lost their server mid-round report stats (``failed``) but no update.
         """
+        require_run(self)
         self.role.finish_steps(self, grad_refs)
         updates, stats = [], []
         for c, a in sorted(self.active.items()):

@@ -154,11 +154,32 @@ def _run_in(cfg, run_dir: Path, state: dict | None, ds, stages: "StartupClock", 
         callbacks.items.append(MLflowLogger(cfg.mlflow))
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
     stages.run_dir = run_dir
-    p = prepare(cfg, ds)
+    launch = None
+    if get_algorithm(cfg.algo).planner.exchange is not None:
+        # Ray and the actors' processes start on this thread while the data are partitioned and
+        # the model is built on another: the two are the longest stages of a cold start
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1, thread_name_prefix="raysfl-setup") as threads:
+            future = threads.submit(stages.timed, "setup", "setting up", lambda: prepare(cfg, ds))
+            try:
+                launch = launch_actors(cfg, run_dir.name, stages)
+            finally:
+                try:
+                    p = future.result()
+                except BaseException:
+                    if launch is not None:
+                        from raysfl.runtime import pool
+
+                        pool.destroy(launch.actors)
+                    raise
+    else:
+        p = stages.timed("setup", "setting up", lambda: prepare(cfg, ds))
     if state:
         check_same_model(state, p.model, run_dir)
-    stages.done("setup", f"{cfg.dataset} ({ds.num_train} training samples) split among {cfg.clients} clients "
-                         f"({cfg.partition}); model {cfg.model} ({p.model.num_blocks} blocks); {cfg.algo} set up")
+    stages.say(f"{cfg.dataset} ({ds.num_train} training samples) split among {cfg.clients} clients "
+               f"({cfg.partition}); model {cfg.model} ({p.model.num_blocks} blocks); {cfg.algo} set up "
+               f"in {stages.seconds['setup']:.1f} s")
     if not p.planner.measures_clients:
         write_clients(run_dir, p.ctx, p.planner)
 
@@ -171,7 +192,7 @@ def _run_in(cfg, run_dir: Path, state: dict | None, ds, stages: "StartupClock", 
     try:
         callbacks.start(run_dir, cfg.to_dict())
         if p.planner.exchange is not None:
-            _run_federated(exp, state, stages)
+            _run_federated(exp, state, stages, launch)
         else:
             from raysfl.runtime.centralized import run_centralized
 
@@ -272,47 +293,82 @@ def ship_by_value(spec) -> None:
             cloudpickle.register_pickle_by_value(sys.modules[top])
 
 
-def _run_federated(exp, state: dict | None, stages: "StartupClock") -> None:
-    """Start Ray (unless the caller did) and the actors, then run the rounds; a failure Ray
-    reports (an actor dead for good, the cluster gone) ends the run with the rounds done so far
-    kept and the command that resumes it."""
+@dataclass
+class Launch:
+    """Ray and a run's actors, started (the actors' processes may still be coming up)."""
+
+    cfg: object                # the config with its CPU shares fitted to the cluster
+    actors: object             # raysfl.runtime.pool.ActorSet
+    started_ray: bool          # this run started the local Ray (kept for later runs of the process)
+
+
+def launch_actors(cfg, run_name: str, stages: "StartupClock") -> Launch:
+    """Start Ray (unless this process has one) and the run's actors: a warm set from the pool
+    when an earlier run of this process left one of the same shape, new processes otherwise
+    (their start is not waited for here)."""
+    import ray
+
+    from raysfl.runtime.federation import start_actors
+    from raysfl.runtime.placement import check_capacity, fit_resources, init_ray
+    from raysfl.runtime import pool
+
+    num_actors = cfg.resources.num_client_actors(cfg.clients)
+    num_servers = get_algorithm(cfg.algo).make_planner(cfg).servers
+    if ray.is_initialized():
+        started = False
+        stages.mark("ray")
+    else:
+        started = stages.timed("ray", "starting Ray", lambda: init_ray(cfg, num_actors, num_servers))
+        cpus = ray.cluster_resources().get("CPU", 0.0)
+        stages.say(f"Ray up ({'started here' if started else 'joined'}, {cpus:g} CPUs) in {stages.seconds['ray']:.1f} s")
+    # CPU shares the user left unset: sized to what the cluster has free (idle pooled actors' included)
+    free = ray.available_resources().get("CPU", 0.0) + pool.held_cpus()
+    cfg = fit_resources(cfg, num_actors, num_servers, free)
+    if not os.environ.get("RAY_ADDRESS"):  # a Ray of this process: it will not grow. A job on a
+        # cluster (RAY_ADDRESS set) may autoscale: the placement groups wait for it instead
+        check_capacity(cfg, num_actors, num_servers)
+    return Launch(cfg, start_actors(cfg, num_actors, num_servers, run_name), started)
+
+
+def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Launch) -> None:
+    """Set the actors up for this run, then run the rounds; a failure Ray reports (an actor dead
+    for good, the cluster gone) ends the run with the rounds done so far kept and the command
+    that resumes it. The actors go back to the pool for the next run of this process (killed
+    after a failure); Ray stays up until the process exits."""
     import ray
 
     from raysfl.runtime.federation import Federation
-    from raysfl.runtime.placement import check_capacity, fit_resources, init_ray, shutdown_ray
     from raysfl.runtime.rounds import resume_hint, run_round, save_checkpoint
 
-    cfg, planner = exp.cfg, exp.planner
-    num_actors = cfg.resources.num_client_actors(cfg.clients)
-    num_servers = planner.servers
-    started = init_ray(cfg, num_actors, num_servers)
+    planner = exp.planner
+    cfg = exp.cfg = launch.cfg
+    num_actors, num_servers = len(launch.actors.clients), len(launch.actors.servers)
     fed = None
+    ok = False
     try:
-        cpus = ray.cluster_resources().get("CPU", 0.0)
-        stages.done("ray", f"Ray up ({'started here' if started else 'joined'}, {cpus:g} CPUs)")
-        # CPU shares the user left unset: sized to what the cluster has free
-        cfg = fit_resources(cfg, num_actors, num_servers, ray.available_resources().get("CPU", 0.0))
-        if not os.environ.get("RAY_ADDRESS"):  # a Ray of this process: it will not grow. A job on a
-            # cluster (RAY_ADDRESS set) may autoscale: the placement groups wait for it instead
-            check_capacity(cfg, num_actors, num_servers)
         ship_by_value(exp.spec)
-        fed = Federation(cfg, exp.spec, planner, exp.ctx, planner.shared(), exp.ds, exp.parts, num_actors,
-                         run_name=exp.run_dir.name, local_tests=exp.local_tests, model=exp.model)
-        stages.done("actors", f"{num_actors + num_servers + 1} actors ready ({num_actors} client actors hosting "
-                              f"{cfg.clients} clients, {num_servers} server{'s' * (num_servers != 1)}, 1 fed server)")
+        fed = stages.timed("actors", f"starting {num_actors + num_servers + 1} actors", lambda: Federation(
+            cfg, exp.spec, planner, exp.ctx, planner.shared(), exp.ds, exp.parts, num_actors,
+            run_name=exp.run_dir.name, local_tests=exp.local_tests, model=exp.model, actors=launch.actors,
+            on_ready=stages.counter("actors up")))
+        stages.say(f"{num_actors + num_servers + 1} actors ready ({num_actors} client actors hosting {cfg.clients} "
+                   f"clients, {num_servers} server{'s' * (num_servers != 1)}, 1 fed server) in "
+                   f"{stages.seconds['actors']:.1f} s")
         (exp.run_dir / "placement.json").write_text(json.dumps(fed.placement(), indent=1))
         if planner.measures_clients:
             calibrate(exp, fed)
-        fed.warm_up()
-        stages.done("warm_up", "warm-up (every actor's first forward/backward)")
+        stages.timed("warm_up", "warming up (every actor's first forward/backward)", fed.warm_up)
         start = rnd = state["round"] if state else 0
         try:
             if state:
                 fed.load_state(state["federation"])
-            fed.snapshot = state["federation"] if state else fed.get_state()
-            fed.snapshot_round = start
-            stages.done("state", f"{'resumed at round ' + str(start) if state else 'initial model'} in place; "
-                                 f"rounds {start + 1}..{cfg.rounds} to go")
+            if state:
+                fed.snapshot, fed.snapshot_round = state["federation"], start
+            else:
+                fed.snapshot_at(start)
+            stages.mark("state")
+            stages.say(f"{'resumed at round ' + str(start) if state else 'initial model'} in place; "
+                       f"rounds {start + 1}..{cfg.rounds} to go; started in {stages.total:.1f} s")
             stages.write()
             for rnd in range(start + 1, cfg.rounds + 1):
                 run_round(exp, fed, rnd)
@@ -322,6 +378,7 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock") -> None:
                         fed.snapshot = fed.get_state()
                         save_checkpoint(exp, fed, rnd)
                     break
+            ok = True
         except ray.exceptions.RayError as e:  # an actor died for good, the cluster went away, ...
             from raysfl.runtime.refs import is_death
 
@@ -334,28 +391,60 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock") -> None:
                             f"are in {exp.run_dir}; {resume_hint(exp)}") from e
     finally:
         if fed is not None:
-            fed.shutdown()
-        if started:
-            shutdown_ray()
+            fed.release(keep=ok)
+        else:
+            from raysfl.runtime import pool
+
+            pool.destroy(launch.actors)
 
 
 class StartupClock:
-    """The start-up stages of a run, timed: printed as they finish (with --progress) and kept
-    in the run directory's ``startup.json`` (seconds per stage, and in all), so that round 1's
-    ``wall_time_s`` is training only."""
+    """The start-up stages of a run, timed: each said when it starts and when it ends (with
+    --progress), and kept in the run directory's ``startup.json`` (seconds per stage, and from
+    the start to the first round), so that round 1's ``wall_time_s`` is training only. Stages
+    may overlap (Ray and the actors start while the data are set up)."""
 
     def __init__(self, run_dir: Path | None, verbose: bool):
-        self.run_dir, self.verbose = run_dir, verbose
-        self.t0 = self.last = time.perf_counter()
-        self.seconds: dict[str, float] = {}
+        import threading
 
-    def done(self, stage: str, text: str) -> None:
-        now = time.perf_counter()
-        self.seconds[stage] = round(now - self.last, 3)
-        self.last = now
+        self.run_dir, self.verbose = run_dir, verbose
+        self.t0 = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def total(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def say(self, text: str) -> None:
         if self.verbose:
-            print(f"raysfl: {text} in {self.seconds[stage]:.1f} s", file=sys.stderr, flush=True)
+            with self._lock:
+                print(f"raysfl: {text}", file=sys.stderr, flush=True)
+
+    def timed(self, stage: str, doing: str, fn):
+        """Run ``fn`` as stage ``stage``, saying ``doing ...`` first; returns its result."""
+        self.say(f"{doing} ...")
+        t = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            self.seconds[stage] = round(time.perf_counter() - t, 3)
+
+    def mark(self, stage: str) -> None:
+        """A stage that took no time of its own (Ray already up, the state in place)."""
+        self.seconds.setdefault(stage, 0.0)
+
+    def counter(self, what: str):
+        """A callback ``(done, total)`` that says progress (``3/6 actors up``) as it changes."""
+        last = [-1]
+
+        def tick(done: int, total: int) -> None:
+            if done != last[0] and 0 < done < total:
+                last[0] = done
+                self.say(f"{done}/{total} {what}")
+        return tick
 
     def write(self) -> None:
-        total = round(self.last - self.t0, 3)
-        (Path(self.run_dir) / "startup.json").write_text(json.dumps({**self.seconds, "total": total}, indent=1) + "\n")
+        out = {k: self.seconds.get(k, 0.0) for k in ("setup", "ray", "actors", "warm_up", "state")}
+        (Path(self.run_dir) / "startup.json").write_text(json.dumps({**out, "total": round(self.total, 3)},
+                                                                    indent=1) + "\n")

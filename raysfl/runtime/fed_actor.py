@@ -18,7 +18,7 @@ import numpy as np
 from raysfl.evaluation import evaluate, evaluate_by_class, evaluate_predictions, mix_weighted_accuracy
 from raysfl.algorithms.roles.aggregator import block_of
 from raysfl.runtime.placement import configure_torch, device_for_actor
-from raysfl.runtime.refs import fetch
+from raysfl.runtime.refs import fetch, require_run
 from raysfl.transport import state_to_wire, wire_to_state
 
 
@@ -34,22 +34,41 @@ class ClientViews:
 
 
 class FedActor:
-    def __init__(self, cfg, spec, ctx, shared, dataset, views: ClientViews | None = None, gpus: float = 0.0,
-                 model=None):
+    """Started once and set up for each run that uses it (:mod:`raysfl.runtime.pool`)."""
+
+    def __init__(self, gpus: float = 0.0):
+        self.gpus = gpus
+        self.device = device_for_actor(gpus, "fed server")
+        self.run_name: str | None = None
+        self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
+
+    def setup(self, run_name: str, cfg, spec, ctx, shared, dataset, views: ClientViews | None = None,
+              model=None) -> str:
+        """Take on a run: its config, its algorithm's aggregator holding the run's initial model as
+        the global model, the data and the clients' views. Returns the incarnation id."""
         from raysfl.models import initial_model
 
         configure_torch(cfg, cfg.resources.fed_cpus)
-        self.cfg, self.ds = cfg, dataset
+        self.run_name, self.cfg, self.ds = run_name, cfg, dataset
         self.views = views or ClientViews([], None)
-        self.device = device_for_actor(gpus, "fed server")
         self.model = initial_model(model, cfg, dataset.input_shape, dataset.num_classes).to(self.device)  # the run's model object
         # a copy: state_to_wire gives views of the model's tensors, and evaluation loads other
         # states into the model -- the initial global model must not change with them
         self.role = spec.aggregator(cfg, ctx, shared, {k: v.copy() for k, v in state_to_wire(self.model.state_dict()).items()})
-        self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
+        return self.incarnation
+
+    def teardown(self) -> None:
+        """Drop the run (its aggregator, data and model) and wait for the next one."""
+        for name in ("cfg", "ds", "views", "model", "role"):
+            self.__dict__.pop(name, None)
+        self.run_name = None
 
     def ping(self) -> str:
         return self.incarnation
+
+    def serving(self) -> str | None:
+        """The run this actor serves now (None: idle in the pool)."""
+        return self.run_name
 
     def warm_up(self, batch: int) -> float:
         """Before round 1 (:func:`raysfl.runtime.probe.warm_up`); seconds taken."""
@@ -73,6 +92,7 @@ class FedActor:
         """Models for each client actor (``actor_plans``: {client: blocks it holds}): {"global":
         the blocks its clients need, "own": {client: state} for clients that start from a state
         of their own, "charged": clients whose start state is a download}."""
+        require_run(self)
         out = []
         for plan in actor_plans:
             own, charged = {}, []
@@ -98,9 +118,11 @@ class FedActor:
         ``late_refs``: earlier rounds' late update lists, for aggregators that take them.
         ``weights``: the aggregation weight the servers chose per client (``ServerSide.weights``;
         the role's ``round_weights``). The state the aggregator wants every server to adopt
-        goes to ``servers`` (actor handles) here, before this call returns. Returns the number
-        of late updates applied.
+        goes to ``servers`` (actor handles) here, before this call returns. Returns (the number
+        of late updates applied, this actor's incarnation: the driver sees at once whether Ray
+        restarted it during the round).
         """
+        require_run(self)
         role = self.role
         role.round_weights = dict(weights or {})
         server_states = [s if s else {} for s in fetch(server_state_refs)]
@@ -115,12 +137,13 @@ class FedActor:
         merged = role.aggregate(rnd, server_states, updates)
         if merged is not None and servers:  # e.g. FLEX-SFL's w_e to every edge server (eq. 26)
             fetch([srv.load_shared.remote(merged) for srv in servers])  # a dead one is restored next round
-        return len(late)
+        return len(late), self.incarnation
 
     def evaluate(self) -> tuple[float, float, dict[str, float]]:
         """(test accuracy, test loss, extra metrics) per the aggregator's ``evaluate``; with
         local test splits also ``test_accuracy_local``: the mean over clients of the model each
         would run (``Aggregator.client_model``) on its own split."""
+        require_run(self)
         ev = Evaluator(self.model, self.ds, self.device, self.views)
         acc, loss, extras = self.role.evaluate(ev)
         if ev.has_local_tests and "test_accuracy_local" not in extras:
@@ -139,6 +162,7 @@ class FedActor:
         return float(np.mean(accs)) if accs else float("nan")
 
     def get_state(self) -> dict:
+        require_run(self)
         return self.role.get_state()
 
     def load_state(self, state: dict) -> None:

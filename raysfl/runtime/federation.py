@@ -27,8 +27,10 @@ import numpy as np
 from raysfl.algorithms.roles import Wiring
 from raysfl.models.blob import ModelBlob
 from raysfl.runtime.client_actor import ClientActor
+from raysfl.runtime import pool
 from raysfl.runtime.fed_actor import ClientViews, FedActor
 from raysfl.runtime.placement import actor_options, reserve, role_resources
+from raysfl.runtime.pool import ActorSet
 from raysfl.runtime.planning import ClientPlan
 from raysfl.runtime.refs import DEAD, LATE, fetch, is_death, ping_all, ping_until_alive
 from raysfl.runtime.server_actor import ServerActor
@@ -99,53 +101,96 @@ class FedServerLost(Exception):
         self.counted = counted
 
 
+def actor_shape(cfg, num_actors: int, num_servers: int) -> tuple:
+    """What makes a run's actors reusable by another run (:mod:`raysfl.runtime.pool`): how many of
+    each role, their resources and placement, their restart budget; last, the CPUs they hold."""
+    res = {kind: tuple(sorted(role_resources(cfg, kind).items())) for kind in ("client", "server", "fed")}
+    r = cfg.resources
+    cpus = (num_actors * dict(res["client"]).get("CPU", 0.0) + num_servers * dict(res["server"]).get("CPU", 0.0)
+            + dict(res["fed"]).get("CPU", 0.0))
+    return (num_actors, num_servers, res["client"], res["server"], res["fed"], r.client_placement, r.server_placement,
+            cfg.max_restarts, cpus)
+
+
+def start_actors(cfg, num_actors: int, num_servers: int, run_name: str) -> ActorSet:
+    """A set of actors for a run of this shape: an idle one of the pool (a warm federation), or
+    new ones (their processes start in the background; they are set up by :class:`Federation`).
+    Idle sets of another shape are evicted first, so their resources are free."""
+    import ray
+
+    from raysfl.runtime.ray_noise import without_line
+
+    shape = actor_shape(cfg, num_actors, num_servers)
+    warm = pool.take(shape)
+    if warm is not None:
+        return warm
+    pool.evict(keep=shape)
+    groups = reserve(cfg, num_actors, num_servers, run_name)  # fails here if the cluster is too small
+    names = []
+
+    def spawn(cls, role: str, kind: str, pg, bundle: int, *args):
+        res = role_resources(cfg, kind)
+        names.append(f"raysfl:{run_name}:{role}")
+        return ray.remote(cls).options(name=names[-1], max_restarts=cfg.max_restarts, max_task_retries=0,
+                                       **actor_options(res, pg, bundle)).remote(*args, res.get("GPU", 0.0))
+
+    with without_line():
+        clients = [spawn(ClientActor, f"client-{i}", "client", groups[0], i, i) for i in range(num_actors)]
+        servers = [spawn(ServerActor, f"server-{j}", "server", groups[1], j, j) for j in range(num_servers)]
+        fed = spawn(FedActor, "fed", "fed", groups[1], num_servers)
+    return ActorSet(shape, clients, servers, fed, tuple(groups), names, pool.session_id())
+
+
 class Federation:
     """The actors of one run and the round protocol over them."""
 
     def __init__(self, cfg, spec, planner, ctx, shared, dataset, parts: list[np.ndarray], num_actors: int,
-                 run_name: str = "run", local_tests: list[np.ndarray] | None = None, *, model):
-        """Start the actors. They are named ``raysfl:<run>:client-<i>``, ``...:server-<j>``
-        and ``...:fed`` so operators (and tests) can find them with ``ray.get_actor``.
+                 run_name: str = "run", local_tests: list[np.ndarray] | None = None, *, model,
+                 actors: ActorSet | None = None, on_ready=None):
+        """Set the run's actors up (``actors``: started by :func:`start_actors`, possibly
+        while the driver was still preparing; started here otherwise). Actors are named
+        ``raysfl:<run>:client-<i>``, ``...:server-<j>`` and ``...:fed`` after the run that started
+        them, so operators (and tests) can find them with ``ray.get_actor``.
 
         ``spec``: the algorithm (its roles are built in the actors from ``cfg``, ``ctx`` and the
         planner's ``shared`` facts); ``model``: the run's initial :class:`~raysfl.models.SplitModel`
         (a zoo model built from the seed, or your own); every actor starts from a copy of this
-        object, never from a name, like the data set."""
+        object, never from a name, like the data set. ``on_ready(up, total)`` hears how many of
+        the actors' processes are up while they start."""
         import ray
 
         from raysfl.runtime.ray_noise import without_line
 
         self.cfg, self.spec, self.planner, self.num_actors = cfg, spec, planner, num_actors
+        self.run_name = run_name
         self.exchange = planner.exchange
         self.num_blocks = ctx.num_blocks
+        self.actors = actors or start_actors(cfg, num_actors, planner.servers, run_name)
+        self.clients, self.servers, self.fed = self.actors.clients, self.actors.servers, self.actors.fed
+        if on_ready is not None:  # say how the start goes (processes: Ray's worker, torch, raysfl)
+            pending = [a.ping.remote() for a in self._all()]
+            total = len(pending)
+            while pending:
+                _, pending = ray.wait(pending, num_returns=1, timeout=1.0, fetch_local=False)
+                on_ready(total - len(pending), total)
         self.ds_ref = ray.put(dataset)  # loaded once, shared; kept alive for actor restarts
         self.model_ref = ray.put(ModelBlob(model))  # likewise (sealed: no tensor crosses a Ray boundary)
-
-        num_servers = planner.servers
-        self.groups = reserve(cfg, num_actors, num_servers, run_name)  # fails here if the cluster is too small
-
-        def spawn(cls, role: str, kind: str, pg, bundle: int, *args):
-            res = role_resources(cfg, kind)
-            return ray.remote(cls).options(name=f"raysfl:{run_name}:{role}", max_restarts=cfg.max_restarts,
-                                           max_task_retries=0, **actor_options(res, pg, bundle)
-                                           ).remote(*args, res.get("GPU", 0.0), model=self.model_ref)
-
+        views = ClientViews(local_tests or [], ctx.histograms)
+        parts_of = [{k: parts[k] for k in range(len(parts)) if k % num_actors == i} for i in range(num_actors)]
+        # what each actor is set up with (again after Ray restarts it: it comes back bare)
+        self._setup_calls = (
+            [(lambda a=a, i=i: a.setup.remote(run_name, cfg, spec, ctx, shared, self.ds_ref, parts_of[i],
+                                              self.model_ref)) for i, a in enumerate(self.clients)]
+            + [(lambda a=a: a.setup.remote(run_name, cfg, spec, ctx, shared, dataset.input_shape, self.model_ref))
+               for a in self.servers]
+            + [lambda: self.fed.setup.remote(run_name, cfg, spec, ctx, shared, self.ds_ref, views, self.model_ref)])
         with without_line():  # Ray's warning about object-store arguments: the refs live as long as we do
-            self.clients = [
-                spawn(ClientActor, f"client-{i}", "client", self.groups[0], i, i, cfg, spec, ctx, shared, self.ds_ref,
-                      {k: parts[k] for k in range(len(parts)) if k % num_actors == i})
-                for i in range(num_actors)
-            ]
-            self.servers = [
-                spawn(ServerActor, f"server-{j}", "server", self.groups[1], j, j, cfg, spec, ctx, shared,
-                      dataset.input_shape)
-                for j in range(num_servers)
-            ]
-            self.fed = spawn(FedActor, "fed", "fed", self.groups[1], num_servers, cfg, spec, ctx, shared, self.ds_ref,
-                             ClientViews(local_tests or [], ctx.histograms))
-        self.incarnations = ray.get([a.ping.remote() for a in self._all()])
-        self.snapshot: dict | None = None  # the state to go back to after a failure
+            self.incarnations = ray.get([call() for call in self._setup_calls])
+        self._first = list(self.incarnations)  # an actor Ray restarted during the run is not pooled
+        self._snap: dict | None = None  # the state to go back to after a failure: values ...
+        self._snap_refs: dict | None = None  # ... or the refs of a snapshot not fetched yet (snapshot_at)
         self.snapshot_round: int | None = None  # the round the snapshot is the end of (0: the start)
+        self._clean = False  # the last round saw no death, restart or straggler: the next needs no ping
         self.died: set[int] = set()  # client actors that died last round (restarting now)
         self._carry: list = []  # late update refs waiting for the next aggregation (the aggregator's late_updates)
         self.late_applied = 0
@@ -155,6 +200,15 @@ class Federation:
         import ray
 
         ray.get([a.warm_up.remote(self.cfg.batch_size) for a in self._all()])
+
+    @property
+    def snapshot_round(self) -> int | None:
+        """The round the snapshot is the end of (0: the start); a pending snapshot counts."""
+        return self._snap_round_pending if self._snap_refs is not None else self._snap_round
+
+    @snapshot_round.setter
+    def snapshot_round(self, rnd: int | None) -> None:
+        self._snap_round = rnd
 
     @property
     def late_updates(self) -> bool:
@@ -167,7 +221,8 @@ class Federation:
 
         roles = ([f"client-{i}" for i in range(len(self.clients))] + [f"server-{j}" for j in range(len(self.servers))]
                  + ["fed"])
-        return [{"role": role, **loc} for role, loc in zip(roles, ray.get([a.where.remote() for a in self._all()]))]
+        where = ray.get([a.where.remote() for a in self._all()])
+        return [{"role": role, "actor": name, **loc} for role, name, loc in zip(roles, self.actors.names, where)]
 
     def _all(self) -> list:
         return self.clients + self.servers + [self.fed]
@@ -175,23 +230,67 @@ class Federation:
     def actor_of(self, client: int) -> int:
         return client % self.num_actors
 
-    def shutdown(self) -> None:
+    def release(self, keep: bool = True) -> None:
+        """The run is over: its actors drop it and wait in the pool for the next run of their
+        shape (``keep``), or are killed (``keep=False``: after a failure, or when the pool is off)."""
         import ray
 
-        from ray.util.placement_group import remove_placement_group
-
-        for a in self._all():
-            ray.kill(a)
-        for g in self.groups:
-            if g is not None:
-                remove_placement_group(g)
+        if keep and self.incarnations == self._first:  # a restarted actor has spent part of its restarts
+            try:
+                ray.get([a.teardown.remote() for a in self._all()], timeout=30)
+                pool.give_back(self.actors)
+                return
+            except Exception:  # noqa: BLE001 - an actor that cannot drop the run is not reused
+                pass
+        pool.destroy(self.actors)
 
     # ------------------------------------------------------------------ failures
-    def recover(self) -> dict[str, int]:
-        """Before a round: find actors Ray restarted and put servers / the fed server back to
-        the last snapshot. Returns counts {"restarts": n}. A permanently dead actor raises."""
+    def _set_up_again(self, indices: list[int]) -> None:
+        """Actors Ray restarted come back bare: set them up for this run again (indices into
+        clients + servers + [fed])."""
         import ray
 
+        if indices:
+            ray.get([self._setup_calls[i]() for i in indices])
+
+    # ------------------------------------------------------------------ snapshots
+    def snapshot_at(self, rnd: int) -> None:
+        """Keep the fed server's and servers' state at the end of round ``rnd`` to go back to. It
+        is not fetched: the actors return it into Ray's object store (each after the round's
+        calls it has queued, before the next round's), and the driver holds the refs; it is
+        fetched only when needed (a checkpoint, a restore)."""
+        self._snap_refs = {"fed": self.fed.get_state.remote(), "servers": [s.get_state.remote() for s in self.servers]}
+        self._snap_round_pending = rnd
+
+    @property
+    def snapshot(self) -> dict | None:
+        """The snapshot's values ({"fed": state, "servers": [state, ...]}), fetched if need be.
+        A snapshot an actor died before giving is dropped: the one before stays."""
+        import ray
+
+        if self._snap_refs is not None:
+            refs, self._snap_refs = self._snap_refs, None
+            try:
+                fed, *servers = ray.get([refs["fed"]] + refs["servers"])
+                self._snap, self.snapshot_round = {"fed": fed, "servers": servers}, self._snap_round_pending
+            except Exception as e:  # noqa: BLE001 - classified
+                if not is_death(e):
+                    raise
+        return self._snap
+
+    @snapshot.setter
+    def snapshot(self, state: dict | None) -> None:
+        self._snap, self._snap_refs = state, None
+
+    def recover(self) -> dict[str, int]:
+        """Before a round: find actors Ray restarted, set them up again and put servers / the fed
+        server back to the last snapshot. Returns counts {"restarts": n}. A permanently dead actor
+        raises. After a round that ended clean (no death, restart or straggler: its closing ping
+        saw every server and the fed server as they were) there is nothing to look for."""
+        import ray
+
+        if self._clean and not self.died:
+            return {"restarts": 0}
         n_clients, n_servers = len(self.clients), len(self.servers)
         pings = [a.ping.remote() for a in self._all()]
         # A client actor still busy with a late straggler is not waited for (checked next
@@ -205,6 +304,7 @@ class Federation:
         self.died = set()
         restarted = [i for i, (a, b) in enumerate(zip(self.incarnations, now)) if a != b]
         self.incarnations = now
+        self._set_up_again(restarted)
         loads = []
         for i in restarted:
             if n_clients <= i < n_clients + n_servers and self.snapshot is not None:
@@ -227,29 +327,31 @@ class Federation:
 
     def restore_restarted_servers(self, incarnations: list[str]) -> int:
         """Right after a round: servers Ray restarted during it (``incarnations`` = their ids
-        now) go back to their last snapshot, not their fresh initial weights, before anything
-        reads their state."""
+        now) are set up again and go back to their last snapshot, not their fresh initial
+        weights, before anything reads their state."""
+        import ray
+
         n = len(self.clients)
         back = []
-        for j, (srv, inc) in enumerate(zip(self.servers, incarnations)):
+        for j, inc in enumerate(incarnations):
             if inc != self.incarnations[n + j]:
                 self.incarnations[n + j] = inc
                 back.append(j)
-                if self.snapshot is not None:
-                    import ray
-
-                    ray.get(srv.load_state.remote(self.snapshot["servers"][j]))
+        self._set_up_again([n + j for j in back])
+        if self.snapshot is not None:
+            ray.get([self.servers[j].load_state.remote(self.snapshot["servers"][j]) for j in back])
         return len(back)
 
     def rollback(self) -> int:
         """Put every server and the fed server back to the snapshot (a round is retried).
         Returns how many actors were found restarted."""
         now = ping_all(self._all())  # waits for restarts
-        restarted = sum(a != b for a, b in zip(self.incarnations, now))
+        restarted = [i for i, (a, b) in enumerate(zip(self.incarnations, now)) if a != b]
         self.incarnations = now
+        self._set_up_again(restarted)
         if self.snapshot is not None:
             self.load_state(self.snapshot)
-        return restarted
+        return len(restarted)
 
     def restore(self) -> int:
         """Put the servers and the fed server back to the snapshot, without waiting for the
@@ -258,11 +360,12 @@ class Federation:
         were found restarted."""
         n = len(self.clients)
         now = ping_all(self.servers + [self.fed])  # waits for restarts
-        restarted = sum(a != b for a, b in zip(self.incarnations[n:], now))
+        restarted = [n + i for i, (a, b) in enumerate(zip(self.incarnations[n:], now)) if a != b]
         self.incarnations[n:] = now
+        self._set_up_again(restarted)
         if self.snapshot is not None:
             self.load_state(self.snapshot)
-        return restarted
+        return len(restarted)
 
     def kill(self, role: str, index: int) -> None:
         """Fault injection: ``ray.kill`` one actor, letting Ray restart it."""
@@ -350,6 +453,8 @@ class Federation:
                 result.dead_servers.add(j)
         result.fed_restarted = tail[-1] != self.incarnations[-1]
         result.restarted = self.restore_restarted_servers(tail[:-1])
+        self._clean = not (kills or result.dead_clients or result.dead_servers or result.late_actors
+                           or result.fed_restarted or result.restarted)
         flight.agg_weights = {c: st.agg_weight for c, st in result.stats.items() if st.agg_weight == st.agg_weight}
         return flight
 
@@ -378,13 +483,15 @@ class Federation:
                                        self.servers if flight.sync else [])
         eval_ref = self.fed.evaluate.remote() if evaluate else None
         try:
-            self.late_applied = ray.get(ok)
+            self.late_applied, incarnation = ray.get(ok)
             result = ray.get(eval_ref) if eval_ref is not None else None
         except Exception as e:  # noqa: BLE001 - classified
+            self._clean = False
             if is_death(e):
                 raise FedServerLost(str(e).splitlines()[0] if str(e) else type(e).__name__) from e
             raise
-        if ping_until_alive(self.fed) != self.incarnations[-1]:
+        if incarnation != self.incarnations[-1]:  # it aggregated, but Ray had restarted it: from fresh state
+            self._clean = False
             raise FedServerLost("the fed server was restarted during the round")
         self._carry = late_now  # only once aggregation succeeded
         return result
@@ -440,8 +547,8 @@ class Federation:
 
     # ------------------------------------------------------------------ checkpoints
     def get_state(self) -> dict:
-        """The fed server's and servers' state (for snapshots and checkpoints). An actor that
-        Ray restarted in the meantime is first put back to the previous snapshot."""
+        """The fed server's and servers' state, fetched now (a callback's early stop). An actor
+        that Ray restarted in the meantime is first put back to the previous snapshot."""
         import ray
 
         for attempt in range(3):

@@ -17,7 +17,7 @@ import os
 
 import torch
 
-STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK", "none")
+from raysfl.config import STRATEGIES  # noqa: F401 - the choices, defined with the settings
 
 
 def set_threads(cpus: float | None) -> None:
@@ -127,9 +127,11 @@ def check_ray_address(address: str | None = None, timeout: float = CONNECT_TIMEO
 def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
     """Connect to the cluster in RAY_ADDRESS, or start a local one sized for this run.
 
-    Returns True when this call started Ray (the caller then shuts it down with
-    :func:`shutdown_ray`). A local Ray gets a reaper (:mod:`raysfl.runtime.reaper`) that
-    removes its processes if this driver dies without shutting it down.
+    Returns True when this call started Ray. A Ray raysfl starts stays up for the later runs of
+    the process (a warm federation: :mod:`raysfl.runtime.pool`) and is shut down when the
+    process exits (:func:`shutdown_ray`, registered with ``atexit``; ``raysfl.shutdown()`` does
+    it sooner). A local Ray gets a reaper (:mod:`raysfl.runtime.reaper`) that removes its
+    processes if this driver dies without shutting it down.
     """
     import ray
 
@@ -146,6 +148,7 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
             raise ConfigError(f"cannot connect to the Ray cluster at RAY_ADDRESS={os.environ['RAY_ADDRESS']!r}: "
                               f"{first}") from None
+        _at_exit()
         return True
     from raysfl.runtime import wire_guard
 
@@ -174,7 +177,20 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
     if wire_guard.enabled():
         wire_guard.install()
     _start_reaper()
+    _at_exit()
     return True
+
+
+_EXIT_HOOKED = []
+
+
+def _at_exit() -> None:
+    """Shut down the Ray raysfl started when the process exits (once)."""
+    if not _EXIT_HOOKED:
+        import atexit
+
+        atexit.register(shutdown_ray)
+        _EXIT_HOOKED.append(True)
 
 
 def local_gpus(need_gpus: float) -> int | None:
@@ -208,12 +224,15 @@ def _start_reaper() -> None:
 
 
 def shutdown_ray() -> None:
-    """Shut down the Ray this process started, then let its reaper go."""
+    """Shut down the Ray this process started (and the actors a warm federation keeps), then
+    let its reaper go. Idempotent."""
     import ray
 
-    from raysfl.runtime import reaper
+    from raysfl.runtime import pool, reaper
 
-    ray.shutdown()
+    if ray.is_initialized():
+        pool.clear()
+        ray.shutdown()
     reaper.stop()
 
 

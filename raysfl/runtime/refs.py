@@ -27,13 +27,24 @@ DEAD = _Missing("DEAD")
 LATE = _Missing("LATE")
 
 
+class ActorReset(RuntimeError):
+    """A call reached an actor that Ray restarted and that is not set up for the run again yet
+    (it comes back bare): for the caller, as good as dead."""
+
+
+def require_run(actor) -> None:
+    """Raise :class:`ActorReset` in an actor method that needs the run it was set up with."""
+    if getattr(actor, "run_name", None) is None:
+        raise ActorReset(f"{type(actor).__name__} holds no run (restarted by Ray, not set up again yet)")
+
+
 def is_death(err: BaseException) -> bool:
     """True for errors that mean "an actor, worker or node went away" (not a bug)."""
     import ray.exceptions as rex
 
     death = (rex.RayActorError, rex.ObjectLostError, rex.OwnerDiedError, rex.WorkerCrashedError,
              rex.NodeDiedError, rex.LocalRayletDiedError, rex.TaskCancelledError)
-    if isinstance(err, death):
+    if isinstance(err, (death, ActorReset)):
         return True
     cause = getattr(err, "cause", None)
     return isinstance(err, rex.RayTaskError) and cause is not None and is_death(cause)

@@ -121,7 +121,7 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
     bad = sorted(c for c, st in res.stats.items() if st.loss_count and not math.isfinite(st.loss_sum))
     if not bad:  # the state to go back to if a later round fails (a diverged one is not kept)
         if cfg.max_round_retries or exp.due(rnd, cfg.checkpoint_every) or deadlines(cfg):
-            fed.snapshot, fed.snapshot_round = fed.get_state(), rnd
+            fed.snapshot_at(rnd)
     wall = time.perf_counter() - t0  # the whole round, snapshot included (logging runs on its own thread)
     for c, p in plans.items():
         exp.counters["stream_pos"][c] = p.stream_pos + p.steps * p.batch

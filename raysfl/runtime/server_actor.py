@@ -15,20 +15,29 @@ import numpy as np
 import torch
 
 from raysfl.runtime.placement import configure_torch, device_for_actor
-from raysfl.runtime.refs import LATE, fetch, gather
+from raysfl.runtime.refs import LATE, fetch, gather, require_run
 from raysfl.transport import ClientRoundStats, GradReply, pack, unpack
 
 
 class ServerActor:
-    def __init__(self, index: int, cfg, spec, ctx, shared, input_shape, gpus: float = 0.0, model=None):
+    """Started once and set up for each run that uses it (:mod:`raysfl.runtime.pool`)."""
+
+    def __init__(self, index: int, gpus: float = 0.0):
+        self.index, self.gpus = index, gpus
+        self.device = device_for_actor(gpus, f"server {index}")
+        self.run_name: str | None = None
+        self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
+
+    def setup(self, run_name: str, cfg, spec, ctx, shared, input_shape, model=None) -> str:
+        """Take on a run: its config, its algorithm's server role on a copy of the run's initial
+        model. Returns the incarnation id."""
         from raysfl.models import initial_model
 
         configure_torch(cfg, cfg.resources.server_cpus)
-        self.index, self.cfg, self.input_shape = index, cfg, tuple(input_shape)
-        device = device_for_actor(gpus, f"server {index}")
-        model = initial_model(model, cfg, input_shape, ctx.num_classes).to(device)  # the run's model object
+        self.run_name, self.cfg, self.input_shape = run_name, cfg, tuple(input_shape)
+        model = initial_model(model, cfg, input_shape, ctx.num_classes).to(self.device)  # the run's model object
         model.train()
-        self.role = spec.server(cfg, ctx, shared, model, device)
+        self.role = spec.server(cfg, ctx, shared, model, self.device)
         self.flops = ctx.block_flops
         self.cuts: dict[int, int] = {}
         self.lo: int | None = None  # lowest block this server has run (its server-side part starts there)
@@ -37,10 +46,20 @@ class ServerActor:
         self.window: float | None = None  # how long a step waits for the others once its first batch is in
         self.routes: dict[int, tuple[int, int]] = {}  # client -> (its client actor, its steps) this round
         self.dropped: set[int] = set()  # clients whose smashed data missed a step's deadline this round
-        self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
+        return self.incarnation
+
+    def teardown(self) -> None:
+        """Drop the run (its role, model and optimiser) and wait for the next one."""
+        for name in ("cfg", "role", "flops", "cuts", "lo", "stats", "routes", "dropped"):
+            self.__dict__.pop(name, None)
+        self.run_name = None
 
     def ping(self) -> str:
         return self.incarnation
+
+    def serving(self) -> str | None:
+        """The run this actor serves now (None: idle in the pool)."""
+        return self.run_name
 
     def warm_up(self, batch: int) -> float:
         """Before round 1 (:func:`raysfl.runtime.probe.warm_up`); seconds taken."""
@@ -72,6 +91,7 @@ class ServerActor:
         ``deadline`` (epoch s) and ``window`` (s; :func:`raysfl.runtime.federation.step_window`)
         bound how long a step waits for smashed data; ``routes`` gives each client's client
         actor and step count, so that a late sender's clients are known."""
+        require_run(self)
         self.cuts = dict(cuts)
         self.deadline, self.window = deadline, window
         self.routes, self.dropped = dict(routes or {}), set()
@@ -107,6 +127,7 @@ class ServerActor:
         """One group step over the smashed batches that arrived: payload_refs[i] (an ObjectRef
         of {client: Smashed}) from client actor ``sources[i]`` of the group. A dead or late
         sender's clients get no gradient (they drop out of the round); everyone else goes on."""
+        require_run(self)
         payloads = self._receive(step, payload_refs, sources)
         device = self.role.device
         batches, owner = [], {}
@@ -146,6 +167,7 @@ class ServerActor:
         empty when ``export`` is False (the algorithm does not sync servers this round) or
         the server has not served any client yet.
         """
+        require_run(self)
         # clients dropped at a step deadline take no part in what the server hands on
         chosen = self.role.weights({c: weights.get(c, 1.0) for c in self.stats if c not in self.dropped})
         if chosen is not None:  # the algorithm's own aggregation weights (BESplit's EA), reported per client
@@ -160,10 +182,12 @@ class ServerActor:
 
     def load_shared(self, state: dict | None) -> None:
         """Adopt a merged server-side state from the fed server (keys it holds; others stay)."""
+        require_run(self)
         if state:
             self.role.load_shared(state)
 
     def get_state(self) -> dict:
+        require_run(self)
         return {**self.role.get_state(), "lo": self.lo}
 
     def load_state(self, state: dict) -> None:

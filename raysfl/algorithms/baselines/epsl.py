@@ -15,20 +15,18 @@ rest unchanged) through the server side and returns each client its gradient at 
 which is the calibration EPSL's aggregation brings to non-IID data. Its saving in server
 computation (back-propagating an aggregated row once instead of once per client) is not
 modelled: the learning is the same, the FLOP count is PSL's.
+
+EPSL's spec (``phi``, its check) is in :mod:`raysfl.algorithms.baselines.spec`; its server role here.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from raysfl.algorithms.baselines.splitfed import KeepsOwnModel
-from raysfl.algorithms.roles import OwnModels, ServerSide, StepResult
-from raysfl.algorithms.spec import Algorithm
-from raysfl.errors import ConfigError
+from raysfl.algorithms.roles import ServerSide, StepResult
 from raysfl.models import SplitModel
 
 
@@ -70,28 +68,8 @@ def aggregated_last_layer_step(model: SplitModel, opt: torch.optim.Optimizer, ba
     return grads, losses
 
 
-@dataclass
-class EPSLParams:
-    phi: float = 0.5  # share of each batch whose last-layer gradients are aggregated (0 = PSL, 1 = all)
-
-
 class EPSLServer(ServerSide):
     """PSL's shared server side, stepped with EPSL's last-layer gradient aggregation."""
 
     def step(self, batches):
         return StepResult(*aggregated_last_layer_step(self.model, self.opt, batches, self.params.phi))
-
-
-class EPSL(Algorithm):
-    name = "epsl"
-    summary = "EPSL: parallel split learning with last-layer gradient aggregation across clients"
-    params_cls = EPSLParams
-    client = KeepsOwnModel
-    server = EPSLServer
-    aggregator = OwnModels
-
-    @classmethod
-    def validate(cls, cfg) -> None:
-        phi = cfg.algo_params.phi
-        if not (math.isfinite(phi) and 0 <= phi <= 1):
-            raise ConfigError(f"phi must be in [0, 1] (0 = PSL, 1 = every row aggregated), got {phi}")

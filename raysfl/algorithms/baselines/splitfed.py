@@ -14,56 +14,21 @@ returns the gradient at the cut. What differs is what is shared and when it is a
 * ``psl`` -- parallel split learning (as in GAPSL's baseline): one shared server-side model,
   no client-side aggregation: every client keeps its own client-side model
   (:class:`~raysfl.algorithms.roles.OwnModels`, which also says what is evaluated).
+
+The specs are in :mod:`raysfl.algorithms.baselines.spec`, vanilla SL's planner in
+:mod:`raysfl.algorithms.baselines.planner`; the roles of their own are here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from raysfl.algorithms.roles import (ClientSide, OwnModels, PerClientServer, Planner, SequentialExchange, ServerSide,
-                                     StepResult, record_gradient_angle)
-from raysfl.algorithms.spec import Algorithm
-from raysfl.errors import ConfigError
+from raysfl.algorithms.roles import ClientSide, ServerSide, StepResult, record_gradient_angle
 from raysfl.server_steps import apply_flat_gradient, per_client_gradients, refresh_batch_norm_stats
-
-SERVER_REDUCTIONS = ("mean", "sum")
-
-
-class TakingTurns(Planner):
-    """Vanilla SL's planning: the clients take turns on one server, one after another."""
-
-    exchange = SequentialExchange
-
-
-class SplitLearning(Algorithm):
-    name = "sl"
-    summary = "Vanilla split learning: clients train one after another with one server model"
-    planner = TakingTurns
-
-
-class SplitFedV1(Algorithm):
-    name = "splitfed_v1"
-    summary = "SplitFed V1: per-client server-side models, both sides averaged every round"
-    server = PerClientServer
-
-
-class SplitFedV2(Algorithm):
-    name = "splitfed_v2"
-    summary = "SplitFed V2: one shared server-side model, client-side models averaged"
 
 
 class KeepsOwnModel(ClientSide):
     """A client that keeps its client-side model: nothing is uploaded (PSL, EPSL, GAPSL)."""
 
     uploads_model = False
-
-
-@dataclass
-class PSLParams:
-    # The server-side loss over the group: "mean" over every sample (one step on the
-    # concatenated batch, the default) or "sum" of the clients' mean losses, sum_i L_i (the
-    # reduction of GAPSL's eq. 8 with every client kept: the fair baseline for GAPSL's steps).
-    server_reduction: str = "mean"
 
 
 class PSLServer(ServerSide):
@@ -81,18 +46,3 @@ class PSLServer(ServerSide):
         if self.cfg.grad_angles:
             record_gradient_angle(self, grads)
         return StepResult(act_grads, losses)
-
-
-class ParallelSplitLearning(Algorithm):
-    name = "psl"
-    summary = "Parallel split learning: shared server-side model, no client-side aggregation"
-    params_cls = PSLParams
-    client = KeepsOwnModel
-    server = PSLServer
-    aggregator = OwnModels
-
-    @classmethod
-    def validate(cls, cfg) -> None:
-        if cfg.algo_params.server_reduction not in SERVER_REDUCTIONS:
-            raise ConfigError(f"unknown server_reduction '{cfg.algo_params.server_reduction}'; "
-                              f"allowed: {', '.join(SERVER_REDUCTIONS)}")

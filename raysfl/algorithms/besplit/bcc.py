@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from raysfl.algorithms.besplit.spec import DISTANCES
 from raysfl.matching import greedy_matching
 
 
@@ -88,9 +89,6 @@ def kd_global(logits_aux: torch.Tensor, logits_global: torch.Tensor, tau: float 
     log_pa = F.log_softmax(logits_aux / tau, dim=-1)
     log_pg = F.log_softmax(logits_global / tau, dim=-1)
     return tau ** 2 * (log_pg.exp() * (log_pg - log_pa)).sum(dim=-1).mean()
-
-
-DISTANCES = ("mean", "raw")
 
 
 def relational_matrix(z: torch.Tensor, distance: str = "raw") -> torch.Tensor:

@@ -30,8 +30,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-EVIDENCE = ("exp", "softplus", "relu")
-EPISTEMIC = ("mutual_info", "vacuity", "entropy")  # entropy: eq. (4) as printed (<= 0)
+from raysfl.algorithms.besplit.spec import EPISTEMIC, EVIDENCE
 
 
 def evidence(logits: torch.Tensor, kind: str = "exp") -> torch.Tensor:

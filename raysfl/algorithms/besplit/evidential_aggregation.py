@@ -39,9 +39,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from raysfl.algorithms.besplit.spec import AVERAGES, COMPARES
+
 EPS = 1e-8
-AVERAGES = ("seen", "sample", "all")
-COMPARES = ("pooled", "per_class")
 
 
 @dataclass

@@ -9,7 +9,8 @@
   (the slower client takes the floor); each client holds the whole model, runs its first L_i
   layers and its partner runs the rest on its own copy and returns the logits; the owner
   computes the loss with its labels and sends back d(loss)/d(logits)
-  (:mod:`raysfl.algorithms.fed_pairing.peer_exchange`, FedPairing's own exchange). Losses are weighted (``--pair-weights``,
+  (:mod:`raysfl.algorithms.fed_pairing.peer_exchange`, FedPairing's own exchange; its client
+  half, :class:`PeerClient`, is here). Losses are weighted (``--pair-weights``,
   :mod:`raysfl.algorithms.fed_pairing.weighting`): ``fedavg`` K a_i over the round's K
   clients, FedAvg's global step; ``paper`` the literal a_i = |D_i| / sum |D|.
 * Overlapping layers (eq. 7): the doubled step where both flows reached a layer in that
@@ -18,142 +19,179 @@
   gradients, Sec. II-A.3).
 * Simulated time: compute from each client's FLOPs and CPU frequency, transfers over r_ij
   between partners and over the client-server link r_i0 for the model.
+
+The spec (knobs, their choices, paper setting, checks) is in :mod:`raysfl.algorithms.fed_pairing.spec`,
+the planner in :mod:`raysfl.algorithms.fed_pairing.planner`; this module holds the roles that
+run in the actors.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-import numpy as np
+import torch
+import torch.nn.functional as F
 
 from raysfl.aggregation import weighted_average
-from raysfl.algorithms.fed_pairing.peer_exchange import PairPlan, PeerClient, PeerExchange
-from raysfl.algorithms.fed_pairing.pairing import (
-    PAIRINGS,
-    client_positions,
-    overlapping_layers,
-    pair_clients,
-    pair_split_lengths,
-    rate_bps,
-    rate_matrix,
-)
-from raysfl.algorithms.fed_pairing.weighting import PAIR_WEIGHTS, loss_weights
-from raysfl.algorithms.roles import Aggregator, ClientUpdate, FederationContext, Planner
-from raysfl.algorithms.spec import Algorithm
-from raysfl.errors import ConfigError
+from raysfl.algorithms.roles import Aggregator, ClientRound, ClientSide, ClientUpdate
+from raysfl.transport import GradReply, Smashed, pack, unpack
 
 
 @dataclass
-class FedPairingParams:
-    """FedPairing's knobs; defaults are the paper's (Sec. IV-A) where it gives one."""
+class PeerRound:
+    """A client's peer-step scratch: the blocks its own flow and its partner's reached since its
+    last optimiser step, and the partner halves it is serving (graphs awaiting their gradient)."""
 
-    pairing: str = "greedy"       # greedy (Alg. 1) | random | location | computation (Table I)
-    pair_alpha: float = 1.0       # alpha of eq. 5, per GHz^2 (the paper gives no value)
-    pair_beta: float = 1.0        # beta of eq. 5, per Gbit/s (the paper gives no value)
-    pair_weights: str = "fedavg"  # fedavg: loss weight K a_i, FedAvg's global step | paper: a_i (weighting.py)
-    double_overlap: bool = True   # eq. 7: overlapping layers take twice the step
-    radius_m: float = 50.0        # clients uniform in a disk of this radius around the server
-    bandwidth_mhz: float = 64.0   # B
-    power_w: float = 1.0          # P
-    noise_w: float = 1e-9         # sigma^2
-    gain_ref: float = 1e-3        # h0: channel gain at 1 m (the paper gives no value)
-    path_loss_exp: float = 3.0    # delta (the paper gives no value)
+    own_flow: range | None = None
+    partner_flow: range | None = None
+    serving: dict = field(default_factory=dict)  # owner -> (its activations, the outputs, its cut)
 
 
-class PairingPlanner(Planner):
-    """Positions, links and CPU frequencies once per run; each round's pairs (Alg. 1), split
-    lengths and loss weights; the round's simulated time over the partner and server links."""
+def _run_blocks(part, lo: int, hi: int, x: torch.Tensor) -> torch.Tensor:
+    for k in range(lo, hi):
+        x = part.blocks[str(k)](x)
+    return x
 
-    exchange = PeerExchange
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.positions: np.ndarray | None = None
-        self.rates: np.ndarray | None = None
-        self.freq_ghz: np.ndarray | None = None
-        self.sizes: np.ndarray | None = None
-        self.num_blocks = 0
-        self._pairs_round = 0
-        self._partner: dict[int, int | None] = {}  # the last planned round's pairs
-        self._lengths: dict[int, int] = {}  # ... and each client's propagation length L_i
+class PeerClient(ClientSide):
+    """The client half of :class:`~raysfl.algorithms.fed_pairing.peer_exchange.PeerExchange` (each
+    method runs on a client actor, ``host``)."""
 
-    def _link(self) -> dict:
-        p = self.params
-        return {"bandwidth_hz": p.bandwidth_mhz * 1e6, "power_w": p.power_w, "noise_w": p.noise_w,
-                "h0": p.gain_ref, "delta": p.path_loss_exp}
+    @classmethod
+    def columns(cls, cfg) -> list[str]:
+        """``doubled_layers``: layers that took eq. 7's doubled step, per client update."""
+        return ["doubled_layers"]
 
-    def setup(self, ctx: FederationContext) -> None:
-        rng = np.random.default_rng([self.cfg.seed, 0xFA12])
-        self.num_blocks = ctx.num_blocks
-        self.positions = client_positions(ctx.num_clients, self.params.radius_m, rng)
-        self.rates = rate_matrix(self.positions, **self._link())
-        self.server_rates = rate_bps(np.linalg.norm(self.positions, axis=1), **self._link())
-        self.freq_ghz = np.array([p.cpu_ghz for p in ctx.profiles])
-        self.sizes = np.asarray(ctx.sizes, dtype=np.float64)
+    def new_state(self, c: ClientRound) -> PeerRound:
+        return PeerRound()
 
-    def pairs(self, rnd: int, clients: list[int]) -> dict[int, int | None]:
-        """Each of the round's clients -> its partner (None: it trains alone); the pairs'
-        propagation lengths go to ``self._lengths``, one split per pair."""
-        if rnd != self._pairs_round or set(clients) != set(self._partner):
-            idx = sorted(clients)
-            rng = np.random.default_rng([self.cfg.seed, rnd, 0x9A1E])
-            sub = np.ix_(idx, idx)
-            local = pair_clients(self.params.pairing, self.freq_ghz[idx], self.positions[idx], self.rates[sub], rng,
-                                 self.params.pair_alpha, self.params.pair_beta)
-            partner: dict[int, int | None] = {c: None for c in idx}
-            pairs = [(idx[a], idx[b]) for a, b in local]
-            for a, b in pairs:
-                partner[a], partner[b] = b, a
-            lengths = {c: self.num_blocks for c in idx}
-            lengths.update(pair_split_lengths(self.num_blocks, pairs, self.freq_ghz))
-            self._pairs_round, self._partner, self._lengths = rnd, partner, lengths
-        return self._partner
+    def _step(self, a: ClientRound) -> None:
+        """Eq. (3) / (7): one optimizer step on the cached weighted gradients. The blocks
+        (0-based) that the client's own flow and its partner's flow both reached since the last
+        step take twice the step when ``double_overlap`` asks for it; their number is recorded
+        as ``doubled_layers``."""
+        own, theirs = a.state.own_flow, a.state.partner_flow
+        a.state.own_flow = a.state.partner_flow = None
+        if own is None and theirs is None:
+            return
+        doubled = sorted(set(own or ()) & set(theirs or ())) if self.params.double_overlap else []
+        for k in doubled:
+            for p in a.part.blocks[str(k)].parameters():
+                if p.grad is not None:
+                    p.grad.mul_(2.0)
+        a.opt.step()
+        a.opt.zero_grad(set_to_none=True)
+        a.stats.record("doubled_layers", len(doubled))
 
-    def assign_cuts(self, rnd, clients, ctx):
-        """L_i for each client (its whole model when alone)."""
-        self.pairs(rnd, clients)
-        return {c: self._lengths[c] for c in clients}
+    def finish_steps(self, host, grad_refs: list) -> None:
+        """Finish the previous step: back-propagate the gradients at the cut through the own
+        prefixes, then step every active client on what it has cached."""
+        for a, acts, reply in host.arrived(host.fetch(grad_refs)):
+            acts.backward(reply.grad)
+            a.state.own_flow = range(0, a.cut)
+        for a in host.active.values():
+            a.state.serving = {}  # graphs a partner never asked to back-propagate (it is gone)
+            if a.pending is not None:  # no gradient came back: the partner is gone
+                a.pending, a.failed, a.stats.failed = None, True, True
+            self._step(a)
 
-    def model_blocks(self, cut: int, ctx: FederationContext) -> int:
-        return ctx.num_blocks  # every client holds the whole model; its partner runs the rest on its own
+    def pair_forward(self, host, step: int, dests: list[int], routes: dict[int, int], grad_refs: list):
+        """Apply last step's gradients, then forward step ``step``: each client's first L_i
+        layers, to its partner's actor (``routes[c]``); a client without a partner takes a
+        whole local step. Returns one payload {partner: Smashed (no labels)} per entry of
+        ``dests``."""
+        self.finish_steps(host, grad_refs)
+        out: dict[int, dict[int, Smashed]] = {d: {} for d in dests}
+        for c, a in host.active.items():
+            if step >= a.steps or a.failed:
+                continue
+            x, y = host.next_batch(a)
+            a.stats.steps += 1
+            partner = a.plan.partner
+            if partner is None:  # trains alone (odd number of clients)
+                loss = F.cross_entropy(a.part(x), y)
+                (a.plan.weight * loss).backward()
+                a.state.own_flow = range(0, host.model.num_blocks)
+                self._step(a)
+                a.stats.loss_sum += float(loss.detach()) * len(y)
+                a.stats.loss_count += len(y)
+                a.stats.client_flops += 3.0 * len(y) * float(sum(host.flops))
+                continue
+            a.stats.client_flops += 3.0 * len(y) * float(sum(host.flops[:a.cut]))
+            out[routes[c]][partner] = host.send(a, _run_blocks(a.part, 0, a.cut, x), None)
+        result = [out[d] for d in dests]
+        return result if len(result) != 1 else result[0]
 
-    def client_plans(self, rnd, clients, cuts) -> dict[int, PairPlan]:
-        """Partner, overlapping layers (those both flows may reach in the client's copy) and
-        loss weight of each of the round's clients."""
-        weights = loss_weights(self.params.pair_weights, self.sizes, clients)
-        out = {}
-        for c, j in self.pairs(rnd, clients).items():
-            overlap = [] if j is None else overlapping_layers(self.num_blocks, self._lengths[c], self._lengths[j])
-            out[c] = PairPlan(j, overlap, float(weights[c]))
-        return out
+    def pair_serve(self, host, step: int, payload_refs: list):
+        """The partner's forward half of step ``step``: for each arriving {partner: Smashed from
+        c}, run layers L_c+1..W of the partner's own model and return the outputs, one payload
+        {c: Smashed at cut W (the logits)} per source actor. The graph waits for
+        :meth:`pair_backward`."""
+        payloads = host.fetch(payload_refs)
+        out: list[dict] = [{} for _ in payloads]
+        num_blocks = host.model.num_blocks
+        for i, payload in enumerate(payloads):
+            for j, sm in (payload or {}).items():
+                a = host.active.get(j)
+                if a is None:
+                    continue
+                x = unpack(sm.activations, host.device).requires_grad_(True)
+                logits = _run_blocks(a.part, sm.cut, num_blocks, x)
+                a.state.serving[sm.client] = (x, logits, sm.cut)
+                reply = Smashed(sm.client, num_blocks, pack(logits, self.cfg.transfer_dtype), None)
+                out[i][sm.client] = reply
+                a.stats.client_flops += 3.0 * len(x) * float(sum(host.flops[sm.cut:]))
+                a.stats.traffic.other_down += sm.nbytes   # the partner's activations in,
+                a.stats.traffic.other_up += reply.nbytes  # their outputs out
+                a.stats.traffic.messages += 2
+        return out if len(out) != 1 else out[0]
 
-    def restrict(self, rnd: int, plans: dict, clients: list[int]) -> dict:
-        """A client whose partner is not among ``clients`` trains alone, on its whole model."""
-        keep, out = set(clients), {}
-        for c in clients:
-            p = plans[c]
-            if p.role.partner is not None and p.role.partner not in keep:
-                p = dataclasses.replace(p, cut=self.num_blocks, role=PairPlan(None, [], p.role.weight))
-            out[c] = p
-        return out
+    def pair_loss(self, host, step: int, dests: list[int], routes: dict[int, int], logit_refs: list):
+        """The owner's loss of step ``step``: for each client whose outputs came back, the
+        cross-entropy with its own labels, weighted by its plan's ``weight``; returns one
+        payload {partner: GradReply(d(weight * loss)/d(outputs))} per entry of ``dests``."""
+        out: dict[int, dict[int, GradReply]] = {d: {} for d in dests}
+        for payload in host.fetch(logit_refs):
+            for c, sm in (payload or {}).items():
+                a = host.active.get(c)
+                if a is None or a.pending is None:
+                    continue
+                z = unpack(sm.activations, host.device).requires_grad_(True)
+                loss = F.cross_entropy(z, a.y)
+                (a.plan.weight * loss).backward()
+                reply = GradReply(pack(z.grad, self.cfg.transfer_dtype))
+                out[routes[c]][a.plan.partner] = reply
+                a.stats.loss_sum += float(loss.detach()) * len(a.y)
+                a.stats.loss_count += len(a.y)
+                a.stats.traffic.other_down += sm.nbytes   # its outputs in,
+                a.stats.traffic.other_up += reply.nbytes  # d(loss)/d(outputs) out
+                a.stats.traffic.messages += 2
+        result = [out[d] for d in dests]
+        return result if len(result) != 1 else result[0]
 
-    def client_info(self, client: int) -> dict:
-        return {"position_m": [float(v) for v in self.positions[client]], "cpu_ghz": float(self.freq_ghz[client]),
-                "server_rate_bps": float(self.server_rates[client]),
-                "a": float(self.sizes[client] / self.sizes.sum())}
-
-    def client_sim_time(self, client, stats, profile, server_flops_per_s) -> float:
-        """Compute on the client's CPU, activations and gradients over the partner link r_ij,
-        the model over the client-server link r_i0 (the paper models no latency)."""
-        t = stats.traffic
-        compute = stats.client_flops / profile.flops_per_s
-        model = (t.params_up + t.params_down) * 8.0 / self.server_rates[client]
-        peer = t.smashed_up + t.grad_down + t.other_up + t.other_down
-        partner = self._partner.get(client)
-        link = self.rates[client, partner] if partner is not None else math.inf
-        return compute + model + peer * 8.0 / link
+    def pair_backward(self, host, step: int, grad_refs: list):
+        """The partner's backward half of step ``step``: for each arriving {partner:
+        GradReply(d(loss)/d(outputs)) from c}, back-propagate it through layers L_c+1..W of
+        the partner's model (the gradients stay cached in it) and return the gradient at c's
+        cut, one payload {c: GradReply} per source actor."""
+        payloads = host.fetch(grad_refs)
+        out: list[dict] = [{} for _ in payloads]
+        num_blocks = host.model.num_blocks
+        for i, payload in enumerate(payloads):
+            for j, r in (payload or {}).items():
+                a = host.active.get(j)
+                if a is None or a.plan.partner not in a.state.serving:
+                    continue
+                owner = a.plan.partner
+                x, logits, cut = a.state.serving.pop(owner)
+                logits.backward(unpack(r.grad, host.device))
+                a.state.partner_flow = range(cut, num_blocks)
+                reply = GradReply(pack(x.grad, self.cfg.transfer_dtype))
+                out[i][owner] = reply
+                a.stats.traffic.other_down += r.nbytes    # d(loss)/d(outputs) in,
+                a.stats.traffic.other_up += reply.nbytes  # the gradient at the owner's cut out
+                a.stats.traffic.messages += 2
+        return out if len(out) != 1 else out[0]
 
 
 class PlainAverage(Aggregator):
@@ -164,35 +202,3 @@ class PlainAverage(Aggregator):
         if not updates:
             return global_state
         return weighted_average([(u.state, 1.0) for u in updates], base=global_state)
-
-
-class FedPairing(Algorithm):
-    name = "fed_pairing"
-    summary = "FedPairing: greedy client pairing, client-to-client split training, overlapping-layer steps"
-    params_cls = FedPairingParams
-    planner = PairingPlanner
-    client = PeerClient
-    aggregator = PlainAverage
-    # Sec. IV-A: 20 clients, 2 local epochs, "We train the ResNet18 neural network model using
-    # stochastic gradient descent optimization with a learning rate of 0.1" (no momentum named).
-    # The model matters: with BatchNorm, FedPairing leads FedAvg on non-IID data; with the
-    # 4-block CNN it trails it (docs/fed-pairing.md).
-    config_defaults = {"clients": 20, "local_epochs": 2, "lr": 0.1, "momentum": 0.0, "model": "resnet18"}
-
-    @classmethod
-    def validate(cls, cfg) -> None:
-        p = cfg.algo_params
-        if p.pairing not in PAIRINGS:
-            raise ConfigError(f"unknown pairing '{p.pairing}'; allowed: {', '.join(PAIRINGS)}")
-        if p.pair_weights not in PAIR_WEIGHTS:
-            raise ConfigError(f"unknown pair_weights '{p.pair_weights}'; allowed: {', '.join(PAIR_WEIGHTS)}")
-        for name in ("radius_m", "bandwidth_mhz", "power_w", "noise_w", "gain_ref", "path_loss_exp"):
-            v = getattr(p, name)
-            if not (math.isfinite(v) and v > 0):
-                raise ConfigError(f"{name} must be a finite number > 0, got {v}")
-        if cfg.round_deadline_s is not None or cfg.step_deadline_s is not None:
-            raise ConfigError("fed_pairing does not take real-time deadlines (round_deadline_s, step_deadline_s): "
-                              "partners wait for each other; use sim_deadline_s")
-        for name in ("pair_alpha", "pair_beta"):
-            if not (math.isfinite(getattr(p, name)) and getattr(p, name) >= 0):
-                raise ConfigError(f"{name} must be a finite number >= 0, got {getattr(p, name)}")

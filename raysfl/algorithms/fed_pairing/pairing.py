@@ -22,9 +22,8 @@ import math
 
 import numpy as np
 
+from raysfl.algorithms.fed_pairing.spec import PAIRINGS
 from raysfl.matching import greedy_matching
-
-PAIRINGS = ("greedy", "random", "location", "computation")
 
 
 def client_positions(n: int, radius_m: float, rng: np.random.Generator) -> np.ndarray:

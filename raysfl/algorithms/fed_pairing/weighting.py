@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-PAIR_WEIGHTS = ("fedavg", "paper")
+from raysfl.algorithms.fed_pairing.spec import PAIR_WEIGHTS
 
 
 def loss_weights(mode: str, sizes, clients: list[int]) -> dict[int, float]:

@@ -13,6 +13,10 @@ selection and hierarchical asynchronous aggregation.
   edge submodels are averaged by the central (fed) server every tau_e rounds (weights D_n)
   and sent back; the global model W = Combine({w_c^n}, w_e) is what is evaluated.
 
+This module holds the roles that run in the actors (the edge servers, the central server's
+aggregator); the spec (knobs, paper setting, checks) is in :mod:`raysfl.algorithms.flex_sfl.spec`,
+the planner (DAS, EDCS, the schedule) in :mod:`raysfl.algorithms.flex_sfl.planner`.
+
 Readings of the paper that the text leaves open are in docs/flex-sfl.md: how the N + 1
 interval bounds become N clusters with one split point each, the clamp to valid cuts,
 edge aggregation layer by layer over the edge servers holding each layer (clusters have
@@ -26,138 +30,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from raysfl.aggregation import weighted_average
-from raysfl.algorithms.flex_sfl.das import DAS_MODES, DASResult, das
-from raysfl.algorithms.flex_sfl.edcs import cluster_quotas, edcs_select
 from raysfl.algorithms.flex_sfl.hilo import data_weights, global_period, schedule
-from raysfl.algorithms.roles import Aggregator, ClientUpdate, FederationContext, Planner, ServerSide, StepResult
+from raysfl.algorithms.roles import Aggregator, ClientUpdate, ServerSide, StepResult
 from raysfl.algorithms.roles.aggregator import block_of
-from raysfl.algorithms.spec import Algorithm
-from raysfl.data import dataset_info
-from raysfl.errors import ConfigError
-from raysfl.models import build_model
 from raysfl.server_steps import shared_server_step
-
-
-@dataclass
-class FlexSFLParams:
-    """FLEX-SFL's knobs; defaults are the paper's setting (Sec. 5.1, 5.2)."""
-
-    edge_servers: int = 3           # N: edge servers = edge clusters (eqs. 6-10)
-    rho: float | None = None        # participation rate: K_n = rho * |C_n| per cluster (eq. 16); None: 0.2,
-                                    # or --clients-per-round / clients when that is given
-    random_ratio: float = 0.4       # lambda: share of K_n drawn at random; 1 = pure random (Alg. 2)
-    tau_c: int = 4                  # rounds between intra-cluster client aggregations (eq. 23)
-    tau_e: int = 2                  # rounds between edge-server aggregations (eq. 26)
-    tau_r: int = 10                 # server updates per received batch of smashed data (Sec. 3.3)
-    das_mode: str = "paper"         # paper | spread: how cluster split points become valid cuts (das.py)
-    min_cut: int = 1                # split points are clamped to valid cuts in [min_cut, max_cut];
-    max_cut: int | None = None      # None: the model's leading conv modules, at most 3 ("the first 1-3
-                                    # convolutional modules", Sec. 5.2)
-    clients_per_cluster: int | None = None  # fixed K_n instead of rho * |C_n| (the paper's Fig. 5: 7)
-    client_agg_scope: str = "cluster"  # cluster: eq. 23 over all of C_n | trained: only clients that
-                                       # trained since the last aggregation (the convergence analysis' S_t(n))
-
-
-PAPER_RHO = 0.2  # Sec. 5.1: "the client participation rate set to rho = 0.2"
-MAX_CONV_CUT = 3  # Sec. 5.2: "the first 1-3 convolutional modules"
-
-
-def max_cut_of(params: FlexSFLParams, conv_blocks: int, valid_cuts: list[int]) -> int:
-    """The deepest client-side cut allowed: ``max_cut``, else the model's leading conv modules
-    (at most 3), never below the smallest valid cut."""
-    if params.max_cut is not None:
-        return params.max_cut
-    return max(min(valid_cuts), min(MAX_CONV_CUT, conv_blocks))
-
-
-AGG_SCOPES = ("cluster", "trained")
-
-
-@dataclass
-class Clusters:
-    """DAS's clusters as every role sees them (the planner's ``shared`` facts)."""
-
-    das: DASResult
-    cluster_data: list[float]  # D_n, eq. (24): the samples of each cluster's clients
-
-
-class FlexPlanner(Planner):
-    """DAS once per run, EDCS in every cluster each round, one edge server per cluster, HiLo's
-    schedule of edge synchronisations."""
-
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.das: DASResult | None = None
-        self.sizes: np.ndarray | None = None
-        self.histograms: np.ndarray | None = None
-
-    @property
-    def servers(self) -> int:
-        return self.params.edge_servers
-
-    def setup(self, ctx: FederationContext) -> None:
-        """DAS once per run: capacities R_k are fixed per device (Sec. 3.1.1)."""
-        p = self.params
-        capacity = [prof.flops_per_s for prof in ctx.profiles]
-        self.max_cut = max_cut_of(p, ctx.conv_blocks, ctx.valid_cuts)
-        self.das = das(capacity, ctx.num_blocks, p.edge_servers, ctx.valid_cuts, p.min_cut, self.max_cut, p.das_mode)
-        self.sizes = np.asarray(ctx.sizes, dtype=np.float64)
-        self.histograms = np.asarray(ctx.histograms, dtype=np.float64)
-        self.cluster_data = [float(self.sizes[members].sum()) for members in self.das.clusters]  # D_n, eq. (24)
-
-    def shared(self) -> Clusters:
-        return Clusters(self.das, self.cluster_data)
-
-    def client_info(self, client: int) -> dict:
-        d = self.das
-        n = d.cluster_of(client)
-        return {"edge_cluster": n, "cut": d.cluster_cut[n], "das_point": float(d.points[client]),
-                "das_final_point": float(d.final[client])}
-
-    @property
-    def rho(self) -> float:
-        """The participation rate: ``rho``, else ``--clients-per-round`` / clients, else 0.2."""
-        if self.params.rho is not None:
-            return self.params.rho
-        if self.cfg.clients_per_round is not None:
-            return self.cfg.clients_per_round / self.cfg.clients
-        return PAPER_RHO
-
-    def quotas(self) -> list[int | None]:
-        """K_n per cluster: ``clients_per_cluster``; ``--clients-per-round`` shared out over the
-        clusters by size (so a comparison trains as many clients as its baselines); or None
-        (eq. 16 with rho, in ``edcs_select``)."""
-        sizes = [len(m) for m in self.das.clusters]
-        if self.params.clients_per_cluster is not None:
-            return [self.params.clients_per_cluster] * len(sizes)
-        if self.params.rho is None and self.cfg.clients_per_round is not None:
-            return cluster_quotas(sizes, self.cfg.clients_per_round)
-        return [None] * len(sizes)
-
-    def select(self, rnd: int, ctx: FederationContext) -> list[int]:
-        """Algorithm 2 in every cluster (seeded per round and cluster)."""
-        p, chosen = self.params, []
-        for n, (members, quota) in enumerate(zip(self.das.clusters, self.quotas())):
-            if not members or quota == 0:
-                continue
-            rng = np.random.default_rng([self.cfg.seed, rnd, n, 0xEDC5])
-            rand, greedy = edcs_select(members, self.histograms, self.rho, p.random_ratio, rng, quota)
-            chosen += rand + greedy
-        return sorted(chosen)
-
-    def assign_cuts(self, rnd, clients, ctx):
-        return {c: self.das.cluster_cut[self.das.cluster_of(c)] for c in clients}
-
-    def assign_servers(self, rnd, clients, cuts, ctx):
-        return {c: self.das.cluster_of(c) for c in clients}
-
-    def sync_servers(self, rnd: int) -> bool:
-        return schedule(rnd, self.params.tau_c, self.params.tau_e)["edge"]
-
-    def round_info(self, rnd: int) -> dict[str, float]:
-        s = schedule(rnd, self.params.tau_c, self.params.tau_e)
-        return {"client_aggregation": float(s["client"]), "edge_aggregation": float(s["edge"]),
-                "global_sync": float(s["global"])}
 
 
 class EdgeServer(ServerSide):
@@ -304,49 +180,3 @@ class HiLoAggregator(Aggregator):
 
     def global_model(self):
         return None  # N cluster models (W_global): each client's is client_model
-
-
-class FlexSFL(Algorithm):
-    name = "flex_sfl"
-    summary = "FLEX-SFL: device-aware cuts, edge-server clusters, entropy selection, HiLo aggregation"
-    params_cls = FlexSFLParams
-    planner = FlexPlanner
-    server = EdgeServer
-    aggregator = HiLoAggregator
-    # Sec. 5.1: 100 clients, two classes each, power-law sample counts; Table 2's optimiser for FMNIST
-    # (lr 0.1, decay 0.98 per round; no momentum is named: plain SGD) and per data set below.
-    config_defaults = {"clients": 100, "partition": "pathological", "classes_per_client": 2,
-                       "quantity_skew": 1.0, "model": "cnn", "lr": 0.1, "lr_decay": 0.98, "momentum": 0.0}
-    dataset_defaults = {"cifar10": {"model": "vgg16", "lr": 0.03, "lr_decay": 0.997},
-                        "cifar100": {"model": "vgg19", "lr": 0.03, "lr_decay": 0.998, "classes_per_client": 20}}
-
-    @classmethod
-    def validate(cls, cfg) -> None:
-        p = cfg.algo_params
-        if not 1 <= p.edge_servers <= cfg.clients:
-            raise ConfigError(f"edge_servers must be between 1 and clients ({cfg.clients}), got {p.edge_servers}")
-        if p.rho is not None and not 0 < p.rho <= 1:
-            raise ConfigError(f"rho must be in (0, 1], got {p.rho}")
-        if not 0 < p.random_ratio <= 1:
-            raise ConfigError(f"random_ratio (lambda) must be in (0, 1], got {p.random_ratio}")
-        for name in ("tau_c", "tau_e", "tau_r"):
-            if getattr(p, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(p, name)}")
-        if p.das_mode not in DAS_MODES:
-            raise ConfigError(f"unknown das_mode '{p.das_mode}'; allowed: {', '.join(DAS_MODES)}")
-        if p.client_agg_scope not in AGG_SCOPES:
-            raise ConfigError(f"unknown client_agg_scope '{p.client_agg_scope}'; allowed: {', '.join(AGG_SCOPES)}")
-        if p.clients_per_cluster is not None and p.clients_per_cluster < 1:
-            raise ConfigError(f"clients_per_cluster must be >= 1, got {p.clients_per_cluster}")
-        given = [name for name, v in (("rho", p.rho), ("clients_per_cluster", p.clients_per_cluster),
-                                      ("clients_per_round", cfg.clients_per_round)) if v is not None]
-        if len(given) > 1:
-            raise ConfigError(f"flex_sfl's participation is set by one of rho, clients_per_cluster or "
-                              f"clients_per_round; got {' and '.join(given)}")
-        info = dataset_info(cfg.dataset)
-        model = build_model(cfg.model, info.input_shape, info.num_classes, seed=0)
-        cuts = model.valid_cuts()
-        hi = max_cut_of(p, model.leading_conv_blocks(), cuts)
-        if p.min_cut > hi or not any(p.min_cut <= c <= hi for c in cuts):
-            raise ConfigError(f"min_cut..max_cut = {p.min_cut}..{hi} holds no valid cut of model "
-                              f"'{cfg.model}'; valid cuts: {cuts[0]}..{cuts[-1]}")

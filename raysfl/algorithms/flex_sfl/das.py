@@ -30,9 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from raysfl.algorithms.flex_sfl.spec import DAS_MODES
 from raysfl.errors import ConfigError
-
-DAS_MODES = ("spread", "paper")
 
 
 @dataclass

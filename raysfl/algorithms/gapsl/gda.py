@@ -32,10 +32,6 @@ import math
 import numpy as np
 import torch
 
-GDA_MODES = ("gda", "none", "random")
-REDUCTIONS = ("sum", "mean")
-REGULARIZERS = ("detached", "second_order")
-
 
 def angles_to_leader(grads: torch.Tensor, lead: torch.Tensor) -> torch.Tensor:
     """Eq. (5) for every row of ``grads`` (radians)."""

@@ -23,8 +23,6 @@ import torch
 
 from raysfl.angles import pairwise_angles
 
-LGI_MODES = ("lgi", "none", "random")  # GAPSL | Non-LGI (all gradients) | Rand-LGI (random subset), Sec. V-C
-
 
 def consistency_scores(grads: torch.Tensor) -> torch.Tensor:
     """Eq. (1): each client's mean angular deviation to the other clients."""

@@ -1,16 +1,32 @@
 """The four roles of an algorithm, with SplitFed's behaviour as each one's default, and the
 variants several papers share (a per-client server side, clients that keep their own models or
-a module of their own, the exchange shapes)."""
+a module of their own, the exchange shapes).
 
-from raysfl.algorithms.roles.aggregator import OWN_MODEL_METRICS, Aggregator, OwnModels, evaluate_own_models
-from raysfl.algorithms.roles.client import ClientRound, ClientSide, Reply
-from raysfl.algorithms.roles.context import ClientUpdate, FederationContext
-from raysfl.algorithms.roles.exchange import Exchange, LocalExchange, SequentialExchange, SplitExchange, Wiring
-from raysfl.algorithms.roles.own_module import HEAD, HEAD_OPTIMIZER, OwnModuleClient
-from raysfl.algorithms.roles.planner import Planner
-from raysfl.algorithms.roles.server import PerClientServer, ServerSide, StepResult, record_gradient_angle
+The names are imported on first use: the planner's modules (``planner``, ``exchange``,
+``context``) need no torch, so the registry and validation stay light; the client, server and
+aggregator roles are imported where they run."""
 
-__all__ = ["Aggregator", "ClientRound", "ClientSide", "ClientUpdate", "Exchange", "FederationContext", "HEAD",
-           "HEAD_OPTIMIZER", "LocalExchange", "OWN_MODEL_METRICS", "OwnModels", "OwnModuleClient", "PerClientServer",
-           "Planner", "Reply", "SequentialExchange", "ServerSide", "SplitExchange", "StepResult", "Wiring",
-           "evaluate_own_models", "record_gradient_angle"]
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {
+    "Aggregator": "aggregator", "OWN_MODEL_METRICS": "aggregator", "OwnModels": "aggregator",
+    "evaluate_own_models": "aggregator",
+    "ClientRound": "client", "ClientSide": "client", "Reply": "client",
+    "ClientUpdate": "context", "FederationContext": "context",
+    "Exchange": "exchange", "LocalExchange": "exchange", "SequentialExchange": "exchange", "SplitExchange": "exchange",
+    "Wiring": "exchange",
+    "HEAD": "own_module", "HEAD_OPTIMIZER": "own_module", "OwnModuleClient": "own_module",
+    "Planner": "planner",
+    "PerClientServer": "server", "ServerSide": "server", "StepResult": "server", "record_gradient_angle": "server",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = globals()[name] = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

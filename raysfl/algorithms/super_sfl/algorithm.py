@@ -30,143 +30,27 @@ Three-Phase Gradient Fusion, a fault-tolerant client classifier and collaborativ
   weights, pulled towards the server's copy by lambda; classifiers stay with their clients;
   the result is the new global model, loaded back into the main server.
 
+The spec (knobs, their choices, paper setting, checks) is in :mod:`raysfl.algorithms.super_sfl.spec`,
+the planner (depths, server availability) in :mod:`raysfl.algorithms.super_sfl.planner`; this
+module holds the roles that run in the actors.
+
 Readings the paper leaves open are listed in docs/super-sfl.md.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from raysfl.algorithms.roles import (HEAD, Aggregator, ClientRound, ClientUpdate, FederationContext, OwnModuleClient,
-                                     Planner, ServerSide)
-from raysfl.algorithms.spec import Algorithm
-from raysfl.algorithms.super_sfl.allocation import allocate_depths
+from raysfl.algorithms.roles import HEAD, Aggregator, ClientRound, ClientUpdate, OwnModuleClient, ServerSide
 from raysfl.algorithms.super_sfl.collaborative_aggregation import client_weights, consensus_average
-from raysfl.algorithms.super_sfl.tpgf import FUSION_MODES, clip_l2, client_weight, fuse, fused_loss, l2_norm
-from raysfl.errors import ConfigError
+from raysfl.algorithms.super_sfl.planner import server_up
+from raysfl.algorithms.super_sfl.tpgf import clip_l2, client_weight, fuse, fused_loss, l2_norm
 from raysfl.models.heads import client_classifier
 from raysfl.transport import wire_to_state
-
-ALLOCATIONS = ("profile", "measured")
-AVAILABILITY_MODES = ("gradients", "server")
-CLASSIFIER_HEADS = ("spatial", "pooled")
-
-
-@dataclass
-class SuperSFLParams:
-    """SuperSFL's knobs; defaults are the paper's (Sec. II, III-A)."""
-
-    depth_alpha: float = 0.5         # alpha in eq. (1): layers per GB of memory
-    depth_beta: float = 4.0          # beta in eq. (1): extra layers for the lowest latency
-    allocation: str = "profile"      # profile: device profiles | measured: timed once at start-up (Sec. II-A)
-    fusion: str = "full"             # TPGF client weight (eq. 3): full | no_loss | no_depth | equal (Sec. IV)
-    clip_norm: float = 0.5           # tau: L2 clip of the local encoder gradient (Alg. 2, line 8)
-    consensus_lambda: float = 0.01   # lambda in eqs. (7)-(8): pull towards the server's copy of a layer
-    server_timeout_s: float = 5.0    # wait for the server's answer before a fallback step (Sec. II-C)
-    server_availability: float = 1.0  # fraction of rounds with server gradients (Table III)
-    availability_rounds: str | None = None  # explicit schedule instead: rounds with server gradients, e.g. "1-5,9"
-    availability_mode: str = "gradients"  # rounds without: gradients (the server trains, its gradient
-                                          # is missing or late) | server (the server is off)
-    classifier_head: str = "spatial"  # client classifier on feature maps: spatial (pooled to <= 4x4 and
-                                      # flattened) | pooled (one value per channel); ViT tokens: the same head
-
-
-def parse_round_set(text: str) -> set[int]:
-    """``"1-5,9"`` -> {1, 2, 3, 4, 5, 9}; raises ValueError on anything else."""
-    out: set[int] = set()
-    for item in (t.strip() for t in text.split(",")):
-        if not item:
-            continue
-        a, _, b = item.partition("-")
-        lo, hi = int(a), int(b or a)
-        if lo < 1 or hi < lo:
-            raise ValueError(item)
-        out.update(range(lo, hi + 1))
-    return out
-
-
-AVAILABILITY_BLOCK = 10  # rounds per block of the availability schedule
-
-
-def server_answers(availability: float, rnd: int, seed: int, block: int = AVAILABILITY_BLOCK) -> bool:
-    """Whether the server answers in round ``rnd``: in every block of ``block`` consecutive
-    rounds it answers in exactly round(availability x block) of them, drawn from the seed.
-    The fraction holds over any run of whole blocks and does not depend on the total number
-    of rounds, so a resumed run keeps the schedule."""
-    k = int(round(availability * block))
-    b, pos = divmod(rnd - 1, block)
-    perm = np.random.default_rng([seed, b, 0xA7A1]).permutation(block)
-    return bool(perm[pos] < k)
-
-
-def available_rounds(availability: float, rounds: int, seed: int) -> set[int]:
-    """The rounds among 1..``rounds`` in which the server answers (:func:`server_answers`)."""
-    return {r for r in range(1, rounds + 1) if server_answers(availability, r, seed)}
-
-
-def server_up(params: "SuperSFLParams", seed: int, rnd: int) -> bool:
-    """Whether the server's gradients reach the clients in round ``rnd`` (Table III): the explicit
-    ``availability_rounds``, else the seeded ``server_availability`` schedule."""
-    if params.availability_rounds is not None:
-        return rnd in parse_round_set(str(params.availability_rounds))
-    return server_answers(params.server_availability, rnd, seed)
-
-
-class DepthPlanner(Planner):
-    """Eq. (1)'s depths (from the device profiles, or measured once after the actors start),
-    the server-availability schedule of Table III, fallback for clients whose server is away."""
-
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.depths: np.ndarray | None = None
-        self.num_blocks = 0
-        self.profile: dict[int, tuple[float, float]] = {}  # client -> (memory GB, latency s) used by eq. (1)
-        self.valid_cuts: list[int] = []
-
-    @property
-    def measures_clients(self) -> bool:
-        return self.params.allocation == "measured"
-
-    def setup(self, ctx: FederationContext) -> None:
-        """Eq. (1) once per run (Sec. II-A: profiles are sent once, at initialisation)."""
-        self.num_blocks, self.valid_cuts = ctx.num_blocks, list(ctx.valid_cuts)
-        if self.params.allocation == "profile":
-            self.calibrate({k: (p.memory_gb, p.latency_s) for k, p in enumerate(ctx.profiles)})
-
-    def calibrate(self, profile: dict[int, tuple[float, float]]) -> None:
-        """Depths from (memory GB, latency s) per client: eq. (1), then the largest valid cut
-        of the model not above d_i (every cut is valid for the zoo's models)."""
-        clients = sorted(profile)
-        self.profile = {c: (float(profile[c][0]), float(profile[c][1])) for c in clients}
-        d = allocate_depths([profile[c][0] for c in clients], [profile[c][1] for c in clients], self.num_blocks,
-                            self.params.depth_alpha, self.params.depth_beta)
-        lowest = min(self.valid_cuts)
-        self.depths = np.asarray([max([v for v in self.valid_cuts if v <= di] or [lowest]) for di in d])
-
-    def client_info(self, client: int) -> dict:
-        mem, lat = self.profile.get(client, (float("nan"), float("nan")))
-        return {"depth": int(self.depths[client]), "alloc_memory_gb": mem, "alloc_latency_s": lat}
-
-    def assign_cuts(self, rnd, clients, ctx):
-        return {c: int(self.depths[c]) for c in clients}
-
-    def servers_down(self, rnd: int) -> set[int]:
-        """``availability_mode=server`` only: the server is off in rounds without gradients
-        (in ``gradients`` mode it keeps training; the client role drops its gradient)."""
-        if self.params.availability_mode == "gradients" or server_up(self.params, self.cfg.seed, rnd):
-            return set()
-        return {0}
-
-    def on_server_down(self, rnd: int, clients: list[int]) -> list[int]:
-        return list(clients)  # every client trains on its local classifier (Alg. 3)
-
-    def round_info(self, rnd: int) -> dict[str, float]:
-        return {"server_available": float(server_up(self.params, self.cfg.seed, rnd))}
 
 
 @dataclass
@@ -374,48 +258,3 @@ class CollaborativeAggregator(Aggregator):
                   "acc_local_std": float(np.std(balanced)) if balanced else nan,
                   "acc_local_own": float(np.mean(own)) if own else nan}
         return acc, loss, extras
-
-
-class SuperSFL(Algorithm):
-    name = "super_sfl"
-    summary = "SuperSFL: weight-sharing super-network, TPGF, client-classifier fallback, collaborative aggregation"
-    params_cls = SuperSFLParams
-    planner = DepthPlanner
-    client = TPGFClient
-    server = SuperNetworkServer
-    aggregator = CollaborativeAggregator
-    # The paper's setting (Sec. III-A): a ViT, Dirichlet alpha = 0.5.
-    config_defaults = {"model": "vit", "partition": "dirichlet", "alpha": 0.5}
-
-    @classmethod
-    def validate(cls, cfg) -> None:
-        p = cfg.algo_params
-        if p.allocation not in ALLOCATIONS:
-            raise ConfigError(f"unknown allocation '{p.allocation}'; allowed: {', '.join(ALLOCATIONS)}")
-        if p.fusion not in FUSION_MODES:
-            raise ConfigError(f"unknown fusion '{p.fusion}'; allowed: {', '.join(FUSION_MODES)}")
-        if p.availability_mode not in AVAILABILITY_MODES:
-            raise ConfigError(f"unknown availability_mode '{p.availability_mode}'; allowed: "
-                              f"{', '.join(AVAILABILITY_MODES)}")
-        if p.classifier_head not in CLASSIFIER_HEADS:
-            raise ConfigError(f"unknown classifier_head '{p.classifier_head}'; allowed: {', '.join(CLASSIFIER_HEADS)}")
-        for name in ("depth_alpha", "depth_beta", "consensus_lambda"):
-            if not math.isfinite(getattr(p, name)) or getattr(p, name) < 0:
-                raise ConfigError(f"{name} must be a finite number >= 0, got {getattr(p, name)}")
-        if not p.clip_norm > 0:
-            raise ConfigError(f"clip_norm must be > 0, got {p.clip_norm}")
-        if not p.server_timeout_s > 0:
-            raise ConfigError(f"server_timeout_s must be > 0 seconds, got {p.server_timeout_s}")
-        if not 0 <= p.server_availability <= 1:
-            raise ConfigError(f"server_availability must be in [0, 1], got {p.server_availability}")
-        if p.availability_rounds is not None:
-            try:
-                parse_round_set(str(p.availability_rounds))
-            except ValueError:
-                raise ConfigError(f"availability_rounds must list rounds like '1-5,9', got "
-                                  f"'{p.availability_rounds}'") from None
-            if p.server_availability != 1.0:
-                raise ConfigError("give either server_availability or availability_rounds, not both")
-        if cfg.round_deadline_s is not None and cfg.round_deadline_s < p.server_timeout_s:
-            raise ConfigError(f"round_deadline_s ({cfg.round_deadline_s}) must be at least server_timeout_s "
-                              f"({p.server_timeout_s}), or no fallback step could finish in time")

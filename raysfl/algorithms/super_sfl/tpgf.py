@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import torch
 
+from raysfl.algorithms.super_sfl.spec import FUSION_MODES
+
 EPS = 1e-8
-FUSION_MODES = ("full", "no_loss", "no_depth", "equal")
 
 
 def client_weight(depth: int, server_depth: int, loss_client: float, loss_server: float,

@@ -93,7 +93,7 @@ def test_psl_sum_steps_on_the_sum_of_the_clients_gradients_and_mean_is_unchanged
 
     import torch
 
-    from raysfl.algorithms.baselines.splitfed import ParallelSplitLearning
+    from raysfl.algorithms.baselines.spec import ParallelSplitLearning
     from raysfl.resolve import validate
     from raysfl.server_steps import per_client_gradients, shared_server_step
 

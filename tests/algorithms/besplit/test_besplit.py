@@ -128,7 +128,7 @@ def test_kl_annealing_runs_over_the_whole_run_unless_anneal_rounds_is_set():
 
 def _server(clients, **params):
     """BESplit's main-server role in round 1 with a W_S_k copy (of a ``_Tiny``) for each of ``clients``."""
-    from raysfl.algorithms.besplit.algorithm import BESplit
+    from raysfl.algorithms.besplit.spec import BESplit
 
     srv = BESplit.server(_cfg(**params), None, None, _Tiny(1), "cpu")
     srv.begin_round(1, {c: 1 for c in clients}, None)
@@ -333,7 +333,7 @@ def test_records_take_every_batch_or_the_rounds_first(rows):
 def test_ea_weighs_the_client_side_models_too_or_only_the_server_side(sides, want):
     """``ea_sides``: the fed server averages the client-side models by EA's weights ("both") or,
     like SplitFed's fed server, by the clients' sample counts ("server")."""
-    from raysfl.algorithms.besplit.algorithm import BESplit
+    from raysfl.algorithms.besplit.spec import BESplit
     from raysfl.algorithms.roles import ClientUpdate
 
     agg = BESplit.aggregator(_cfg(ea_sides=sides, dtd=False), None, None, {"w": np.zeros(1)})

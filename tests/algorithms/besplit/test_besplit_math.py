@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from raysfl.algorithms.besplit.bcc_step import batch_statistics
-from raysfl.algorithms.besplit.evidential import (EPISTEMIC, aleatoric, annealing, epistemic, epistemic_measure,
-                                                  evidence, evidential_loss, kl_to_uniform, mutual_information,
-                                                  vacuity)
+from raysfl.algorithms.besplit.evidential import (aleatoric, annealing, epistemic, epistemic_measure, evidence,
+                                                  evidential_loss, kl_to_uniform, mutual_information, vacuity)
 from raysfl.algorithms.besplit.evidential_aggregation import (ClientStateRecord, client_figures, ema_update,
                                                               evidence_concentration, evidential_weights, expire,
                                                               normalise)
+from raysfl.algorithms.besplit.spec import EPISTEMIC
 
 A11 = torch.tensor([[1.0, 1.0]], dtype=torch.float64)
 A22 = torch.tensor([[2.0, 2.0]], dtype=torch.float64)

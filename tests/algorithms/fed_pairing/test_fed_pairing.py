@@ -22,7 +22,7 @@ def test_doubled_step_only_where_both_flows_reached_the_layer():
     partner finished its steps, or a solo step) nothing is doubled; switched off, nothing
     is. ``doubled_layers`` records the count per update."""
     import raysfl
-    from raysfl.algorithms.fed_pairing.peer_exchange import PeerClient, PeerRound
+    from raysfl.algorithms.fed_pairing.algorithm import PeerClient, PeerRound
     from raysfl.algorithms.roles import ClientRound
     from raysfl.resolve import validate
 
@@ -69,7 +69,7 @@ class _Pair:
 
     def __init__(self, ray, cuts=(1, 3), weights=(0.3, 0.7), steps=1, double=True, lr=0.1, batch=8):
         import raysfl
-        from raysfl.algorithms.fed_pairing.algorithm import FedPairing
+        from raysfl.algorithms.fed_pairing.spec import FedPairing
         from raysfl.algorithms.fed_pairing.peer_exchange import PairPlan
         from raysfl.algorithms.roles import FederationContext
         from raysfl.data import load_dataset
@@ -90,8 +90,9 @@ class _Pair:
         planner = FedPairing.make_planner(cfg)
         planner.setup(ctx)
         self.parts = {0: np.arange(40), 1: np.arange(40, 80)}
-        self.actors = [ClientActor(i, cfg, FedPairing, ctx, planner.shared(), self.ds, {i: self.parts[i]})
-                       for i in (0, 1)]
+        self.actors = [ClientActor(i) for i in (0, 1)]
+        for i, actor in enumerate(self.actors):
+            actor.setup("test", cfg, FedPairing, ctx, planner.shared(), self.ds, {i: self.parts[i]})
         self.global_state = state_to_wire(self.model.state_dict())
         models = {"global": self.global_state, "own": {}, "charged": [0, 1]}
         W = self.model.num_blocks

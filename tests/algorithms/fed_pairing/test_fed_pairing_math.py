@@ -85,7 +85,7 @@ def test_every_pair_splits_the_whole_model(mode):
     runs more blocks, and each copy's overlap is the other's gap -- for several seeds,
     client counts, models and pairing modes, through the algorithm's own planner."""
     import raysfl
-    from raysfl.algorithms.fed_pairing.algorithm import FedPairing
+    from raysfl.algorithms.fed_pairing.spec import FedPairing
     from raysfl.algorithms.roles import FederationContext
     from raysfl.devices import sample_profiles
     from raysfl.resolve import validate

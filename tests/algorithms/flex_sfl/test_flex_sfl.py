@@ -148,7 +148,7 @@ def test_clients_per_round_is_shared_out_over_the_clusters():
     planner = _planner()
     assert planner.quotas() == [None, None] and planner.rho == 0.2   # the paper's rho
     cfg = raysfl.config_from_kwargs(algo="flex_sfl", clients=4, clients_per_round=3)
-    from raysfl.algorithms.flex_sfl.algorithm import FlexSFL
+    from raysfl.algorithms.flex_sfl.spec import FlexSFL
 
     mapped = FlexSFL.make_planner(cfg)
     mapped.das = planner.das
@@ -165,7 +165,7 @@ def test_tau_r_server_passes_and_the_gradient_the_client_gets():
 
     import torch
 
-    from raysfl.algorithms.flex_sfl.algorithm import FlexSFL
+    from raysfl.algorithms.flex_sfl.spec import FlexSFL
     from raysfl.models import build_model
     from raysfl.server_steps import shared_server_step
 
@@ -226,7 +226,7 @@ def _cfg(**params):
 
 
 def _planner(**params):
-    from raysfl.algorithms.flex_sfl.algorithm import FlexSFL
+    from raysfl.algorithms.flex_sfl.spec import FlexSFL
 
     planner = FlexSFL.make_planner(_cfg(**params))
     planner.das = _das()
@@ -238,7 +238,8 @@ def _planner(**params):
 def _agg(global_state, **params):
     """The central server's HiLoAggregator with the clusters of ``_das`` (the planner's shared
     facts: DAS's result and D_n of the two clusters) and client sizes ``SIZES``."""
-    from raysfl.algorithms.flex_sfl.algorithm import Clusters, FlexSFL
+    from raysfl.algorithms.flex_sfl.planner import Clusters
+    from raysfl.algorithms.flex_sfl.spec import FlexSFL
 
     return FlexSFL.aggregator(_cfg(**params), _ctx(), Clusters(_das(), [40.0, 40.0]), global_state)
 
@@ -358,7 +359,7 @@ def test_paper_defaults_and_knobs_are_flags():
     assert (cfg.model, cfg.lr, cfg.lr_decay, cfg.momentum) == ("cnn", 0.1, 0.98, 0.0)  # Table 2, FMNIST row
     assert (p.edge_servers, p.tau_c, p.tau_e, p.tau_r, p.random_ratio) == (3, 4, 2, 10, 0.4)
     assert p.das_mode == "paper" and p.rho is None and p.max_cut is None
-    from raysfl.algorithms.flex_sfl.algorithm import FlexSFL
+    from raysfl.algorithms.flex_sfl.spec import FlexSFL
 
     assert FlexSFL.make_planner(cfg).rho == 0.2
     for dataset, row in (("cifar10", ("vgg16", 0.03, 0.997, 2)), ("cifar100", ("vgg19", 0.03, 0.998, 20))):

@@ -62,7 +62,7 @@ def _cfg(**params):
 
 def _server_and_batches(clients: int, seed: int = 1, **params):
     """GAPSL's server role (knobs ``params``) in round 4 of 10, and a group of ``clients`` batches."""
-    from raysfl.algorithms.gapsl.algorithm import GAPSL
+    from raysfl.algorithms.gapsl.spec import GAPSL
 
     model = build_model("cnn", (1, 8, 8), 10, seed=0)
     srv = GAPSL.server(_cfg(**params), None, None, model, "cpu")
@@ -137,8 +137,8 @@ def test_groups_under_three_skip_lgi_and_gda_and_stay_out_of_the_nu_range():
 def test_every_client_takes_the_same_steps_and_every_step_holds_every_client():
     """Sec. III-A: one batch of every participant per server step. The plan gives every client
     the mean client's epoch, whatever its own size; PSL keeps each client's own epoch."""
-    from raysfl.algorithms.baselines.splitfed import ParallelSplitLearning
-    from raysfl.algorithms.gapsl.algorithm import GAPSL
+    from raysfl.algorithms.baselines.spec import ParallelSplitLearning
+    from raysfl.algorithms.gapsl.spec import GAPSL
     from raysfl.algorithms.roles import FederationContext
     from raysfl.runtime.planning import plan_round
 

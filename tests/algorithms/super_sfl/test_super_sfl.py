@@ -18,7 +18,9 @@ import torch
 import torch.nn.functional as F
 
 from raysfl.algorithms.roles import ClientRound, FederationContext, PerClientServer, Reply
-from raysfl.algorithms.super_sfl.algorithm import SuperSFL, TPGFRound, available_rounds, parse_round_set
+from raysfl.algorithms.super_sfl.algorithm import TPGFRound
+from raysfl.algorithms.super_sfl.planner import available_rounds
+from raysfl.algorithms.super_sfl.spec import SuperSFL, parse_round_set
 from raysfl.algorithms.super_sfl.tpgf import clip_l2, client_weight
 from raysfl.errors import ConfigError
 from raysfl.models import build_model
@@ -306,7 +308,8 @@ def test_client_waits_at_most_the_timeout_then_falls_back(ray_session):
     model = build_model("cnn", ds.input_shape, ds.num_classes, seed=0)
     ctx = FederationContext(2, model.num_blocks, model.valid_cuts(), np.array([40, 40]), np.zeros((2, 10)), [],
                             model.block_flops(), num_classes=ds.num_classes)
-    actor = ClientActor(0, cfg, SuperSFL, ctx, None, ds, {0: np.arange(40), 1: np.arange(40, 80)})
+    actor = ClientActor(0)
+    actor.setup("test", cfg, SuperSFL, ctx, None, ds, {0: np.arange(40), 1: np.arange(40, 80)})
     plan = {0: ClientPlan(cut=2, steps=2, batch=8, stream_pos=0, lr=0.05, blocks=2, round=1)}
     actor.begin_round(plan, {"global": state_to_wire(model.state_dict()), "own": {}, "charged": []})
     actor.step(0, [0], {0: 0}, [])

@@ -1,0 +1,118 @@
+"""The baselines every paper compares with, as algorithms (names, knobs, checks; no torch):
+FedAvg, FedProx, vanilla split learning, SplitFed V1 and V2, parallel split learning, EPSL
+(GAPSL's EPSSL baseline), and a centralised run of the same model (the upper bound). Their
+roles: :mod:`~raysfl.algorithms.baselines.planner` (the driver's),
+:mod:`~raysfl.algorithms.baselines.fedavg` (FedProx's client),
+:mod:`~raysfl.algorithms.baselines.splitfed` (SL, SplitFed, PSL) and
+:mod:`~raysfl.algorithms.baselines.epsl`; what each one is, in those modules' docstrings.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from raysfl.algorithms.spec import Algorithm, role
+from raysfl.errors import ConfigError
+
+_BASE = "raysfl.algorithms.baselines"
+
+
+class FedAvg(Algorithm):
+    name = "fedavg"
+    summary = "Federated averaging: whole model on each client, weighted model averaging"
+    planner = role(f"{_BASE}.planner:WholeModelPlanner")
+
+
+@dataclass
+class FedProxParams:
+    mu: float = 0.01  # weight of the proximal term (mu/2)||w - w_global||^2
+
+
+class FedProx(FedAvg):
+    name = "fedprox"
+    summary = "FedAvg with a proximal term (mu/2)||w - w_global||^2 on each client"
+    params_cls = FedProxParams
+    client = role(f"{_BASE}.fedavg:ProximalClient")
+
+    @classmethod
+    def validate(cls, cfg) -> None:
+        if cfg.algo_params.mu < 0:
+            raise ConfigError(f"mu must be >= 0, got {cfg.algo_params.mu}")
+
+
+class SplitLearning(Algorithm):
+    name = "sl"
+    summary = "Vanilla split learning: clients train one after another with one server model"
+    planner = role(f"{_BASE}.planner:TakingTurns")
+
+
+class SplitFedV1(Algorithm):
+    name = "splitfed_v1"
+    summary = "SplitFed V1: per-client server-side models, both sides averaged every round"
+    server = role("raysfl.algorithms.roles.server:PerClientServer")
+
+
+class SplitFedV2(Algorithm):
+    name = "splitfed_v2"
+    summary = "SplitFed V2: one shared server-side model, client-side models averaged"
+
+
+SERVER_REDUCTIONS = ("mean", "sum")
+
+
+@dataclass
+class PSLParams:
+    # The server-side loss over the group: "mean" over every sample (one step on the
+    # concatenated batch, the default) or "sum" of the clients' mean losses, sum_i L_i (the
+    # reduction of GAPSL's eq. 8 with every client kept: the fair baseline for GAPSL's steps).
+    server_reduction: str = "mean"
+
+
+class ParallelSplitLearning(Algorithm):
+    name = "psl"
+    summary = "Parallel split learning: shared server-side model, no client-side aggregation"
+    params_cls = PSLParams
+    client = role(f"{_BASE}.splitfed:KeepsOwnModel")
+    server = role(f"{_BASE}.splitfed:PSLServer")
+    aggregator = role("raysfl.algorithms.roles.aggregator:OwnModels")
+
+    @classmethod
+    def validate(cls, cfg) -> None:
+        if cfg.algo_params.server_reduction not in SERVER_REDUCTIONS:
+            raise ConfigError(f"unknown server_reduction '{cfg.algo_params.server_reduction}'; "
+                              f"allowed: {', '.join(SERVER_REDUCTIONS)}")
+
+
+@dataclass
+class EPSLParams:
+    phi: float = 0.5  # share of each batch whose last-layer gradients are aggregated (0 = PSL, 1 = all)
+
+
+class EPSL(Algorithm):
+    name = "epsl"
+    summary = "EPSL: parallel split learning with last-layer gradient aggregation across clients"
+    params_cls = EPSLParams
+    client = role(f"{_BASE}.splitfed:KeepsOwnModel")
+    server = role(f"{_BASE}.epsl:EPSLServer")
+    aggregator = role("raysfl.algorithms.roles.aggregator:OwnModels")
+
+    @classmethod
+    def validate(cls, cfg) -> None:
+        phi = cfg.algo_params.phi
+        if not (math.isfinite(phi) and 0 <= phi <= 1):
+            raise ConfigError(f"phi must be in [0, 1] (0 = PSL, 1 = every row aggregated), got {phi}")
+
+
+class Centralized(Algorithm):
+    """Centralised training: the same model on the pooled data in one process (upper bound).
+
+    One round is the same amount of work as a federated round: every client's local samples
+    (``local_epochs`` passes over the pooled training set, or ``local_steps`` batches per
+    selected client), with the same batch size and optimizer. No Ray actors are used
+    (``raysfl.runtime.centralized``).
+    """
+
+    name = "centralized"
+    summary = "The same model trained on the pooled data in one process (upper bound)"
+    planner = role(f"{_BASE}.planner:CentralPlanner")

@@ -1,0 +1,89 @@
+"""FLEX-SFL as an algorithm: its knobs (the paper's setting as defaults), its paper settings and
+its checks -- no torch, so listing and validating it imports none. Its roles: the planner
+(:mod:`~raysfl.algorithms.flex_sfl.planner`: DAS, EDCS, HiLo's schedule) and the edge servers
+and central aggregator (:mod:`~raysfl.algorithms.flex_sfl.algorithm`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from raysfl.algorithms.spec import Algorithm, role
+from raysfl.errors import ConfigError
+from raysfl.models.catalog import model_info
+
+DAS_MODES = ("spread", "paper")  # how cluster split points become valid cuts (das.py)
+AGG_SCOPES = ("cluster", "trained")
+MAX_CONV_CUT = 3  # Sec. 5.2: "the first 1-3 convolutional modules"
+
+
+@dataclass
+class FlexSFLParams:
+    """FLEX-SFL's knobs; defaults are the paper's setting (Sec. 5.1, 5.2)."""
+
+    edge_servers: int = 3           # N: edge servers = edge clusters (eqs. 6-10)
+    rho: float | None = None        # participation rate: K_n = rho * |C_n| per cluster (eq. 16); None: 0.2,
+                                    # or --clients-per-round / clients when that is given
+    random_ratio: float = 0.4       # lambda: share of K_n drawn at random; 1 = pure random (Alg. 2)
+    tau_c: int = 4                  # rounds between intra-cluster client aggregations (eq. 23)
+    tau_e: int = 2                  # rounds between edge-server aggregations (eq. 26)
+    tau_r: int = 10                 # server updates per received batch of smashed data (Sec. 3.3)
+    das_mode: str = "paper"         # paper | spread: how cluster split points become valid cuts (das.py)
+    min_cut: int = 1                # split points are clamped to valid cuts in [min_cut, max_cut];
+    max_cut: int | None = None      # None: the model's leading conv modules, at most 3 ("the first 1-3
+                                    # convolutional modules", Sec. 5.2)
+    clients_per_cluster: int | None = None  # fixed K_n instead of rho * |C_n| (the paper's Fig. 5: 7)
+    client_agg_scope: str = "cluster"  # cluster: eq. 23 over all of C_n | trained: only clients that
+                                       # trained since the last aggregation (the convergence analysis' S_t(n))
+
+
+def max_cut_of(params: FlexSFLParams, conv_blocks: int, valid_cuts: list[int] | tuple[int, ...]) -> int:
+    """The deepest client-side cut allowed: ``max_cut``, else the model's leading conv modules
+    (at most 3), never below the smallest valid cut."""
+    if params.max_cut is not None:
+        return params.max_cut
+    return max(min(valid_cuts), min(MAX_CONV_CUT, conv_blocks))
+
+
+class FlexSFL(Algorithm):
+    name = "flex_sfl"
+    summary = "FLEX-SFL: device-aware cuts, edge-server clusters, entropy selection, HiLo aggregation"
+    params_cls = FlexSFLParams
+    planner = role("raysfl.algorithms.flex_sfl.planner:FlexPlanner")
+    server = role("raysfl.algorithms.flex_sfl.algorithm:EdgeServer")
+    aggregator = role("raysfl.algorithms.flex_sfl.algorithm:HiLoAggregator")
+    # Sec. 5.1: 100 clients, two classes each, power-law sample counts; Table 2's optimiser for FMNIST
+    # (lr 0.1, decay 0.98 per round; no momentum is named: plain SGD) and per data set below.
+    config_defaults = {"clients": 100, "partition": "pathological", "classes_per_client": 2,
+                       "quantity_skew": 1.0, "model": "cnn", "lr": 0.1, "lr_decay": 0.98, "momentum": 0.0}
+    dataset_defaults = {"cifar10": {"model": "vgg16", "lr": 0.03, "lr_decay": 0.997},
+                        "cifar100": {"model": "vgg19", "lr": 0.03, "lr_decay": 0.998, "classes_per_client": 20}}
+
+    @classmethod
+    def validate(cls, cfg) -> None:
+        p = cfg.algo_params
+        if not 1 <= p.edge_servers <= cfg.clients:
+            raise ConfigError(f"edge_servers must be between 1 and clients ({cfg.clients}), got {p.edge_servers}")
+        if p.rho is not None and not 0 < p.rho <= 1:
+            raise ConfigError(f"rho must be in (0, 1], got {p.rho}")
+        if not 0 < p.random_ratio <= 1:
+            raise ConfigError(f"random_ratio (lambda) must be in (0, 1], got {p.random_ratio}")
+        for name in ("tau_c", "tau_e", "tau_r"):
+            if getattr(p, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(p, name)}")
+        if p.das_mode not in DAS_MODES:
+            raise ConfigError(f"unknown das_mode '{p.das_mode}'; allowed: {', '.join(DAS_MODES)}")
+        if p.client_agg_scope not in AGG_SCOPES:
+            raise ConfigError(f"unknown client_agg_scope '{p.client_agg_scope}'; allowed: {', '.join(AGG_SCOPES)}")
+        if p.clients_per_cluster is not None and p.clients_per_cluster < 1:
+            raise ConfigError(f"clients_per_cluster must be >= 1, got {p.clients_per_cluster}")
+        given = [name for name, v in (("rho", p.rho), ("clients_per_cluster", p.clients_per_cluster),
+                                      ("clients_per_round", cfg.clients_per_round)) if v is not None]
+        if len(given) > 1:
+            raise ConfigError(f"flex_sfl's participation is set by one of rho, clients_per_cluster or "
+                              f"clients_per_round; got {' and '.join(given)}")
+        model = model_info(cfg.model)  # the zoo's catalogue (or your registered model): nothing is built
+        cuts = model.cuts
+        hi = max_cut_of(p, model.conv_blocks, cuts)
+        if p.min_cut > hi or not any(p.min_cut <= c <= hi for c in cuts):
+            raise ConfigError(f"min_cut..max_cut = {p.min_cut}..{hi} holds no valid cut of model "
+                              f"'{cfg.model}'; valid cuts: {cuts[0]}..{cuts[-1]}")
