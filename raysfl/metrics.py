@@ -8,10 +8,12 @@ time (``tb/by_sim_time``, step = simulated milliseconds) and against bytes sent
 purges each at its own step; and at the end hparams (``tb/hparams``: the settings and the
 final figures, to compare runs in TensorBoard's HPARAMS tab).
 
-Both Parquet files are rewritten atomically after every round (write to a temporary file,
-then rename), so a crash never leaves a half-written file. The rewrite runs on a writer
-thread, off the round's critical path; :meth:`RunLogger.flush` waits for it, and the run
-calls it before every checkpoint and at the end, so no round a checkpoint covers is lost.
+Both Parquet files are rewritten atomically (write to a temporary file, then rename), so a
+crash never leaves a half-written file: after a round, at most every ``WRITE_EVERY_S``
+seconds (a file of thousands of client rows rewritten after every short round cost the
+driver more than the round), and at once when asked. The rewrite runs on a writer thread,
+off the round's critical path; :meth:`RunLogger.flush` writes and waits, and the run calls it
+before every checkpoint and at the end, so no round a checkpoint covers is lost.
 On ``--resume`` rows after the checkpoint's round are dropped and TensorBoard purges its
 events past that step, so a resumed run reads exactly like an uninterrupted one.
 """
@@ -30,6 +32,7 @@ import pyarrow.parquet as pq
 # Columns that depend on the machine's speed rather than on the training (excluded when
 # comparing two runs for determinism).
 TIMING_COLUMNS = ("wall_time_s", "wall_time_total_s")
+WRITE_EVERY_S = 2.0  # the Parquet files follow the rounds at most this far behind (flush: at once)
 
 
 def _write_parquet(rows: list[dict], path: Path) -> None:
@@ -114,17 +117,30 @@ class RunLogger:
         self._logged = self._written = 0  # rounds logged / rounds on disk
         self._error: BaseException | None = None
         self._closing = False
+        self._urgent = False  # flush() asked: write now
+        self._last_write = 0.0
         self._writer = threading.Thread(target=self._write_loop, name="raysfl-metrics-writer", daemon=True)
         self._writer.start()
 
     def _write_loop(self) -> None:
-        """Rewrite both Parquet files whenever rounds were logged since the last write."""
+        """Rewrite both Parquet files when rounds were logged since the last write: at most every
+        ``WRITE_EVERY_S`` seconds, at once when flushed or closing."""
+        import time
+
+        def due() -> bool:
+            return self._logged > self._written and (
+                self._urgent or self._closing or time.monotonic() - self._last_write >= WRITE_EVERY_S)
+
         while True:
             with self._cv:
-                self._cv.wait_for(lambda: self._logged > self._written or self._closing)
+                while not due() and not (self._closing and self._logged == self._written):
+                    wait = None if self._logged == self._written else max(
+                        0.0, WRITE_EVERY_S - (time.monotonic() - self._last_write))
+                    self._cv.wait(timeout=wait)
                 if self._logged == self._written:
                     return  # closing, nothing left to write
                 target, rows, client_rows = self._logged, list(self.rows), list(self.client_rows)
+                self._urgent = False
             try:
                 _write_parquet(rows, self.metrics_path)
                 _write_parquet(client_rows, self.clients_path)
@@ -135,11 +151,14 @@ class RunLogger:
                 return
             with self._cv:
                 self._written = target
+                self._last_write = time.monotonic()
                 self._cv.notify_all()
 
     def flush(self) -> None:
-        """Wait until every logged round is in the Parquet files (raises the writer's error)."""
+        """Write every logged round to the Parquet files now and wait (raises the writer's error)."""
         with self._cv:
+            self._urgent = True
+            self._cv.notify_all()
             self._cv.wait_for(lambda: self._written >= self._logged or self._error is not None)
             if self._error is not None:  # sticky: the writer has stopped, nothing more reaches disk
                 raise self._error

@@ -171,3 +171,82 @@ def apply_flat_gradient(model: SplitModel, opt: torch.optim.Optimizer, cut: int,
         p.grad = flat[offset:offset + p.numel()].view_as(p).to(p.dtype).clone()
         offset += p.numel()
     opt.step()
+
+
+class StackedCopies:
+    """Per-client copies of a model's server-side blocks [cut, L), held as ONE stacked tensor per
+    parameter (row i: client i's copy), stepped with ONE optimiser and one batched forward and
+    backward per step (``torch.func.vmap`` of a functional call of the blocks): SplitFed V1's
+    per-client server-side models without a module, an optimiser and a Python step per client.
+
+    Each client's row sees exactly what its own copy would: its own mean loss, its own
+    optimiser step (SGD's update is element by element, so one optimiser over the rows is one
+    per row); rows of clients without a batch in a step are put back after the optimiser's step.
+    The batched matrix products may sum in another order than one client's at a time: results
+    agree to float rounding (tests/test_core.py measures it). For SGD, one cut and a model
+    without buffers (BatchNorm's running statistics cannot be updated under vmap): see
+    :func:`stackable`.
+    """
+
+    def __init__(self, model: SplitModel, cut: int, clients: list[int], make_optimizer):
+        self.model, self.cut = model, cut
+        self.part = model.part(cut, model.num_blocks)
+        self.rows = {c: i for i, c in enumerate(sorted(clients))}
+        n = len(self.rows)
+        self.params = {k: p.detach().unsqueeze(0).repeat(n, *([1] * p.dim())).requires_grad_(True)
+                       for k, p in self.part.named_parameters()}
+        self.opt = make_optimizer(list(self.params.values()))
+
+    def step(self, batches: list[tuple[int, int, torch.Tensor, torch.Tensor]]):
+        """One step of the copies of the clients in ``batches``: ({client: gradient at its cut},
+        {client: its mean loss})."""
+        from torch.func import functional_call, vmap
+
+        self.opt.zero_grad(set_to_none=True)
+        present = [self.rows[c] for c, _, _, _ in batches]
+        absent = [i for i in range(len(self.rows)) if i not in set(present)]
+        keep = {k: p.detach()[absent].clone() for k, p in self.params.items()} if absent else {}
+        by_size: dict[int, list[int]] = {}
+        for j, b in enumerate(batches):
+            by_size.setdefault(int(b[3].shape[0]), []).append(j)
+        grads, losses = {}, {}
+        for _, js in sorted(by_size.items()):
+            idx = torch.tensor([self.rows[batches[j][0]] for j in js], device=batches[js[0]][2].device)
+            sub = {k: p[idx] for k, p in self.params.items()}
+            x = torch.stack([batches[j][2] for j in js]).requires_grad_(True)
+            y = torch.stack([batches[j][3] for j in js])
+            out = vmap(lambda p, xx: functional_call(self.part, p, (xx,)))(sub, x)
+            per = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction="none").reshape(len(js), -1)
+            loss = per.mean(dim=1)
+            loss.sum().backward()
+            for k, j in enumerate(js):
+                grads[batches[j][0]] = x.grad[k]
+                losses[batches[j][0]] = float(loss[k].detach())
+        state_keep = {}
+        if absent:
+            for p in self.params.values():
+                st = self.opt.state.get(p, {})
+                state_keep[p] = {name: v[absent].clone() for name, v in st.items() if torch.is_tensor(v) and v.dim()}
+        self.opt.step()
+        if absent:
+            with torch.no_grad():
+                for k, p in self.params.items():
+                    p[absent] = keep[k]
+                    for name, v in state_keep[p].items():
+                        self.opt.state[p][name][absent] = v
+        return grads, losses
+
+    def gradient(self, client: int) -> torch.Tensor:
+        """The flat server-side gradient of ``client``'s copy after its last step."""
+        i = self.rows[client]
+        return torch.cat([p.grad[i].reshape(-1) for p in self.params.values() if p.grad is not None])
+
+    def states(self) -> dict[int, dict[str, torch.Tensor]]:
+        """{client: its copy's server-side blocks as a state dict (views)}."""
+        return {c: {k: p.detach()[i] for k, p in self.params.items()} for c, i in self.rows.items()}
+
+
+def stackable(model: SplitModel, cuts: dict[int, int], optimizer: str) -> bool:
+    """Whether :class:`StackedCopies` can hold a round's per-client copies: every client at one
+    cut, SGD, a model without buffers."""
+    return len(set(cuts.values())) == 1 and optimizer == "sgd" and not any(True for _ in model.buffers())

@@ -4,12 +4,17 @@ compares metrics.parquet and clients.parquet row by row (timing columns excepted
     python scripts/same_results.py --base HEAD~1          # this checkout against a revision
     python scripts/same_results.py --fingerprint out.json  # only record this checkout's rows
     python scripts/same_results.py --against out.json      # this checkout against recorded rows
+    python scripts/same_results.py --base REV --rel-tol 1e-5  # floats equal within a relative tolerance
 
 ``--base REV`` checks REV out into a temporary git worktree and runs this same script there
 (``PYTHONPATH`` pointing at the worktree, so the driver and its Ray actors import the old
 code), then runs it here, and prints, per case, ``identical`` or the first differences. The
 exit status is 1 when any case differs. A refactoring that says "behaviour unchanged" is
 proved by this script; a change that means to alter results shows here what it altered.
+``--rel-tol T`` compares floats within a relative tolerance T (and an absolute one of T for
+values near 0), for a change that only reorders float sums (SplitFed V1's stacked per-client
+copies); every other column must still match exactly, and the report says which cases
+matched only within the tolerance.
 
 Only the public API is used (``raysfl.config_from_kwargs``, ``raysfl.run``), so the script
 runs against any revision that has it.
@@ -94,17 +99,32 @@ def fingerprint(out_file: Path, cases: list[str]) -> None:
     out_file.write_text(json.dumps(result, default=str))
 
 
+REL_TOL = 0.0  # --rel-tol
+
+
+def _equal(x, y) -> bool:
+    if x == y:
+        return True
+    if REL_TOL and isinstance(x, float) and isinstance(y, float):
+        return math.isclose(x, y, rel_tol=REL_TOL, abs_tol=REL_TOL)
+    return False
+
+
 def _differences(a: list[dict], b: list[dict], limit: int = 3) -> list[str]:
     out = []
     if len(a) != len(b):
         out.append(f"{len(a)} rows against {len(b)}")
     for i, (ra, rb) in enumerate(zip(a, b)):
         for k in sorted(set(ra) & set(rb)):
-            if ra[k] != rb[k]:
+            if not _equal(ra[k], rb[k]):
                 out.append(f"row {i} (round {ra.get('round')}) {k}: {ra[k]!r} -> {rb[k]!r}")
                 if len(out) >= limit:
                     return out
     return out
+
+
+def _exact(a: list[dict], b: list[dict]) -> bool:
+    return len(a) == len(b) and all(ra.get(k) == rb.get(k) for ra, rb in zip(a, b) for k in set(ra) & set(rb))
 
 
 def compare(base: dict, here: dict) -> bool:
@@ -126,7 +146,9 @@ def compare(base: dict, here: dict) -> bool:
                 differs = True
                 notes += [f"{table}: {d}" for d in diff]
         same = same and not differs
-        print(f"{name:<20}{'DIFFERENT' if differs else 'identical'}" + "".join(f"\n    {n}" for n in notes))
+        exact = all(_exact(base[name][t], here[name][t]) for t in ("metrics", "clients"))
+        verdict = "DIFFERENT" if differs else "identical" if exact else f"equal within {REL_TOL:g}"
+        print(f"{name:<26}{verdict}" + "".join(f"\n    {n}" for n in notes))
     return same
 
 
@@ -136,7 +158,11 @@ def main() -> int:
     ap.add_argument("--fingerprint", metavar="FILE", help="only record this checkout's rows in FILE")
     ap.add_argument("--against", metavar="FILE", help="compare this checkout with rows recorded by --fingerprint")
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of: {', '.join(CASES)}")
+    ap.add_argument("--rel-tol", type=float, default=0.0, help="floats equal within this relative tolerance "
+                                                               "(default 0: to the bit)")
     ns = ap.parse_args()
+    global REL_TOL
+    REL_TOL = ns.rel_tol
     cases = [c.strip() for c in ns.cases.split(",") if c.strip()]
     unknown = [c for c in cases if c not in CASES]
     if unknown:

@@ -31,14 +31,23 @@ from raysfl.runtime.refs import fetch, require_run
 from raysfl.transport import ClientRoundStats, Smashed, pack, state_nbytes, unpack
 
 
-def sample_stream(indices: np.ndarray, client: int, seed: int, start: int, count: int) -> np.ndarray:
-    """Items ``start .. start+count`` of a client's endless stream of shuffled indices."""
+def sample_stream(indices: np.ndarray, client: int, seed: int, start: int, count: int,
+                  perms: dict | None = None) -> np.ndarray:
+    """Items ``start .. start+count`` of a client's endless stream of shuffled indices.
+    ``perms``: a cache of each (client, epoch)'s permutation (they are drawn once, not per batch)."""
     n = len(indices)
     out = []
     pos = start
     while len(out) < count:
         epoch, offset = divmod(pos, n)
-        perm = np.random.default_rng([seed, client, epoch, 0x57EA]).permutation(n)
+        key = (client, epoch)
+        perm = perms.get(key) if perms is not None else None
+        if perm is None:
+            perm = np.random.default_rng([seed, client, epoch, 0x57EA]).permutation(n)
+            if perms is not None:
+                if len(perms) > 4096:  # epochs long past
+                    perms.clear()
+                perms[key] = perm
         take = min(count - len(out), n - offset)
         out.extend(indices[perm[offset:offset + take]].tolist())
         pos += take
@@ -68,11 +77,13 @@ class ClientActor:
         self.flops = ctx.block_flops  # measured once by the driver (FLOP counting is slow to start)
         self.role = spec.client(cfg, ctx, shared)
         self.active, self.deadline = {}, None
+        self._spare: dict[int, list] = {}  # client-side parts of earlier rounds, by blocks: reused, not copied
+        self._perms: dict = {}  # each client's permutation per epoch of its stream
         return self.incarnation
 
     def teardown(self) -> None:
         """Drop the run (its data, model and role) and wait for the next one."""
-        for name in ("cfg", "ds", "parts", "model", "flops", "role"):
+        for name in ("cfg", "ds", "parts", "model", "flops", "role", "_spare", "_perms"):
             self.__dict__.pop(name, None)
         self.run_name, self.active, self.deadline = None, {}, None
 
@@ -143,7 +154,7 @@ class ClientActor:
             time.sleep(delay)
         for c, p in sorted(plans.items()):
             src = models["own"].get(c, models["global"])
-            part = copy.deepcopy(self.model.part(0, p.blocks)).to(self.device)
+            part = self._part(p.blocks)
             keys = set(part.state_dict().keys())
             arrays = {k: v for k, v in src.items() if k in keys}
             part.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}, strict=True)
@@ -157,13 +168,25 @@ class ClientActor:
                             local=p.local, plan=p.role, fwd_flops=float(sum(self.flops[:p.cut])), device=self.device,
                             extra_state={k: v for k, v in src.items() if k not in keys and not k.startswith("blocks.")})
             self.role.begin(a, self.model)
-            a.anchor = {k: v.detach().clone() for k, v in part.named_parameters()}
+            if self.role.needs_anchor:
+                a.anchor = {k: v.detach().clone() for k, v in part.named_parameters()}
             a.state = self.role.new_state(a)
             self.active[c] = a
 
+    def _part(self, blocks: int) -> torch.nn.Module:
+        """A module for blocks [0, ``blocks``) of the run's model: one an earlier round of this run
+        used (its weights are about to be replaced), else a new copy. Copying a module for every
+        client of every round was most of a 100-client round's time."""
+        spare = self._spare.get(blocks)
+        if spare:
+            part = spare.pop()
+            for q in part.parameters():
+                q.grad = None
+            return part
+        return copy.deepcopy(self.model.part(0, blocks)).to(self.device)
     def next_batch(self, a: ClientRound) -> tuple[torch.Tensor, torch.Tensor]:
         """Client ``a``'s next batch from its stream (counted in its samples)."""
-        idx = sample_stream(self.parts[a.client], a.client, self.cfg.seed, a.stream_pos, a.batch)
+        idx = sample_stream(self.parts[a.client], a.client, self.cfg.seed, a.stream_pos, a.batch, self._perms)
         a.stream_pos += a.batch
         a.stats.samples += len(idx)
         x = self.ds.to_tensor(self.ds.x_train[idx]).to(self.device)
@@ -296,5 +319,8 @@ class ClientActor:
             if not a.failed:
                 updates.append(self.role.update(a))
             stats.append(a.stats)
+        for a in self.active.values():  # the parts serve the next round's clients (Ray has serialised
+            a.part.eval()               # the updates, views of them, once this call returns)
+            self._spare.setdefault(len(a.part.blocks), []).append(a.part)
         self.active = {}
         return updates, stats

@@ -91,6 +91,7 @@ class EvidentialServer(PerClientServer):
     the Client State Records, and EA's weights at the end of each round."""
 
     state_cls = CSRState
+    stacked_copies = False  # its step works on each client's module (evidential loss, lent rows, records)
 
     @classmethod
     def columns(cls, cfg) -> list[str]:

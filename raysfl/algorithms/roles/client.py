@@ -82,6 +82,12 @@ class ClientSide:
         self.cfg, self.ctx, self.shared = cfg, ctx, shared
         self.params = cfg.algo_params
 
+    @property
+    def needs_anchor(self) -> bool:
+        """Whether ``c.anchor`` (the part's parameters at round start) is kept: only for a role
+        with a :meth:`regularizer` (a copy of every client's part otherwise)."""
+        return type(self).regularizer is not ClientSide.regularizer
+
     @classmethod
     def columns(cls, cfg) -> list[str]:
         """Metric columns ``stats.record`` fills (the mean over the round's values; NaN without)."""

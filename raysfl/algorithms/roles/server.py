@@ -26,7 +26,8 @@ from raysfl.aggregation import weighted_average
 from raysfl.angles import mean_pairwise_angle
 from raysfl.algorithms.roles.context import FederationContext
 from raysfl.optim import build_optimizer
-from raysfl.server_steps import per_client_gradients, per_client_server_step, shared_server_step
+from raysfl.server_steps import (StackedCopies, per_client_gradients, per_client_server_step, shared_server_step,
+                                 stackable)
 from raysfl.transport import load_optimizer_state, optimizer_state_to_wire, state_to_wire, wire_to_state
 
 
@@ -132,32 +133,62 @@ class ServerSide:
 
 class PerClientServer(ServerSide):
     """SplitFed V1's server side: every client trains its own copy during a round; the copies
-    are averaged (by the weights of :meth:`weights`, sample counts by default) at its end."""
+    are averaged (by the weights of :meth:`weights`, sample counts by default) at its end.
+
+    The copies are one stacked tensor per parameter, stepped together
+    (:class:`raysfl.server_steps.StackedCopies`) where the round allows it (one cut, SGD, a
+    model without buffers); otherwise, and for subclasses that work on each copy's module
+    (BESplit), modules of their own (``client_models``, ``client_opts``), reused from round to
+    round rather than copied anew."""
+
+    stacked_copies: ClassVar[bool] = True  # False: always modules of their own (a subclass that needs them)
 
     def begin_round(self, rnd, cuts, lr):
         super().begin_round(rnd, cuts, lr)
         self.client_models: dict[int, torch.nn.Module] = {}
         self.client_opts: dict[int, torch.optim.Optimizer] = {}
+        self.stack = None
+        if self.stacked_copies and cuts and stackable(self.model, cuts, self.cfg.optimizer):
+            self.stack = StackedCopies(self.model, next(iter(cuts.values())), list(cuts), self.optimizer)
+            return
+        spare = getattr(self, "_spare", [])
+        state = self.model.state_dict() if spare else None
         for c in sorted(cuts):
-            m = copy.deepcopy(self.model)
+            if spare:  # a copy an earlier round used, given this round's weights (copying a module per
+                m = spare.pop()  # client and round was most of a 100-client round's server time)
+                m.load_state_dict(state)
+                for q in m.parameters():
+                    q.grad = None
+            else:
+                m = copy.deepcopy(self.model)
             self.client_models[c] = m
             self.client_opts[c] = self.optimizer(m.parameters())
 
     def step(self, batches):
-        out = StepResult(*per_client_server_step(self.client_models, self.client_opts, batches))
+        if self.stack is not None:
+            out = StepResult(*self.stack.step(batches))
+        else:
+            out = StepResult(*per_client_server_step(self.client_models, self.client_opts, batches))
         if self.cfg.grad_angles:  # each client's own copy holds its gradient right after its step
             record_gradient_angle(self, torch.stack([self.client_gradient(c, cut) for c, cut, _, _ in batches]))
         return out
 
     def client_gradient(self, client: int, cut: int) -> torch.Tensor:
         """The flat server-side gradient client ``client``'s copy holds after its step."""
+        if self.stack is not None:
+            return self.stack.gradient(client)
         part = self.client_models[client].part(cut, self.model.num_blocks)
         return torch.cat([p.grad.reshape(-1) for p in part.parameters() if p.grad is not None])
 
     def end_round(self, weights, dropped):
-        if getattr(self, "client_models", None):
-            states = [(state_to_wire(self.client_models[c].state_dict()), weights.get(c, 1.0))
-                      for c in sorted(self.client_models) if weights.get(c, 1.0) > 0 and c not in dropped]
+        if getattr(self, "stack", None) is not None:
+            copies = {c: state_to_wire(s) for c, s in self.stack.states().items()}
+        else:
+            copies = {c: state_to_wire(m.state_dict()) for c, m in getattr(self, "client_models", {}).items()}
+        states = [(copies[c], weights.get(c, 1.0)) for c in sorted(copies)
+                  if weights.get(c, 1.0) > 0 and c not in dropped]
+        if copies:
             merged = weighted_average(states, base=state_to_wire(self.model.state_dict()))
             self.model.load_state_dict(wire_to_state(merged, self.device))
-        self.client_models, self.client_opts = {}, {}
+        self._spare = getattr(self, "_spare", []) + list(getattr(self, "client_models", {}).values())
+        self.client_models, self.client_opts, self.stack = {}, {}, None
