@@ -160,6 +160,9 @@ def saved_config(run_dir: str | Path) -> dict:
     if not isinstance(algo_params, dict):
         raise ConfigError(f"cannot resume '{run_dir}': 'algo_params' in its config.json is not a mapping")
     data[data["algo"]] = algo_params
+    # a run recorded before --epoch and --aggregation-weights existed ran under the earlier rules
+    data.setdefault("epoch", "stream")
+    data.setdefault("aggregation_weights", "processed")
     return data
 
 

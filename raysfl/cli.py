@@ -37,13 +37,14 @@ def _flag(name: str) -> str:
 
 def _choices() -> dict[str, tuple[str, ...]]:
     from raysfl.algorithms import ALGORITHMS
-    from raysfl.config import OPTIMIZERS, STRATEGIES, TRANSFER_DTYPES
+    from raysfl.config import AGGREGATION_WEIGHTS, EPOCH_RULES, OPTIMIZERS, STRATEGIES, TRANSFER_DTYPES
     from raysfl.data import DATASETS, PARTITIONERS
     from raysfl.models import MODELS
 
     return {"algo": tuple(ALGORITHMS), "dataset": tuple(DATASETS), "model": tuple(MODELS),
             "partition": tuple(PARTITIONERS), "optimizer": tuple(OPTIMIZERS), "transfer_dtype": TRANSFER_DTYPES,
-            "client_placement": STRATEGIES, "server_placement": STRATEGIES}
+            "client_placement": STRATEGIES, "server_placement": STRATEGIES, "epoch": EPOCH_RULES,
+            "aggregation_weights": AGGREGATION_WEIGHTS}
 
 
 def _default_text(cls, f) -> str:
@@ -165,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "(psl, gapsl, flex_sfl)")
     _add_plugin_flag(sub.add_parser("list", help="list algorithms, data sets, models (with their valid cuts) and "
                                                  "partitioners"))
+    from raysfl.reproduce.command import add_parser as add_reproduce
+
+    add_reproduce(sub)
     return p
 
 
@@ -410,6 +414,10 @@ def _main(argv: list[str] | None = None) -> int:
         return 0
     if ns.command == "export":
         return _export(ns)
+    if ns.command == "reproduce":
+        from raysfl.reproduce.command import run as reproduce
+
+        return reproduce(ns)
     if ns.command != "run":
         parser.print_help()
         return 2

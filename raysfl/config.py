@@ -98,6 +98,12 @@ class Config:
     rounds: int = 20
     local_epochs: float | None = None  # 1.0
     local_steps: int | None = None  # when set, overrides local_epochs
+    epoch: str = "pass"  # pass: an epoch is one pass over the client's data, its last batch short (PyTorch's
+                         # DataLoader, Flower); stream: ceil(n_k/B) full batches of a stream that wraps into the
+                         # next shuffle (raysfl's earlier rule)
+    aggregation_weights: str = "data_size"  # a client's weight in sample-weighted averages: data_size, its
+                                            # training set's size n_k (McMahan et al., Flower); processed, the
+                                            # samples it trained on this round (raysfl's earlier rule)
     batch_size: int | None = None      # 32
     lr: float | None = None            # 0.05
     lr_decay: float | None = None      # 1.0; learning rate of round t = lr * lr_decay ** (t - 1)
@@ -173,8 +179,10 @@ NONE_MEANS = ("clients_per_round", "local_steps", "server_lr")
 # (raysfl.compare), and a figure's caption states them (raysfl.plots).
 DATA_DEFINING = ("dataset", "model", "cut", "clients", "clients_per_round", "rounds", "partition", "alpha",
                  "classes_per_client", "shards_per_client", "quantity_skew", "local_test_fraction", "local_epochs",
-                 "local_steps", "batch_size")
+                 "local_steps", "batch_size", "epoch", "aggregation_weights")
 TRANSFER_DTYPES = ("float32", "float16", "bfloat16")
+EPOCH_RULES = ("pass", "stream")  # --epoch (runtime/planning.py)
+AGGREGATION_WEIGHTS = ("data_size", "processed")  # --aggregation-weights (runtime/planning.py)
 OPTIMIZERS = ("sgd", "adamw")  # --optimizer (built by raysfl/optim.py)
 # --client-placement / --server-placement: Ray placement-group strategies (raysfl/runtime/placement.py)
 STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK", "none")

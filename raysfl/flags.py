@@ -43,6 +43,12 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "rounds": ("training", "communication rounds"),
     "local_epochs": ("training", "local epochs per round"),
     "local_steps": ("training", "local steps per round (overrides --local-epochs)"),
+    "epoch": ("training", "pass: an epoch is one pass over a client's data, its last batch short (PyTorch's "
+                          "DataLoader, Flower); stream: ceil(n/batch) full batches of a stream that wraps into the "
+                          "next shuffle (raysfl's earlier rule)"),
+    "aggregation_weights": ("training", "a client's weight in every sample-weighted average: data_size, its "
+                                        "training set's size n_k (FedAvg, McMahan et al.; Flower); processed, the "
+                                        "samples it trained on this round (raysfl's earlier rule)"),
     "batch_size": ("training", "mini-batch size"),
     "lr": ("training", "learning rate of every optimizer (client and server side)"),
     "lr_decay": ("training", "round t uses lr * lr_decay^(t-1) (1 = constant)"),
@@ -148,8 +154,8 @@ ALGO_KNOBS: dict[str, str] = {
     "classifier_head": "SuperSFL client classifier on feature maps: spatial (pooled to <=4x4, flattened) | "
                        "pooled (one value per channel)",
     # PSL, EPSL
-    "server_reduction": "PSL's server loss over the group: mean (over every sample) | sum (of the clients' mean "
-                        "losses, as GAPSL's eq. 8)",
+    "server_reduction": "PSL's / EPSL's server loss over the group: mean (over every sample) | sum (of the "
+                        "clients' mean losses, as GAPSL's eq. 8; ours, for a matched comparison)",
     "phi": "EPSL: share of each batch whose last-layer gradients are averaged over the clients (0 = PSL)",
     # GAPSL
     "k_min": "GAPSL eq. 2: lowest share of clients in the leader gradient",
@@ -161,7 +167,8 @@ ALGO_KNOBS: dict[str, str] = {
                        "second_order (double back-propagation)",
     "gda_reduction": "GAPSL eq. 8 over the selected clients: sum | mean",
     "cut_gradients": "GAPSL eq. 8: eq8 (dL_g/da_i, zero for clients outside S^) | own (every client its own loss's)",
-    "round_steps": "GAPSL Sec. III-A: equal (every client in every server step) | epoch (each client its own epoch)",
+    "round_steps": "equal (GAPSL Sec. III-A: every client in every server step) | epoch (each client its own "
+                   "epoch); for PSL and EPSL an option of ours, for a comparison matched with GAPSL",
     "lgi": "GAPSL leader gradient: lgi | none (Non-LGI) | random (Rand-LGI)",
     "gda": "GAPSL alignment: gda | none (Non-GDA) | random (Rand-GDA)",
     # FedPairing
@@ -169,8 +176,11 @@ ALGO_KNOBS: dict[str, str] = {
     "pair_alpha": "FedPairing eq. 5: weight of the squared CPU-frequency difference (per GHz^2)",
     "pair_beta": "FedPairing eq. 5: weight of the partner link rate (per Gbit/s)",
     "double_overlap": "FedPairing eq. 7: overlapping layers take twice the step",
-    "pair_weights": "FedPairing loss weights: fedavg (K a_i, FedAvg's global step) | paper (a_i: the step / N)",
+    "pair_weights": "FedPairing loss weights: fedavg (K a_i: FedAvg's global step to first order; each client's "
+                    "lr scaled by n_i / mean n) | paper (a_i: the step / N)",
     "radius_m": "FedPairing: clients uniform in a disk of this radius (m) around the server",
+    "link_model": "FedPairing's simulated clock: paper (Shannon links to the partner and the server, no latency) | "
+                  "profiles (the device profiles' links and latency, every other algorithm's; ours)",
     "bandwidth_mhz": "FedPairing: link bandwidth B (MHz)",
     "power_w": "FedPairing: transmit power P (W)",
     "noise_w": "FedPairing: noise power sigma^2 (W)",
@@ -197,7 +207,8 @@ ALGO_KNOBS: dict[str, str] = {
                 "server-side models only, App. D.3; client-side models by sample counts)",
     "plain_weights": "BESplit weights without EA: samples (FedAvg's n_k) | uniform (the paper's simple average)",
     "bcc_move": "BESplit eq. 30: lent rows leave the lender's loss (--no-bcc-move: both train on them)",
-    "ea": "BESplit: Evidential Aggregation (--no-ea: sample weights, Table 4's w/o EA)",
+    "ea": "BESplit: Evidential Aggregation (--no-ea: both sides averaged by --plain-weights, sample counts by "
+          "default; Table 4's w/o EA, the paper's simple average, is --no-ea --plain-weights uniform)",
     "ea_evidence": "BESplit eq. 10: the evidence-concentration factor Q (--no-ea-evidence: w/o E)",
     "ea_ale": "BESplit eq. 10: the aleatoric ratio R_ale (--no-ea-ale: w/o U_ale)",
     "ea_epi": "BESplit eq. 10: the epistemic ratio R_epi (--no-ea-epi: w/o U_epi)",

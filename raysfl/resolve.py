@@ -19,7 +19,8 @@ import tempfile
 from pathlib import Path
 
 from raysfl.algorithms import ALGORITHMS, get_algorithm
-from raysfl.config import OPTIMIZERS, RUN_DEFAULTS, SECTIONS, STRATEGIES, TRANSFER_DTYPES, Config, coerce
+from raysfl.config import (AGGREGATION_WEIGHTS, EPOCH_RULES, OPTIMIZERS, RUN_DEFAULTS, SECTIONS, STRATEGIES,
+                           TRANSFER_DTYPES, Config, coerce)
 from raysfl.data import DATASETS, PARTITIONERS, check_dataset_args, dataset_info
 from raysfl.errors import ConfigError
 from raysfl.data import custom as custom_data
@@ -217,6 +218,9 @@ def validate(cfg: Config) -> Config:
     _check(cfg.quantity_skew >= 0, f"quantity-skew must be >= 0 (0 = off), got {cfg.quantity_skew}")
     _check(0 <= cfg.local_test_fraction < 1,
            f"local-test-fraction must be in [0, 1) (0 = no local test splits), got {cfg.local_test_fraction}")
+    _check(cfg.epoch in EPOCH_RULES, f"unknown epoch rule '{cfg.epoch}'; allowed: {', '.join(EPOCH_RULES)}")
+    _check(cfg.aggregation_weights in AGGREGATION_WEIGHTS,
+           f"unknown aggregation-weights '{cfg.aggregation_weights}'; allowed: {', '.join(AGGREGATION_WEIGHTS)}")
     _check(cfg.transfer_dtype in TRANSFER_DTYPES,
            f"unknown transfer-dtype '{cfg.transfer_dtype}'; allowed: {', '.join(TRANSFER_DTYPES)}")
     _check(cfg.eval_every >= 1, f"eval-every must be >= 1, got {cfg.eval_every}")

@@ -32,6 +32,12 @@ def client_time(stats: ClientRoundStats, profile: DeviceProfile, server_flops_pe
     )
 
 
+def compute_time(stats: ClientRoundStats, profile: DeviceProfile, server_flops_per_s: float) -> float:
+    """The compute part of :func:`client_time` alone (no links, no latency): the one clock every
+    algorithm shares whatever its cost model (``sim_compute_s``, beside each paper's own)."""
+    return stats.client_flops / profile.flops_per_s + stats.server_flops / server_flops_per_s
+
+
 def round_time(client_times: list[float], sequential: bool = False) -> float:
     if not client_times:
         return 0.0

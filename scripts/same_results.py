@@ -59,6 +59,9 @@ CASES: dict[str, dict] = {
 }
 
 
+SETTINGS: dict[str, str] = {}  # --set: applied to every case of this checkout
+
+
 def _is_timing(column: str) -> bool:
     return "wall_time" in column
 
@@ -88,7 +91,7 @@ def fingerprint(out_file: Path, cases: list[str]) -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for name in cases:
-                kw = {**COMMON, **CASES[name], "out": tmp, "name": name.replace("+", "-")}
+                kw = {**COMMON, **CASES[name], **SETTINGS, "out": tmp, "name": name.replace("+", "-")}
                 kw = {k: v for k, v in kw.items() if v is not None}
                 run = raysfl.run(raysfl.config_from_kwargs(**kw))
                 result[name] = {"metrics": _rows(run.run_dir / "metrics.parquet"),
@@ -160,9 +163,17 @@ def main() -> int:
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of: {', '.join(CASES)}")
     ap.add_argument("--rel-tol", type=float, default=0.0, help="floats equal within this relative tolerance "
                                                                "(default 0: to the bit)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting for this checkout's runs (with --against or --fingerprint), e.g. an "
+                         "earlier rule kept as an option: --set epoch=stream --set aggregation_weights=processed")
     ns = ap.parse_args()
     global REL_TOL
     REL_TOL = ns.rel_tol
+    for item in ns.set:
+        if "=" not in item:
+            ap.error(f"--set takes KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        SETTINGS[k.strip().replace("-", "_")] = v.strip()
     cases = [c.strip() for c in ns.cases.split(",") if c.strip()]
     unknown = [c for c in cases if c not in CASES]
     if unknown:

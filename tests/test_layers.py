@@ -16,11 +16,12 @@ LAYERS = [
     ("core", ["raysfl.transport", "raysfl.aggregation", "raysfl.angles", "raysfl.matching", "raysfl.optim",
               "raysfl.evaluation", "raysfl.devices", "raysfl.simclock", "raysfl.server_steps", "raysfl.models",
               "raysfl.data", "raysfl.config", "raysfl.run_registry", "raysfl.faults", "raysfl.checkpoint",
-              "raysfl.callbacks", "raysfl.metrics", "raysfl.trackers"]),
+              "raysfl.callbacks", "raysfl.metrics", "raysfl.trackers",
+              "raysfl.reproduce.tables"]),  # what a paper's table is: data the algorithms' packages declare
     ("algorithms", ["raysfl.algorithms"]),
     ("runtime", ["raysfl.runtime"]),
     ("configuration", ["raysfl.flags", "raysfl.resolve", "raysfl.api"]),
-    ("entry points", ["raysfl.compare", "raysfl.plots", "raysfl.cli", "raysfl.__main__"]),
+    ("entry points", ["raysfl.compare", "raysfl.plots", "raysfl.cli", "raysfl.__main__", "raysfl.reproduce"]),
 ]
 
 

@@ -41,6 +41,9 @@ def _heavy_after(code: str, args: list[str], cwd) -> tuple[int, str, list[str]]:
     (["run", "--help"], 0, ""),
     (["compare", "--help"], 0, ""),
     (["list"], 0, ""),
+    (["reproduce", "--list"], 0, ""),
+    (["reproduce", "gapsl", "--table", "nope"], 2, "gapsl has no table 'nope'; allowed: main, ablations, eta"),
+    (["reproduce", "nope"], 2, "unknown paper 'nope'"),
     (["run", "--bogus"], 2, "unrecognized arguments: --bogus"),
     (["run", "--rounds", "-1"], 2, "rounds must be >= 1, got -1"),
     (["run", "--algo", "nope"], 2, "unknown algorithm 'nope'"),
@@ -104,7 +107,7 @@ def test_a_role_named_by_path_is_imported_on_first_use():
     from raysfl.algorithms.spec import Algorithm, role
 
     assert Algorithm.planner is Planner and Algorithm.client is ClientSide
-    assert ALGORITHMS["gapsl"].planner.__module__ == "raysfl.algorithms.gapsl.planner"
+    assert ALGORITHMS["gapsl"].planner.__module__ == "raysfl.algorithms.baselines.planner"
 
     class Mine(Algorithm):
         client = role("raysfl.algorithms.baselines.fedavg:ProximalClient")

@@ -41,8 +41,10 @@ def _shared_settings() -> set[str]:
 
 
 def _knob_owner(cls: type[Algorithm], name: str) -> type:
-    """The params dataclass that defines knob ``name`` of ``cls`` (a subclass inherits it)."""
-    for base in cls.params_cls.__mro__:
+    """The params dataclass that first defines knob ``name`` of ``cls`` (a subclass inherits it,
+    or declares it again with a default of its own: the same knob, GAPSL's and PSL's
+    ``round_steps``)."""
+    for base in reversed(cls.params_cls.__mro__):
         if name in getattr(base, "__annotations__", {}):
             return base
     return cls.params_cls

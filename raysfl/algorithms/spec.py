@@ -95,6 +95,14 @@ class Algorithm:
         """Raise ConfigError for settings this algorithm cannot run with (before Ray starts)."""
 
     @classmethod
+    def facets(cls, cfg: "Config") -> dict[str, str]:
+        """What this algorithm does that a comparison must hold equal unless it compares it
+        (:mod:`raysfl.reproduce.fairness`): how the server reduces a group's losses, how
+        many local steps each client takes, and the cost model its simulated time uses. The
+        defaults are SplitFed's; an algorithm whose knobs change one says so here."""
+        return {"server_reduction": "mean", "round_steps": "epoch", "cost_model": "profiles"}
+
+    @classmethod
     def make_planner(cls, cfg: "Config") -> Planner:
         """The driver's planner for a validated ``cfg`` (not yet set up)."""
         return cls.planner(cfg)

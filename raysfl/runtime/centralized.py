@@ -49,7 +49,7 @@ def run_centralized(exp, state: dict | None) -> None:
         for group in opt.param_groups:
             group["lr"] = cfg.lr_at(rnd)
         plans, _ = plan_round(cfg, planner, rnd, ctx, {})
-        samples = sum(p.steps * p.batch for p in plans.values())
+        samples = sum(p.samples for p in plans.values())
         loss_sum, seen = 0.0, 0
         while seen < samples:
             b = min(cfg.batch_size, samples - seen)
@@ -73,7 +73,8 @@ def run_centralized(exp, state: dict | None) -> None:
         row = round_row(rnd, cfg.algo, evaluation=(acc, test_loss, {}), train_loss=loss_sum / max(1, seen), participants=0,
                         traffic={}, client_flops=0.0, server_flops=samples * flops_per_sample, sim=sim,
                         sim_total=counters["sim_total"], wall=wall, wall_total=counters["wall_total"], completed=0,
-                        fallback_steps=0, events={}, below_min_included=False)
+                        fallback_steps=0, events={}, below_min_included=False, sim_compute=sim,
+                        sim_compute_total=counters["sim_total"])
         logger.log_round(row, [])
         stop = exp.callbacks is not None and exp.callbacks.round(row)  # a callback may end the run here
         if exp.due(rnd, cfg.checkpoint_every) or (stop and cfg.checkpoint_every):

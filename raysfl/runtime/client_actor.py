@@ -166,7 +166,8 @@ class ClientActor:
             a = ClientRound(c, p.cut, p.steps, p.batch, p.stream_pos, part,
                             build_optimizer(part.parameters(), self.cfg, p.lr), {}, stats, round=p.round,
                             local=p.local, plan=p.role, fwd_flops=float(sum(self.flops[:p.cut])), device=self.device,
-                            extra_state={k: v for k, v in src.items() if k not in keys and not k.startswith("blocks.")})
+                            extra_state={k: v for k, v in src.items() if k not in keys and not k.startswith("blocks.")},
+                            bounded=p.bounded, weight=p.weight)
             self.role.begin(a, self.model)
             if self.role.needs_anchor:
                 a.anchor = {k: v.detach().clone() for k, v in part.named_parameters()}
@@ -186,8 +187,10 @@ class ClientActor:
         return copy.deepcopy(self.model.part(0, blocks)).to(self.device)
     def next_batch(self, a: ClientRound) -> tuple[torch.Tensor, torch.Tensor]:
         """Client ``a``'s next batch from its stream (counted in its samples)."""
-        idx = sample_stream(self.parts[a.client], a.client, self.cfg.seed, a.stream_pos, a.batch, self._perms)
-        a.stream_pos += a.batch
+        n = len(self.parts[a.client])
+        count = min(a.batch, n - a.stream_pos % n) if a.bounded else a.batch  # --epoch pass: ends with the epoch
+        idx = sample_stream(self.parts[a.client], a.client, self.cfg.seed, a.stream_pos, count, self._perms)
+        a.stream_pos += count
         a.stats.samples += len(idx)
         x = self.ds.to_tensor(self.ds.x_train[idx]).to(self.device)
         y = torch.from_numpy(self.ds.y_train[idx]).to(self.device)

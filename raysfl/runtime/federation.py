@@ -393,7 +393,7 @@ class Federation:
         w = Wiring(self.clients, self.servers)
         for p in plans.values():  # clients whose late updates are taken finish their work
             p.deadline = None if self.late_updates else deadline
-        weights = {c: float(p.steps * p.batch) for c, p in plans.items()}
+        weights = {c: float(p.samples if p.weight is None else p.weight) for c, p in plans.items()}
         for j, srv in enumerate(self.servers):
             mine = {c: p for c, p in plans.items() if server_of[c] == j and not p.local}
             w.aux.append(srv.begin_round.remote(

@@ -22,18 +22,61 @@ class ClientPlan:
     local: bool = False  # its server is unavailable this round: it trains alone (the client role's fallback)
     round: int = 0  # the round it trains in (1-based; e.g. BESplit's annealing lambda_t on the client)
     role: object = None  # the planner's per-client data for the client role (FedPairing: its pair)
+    samples: int = 0  # the samples it trains on this round (steps x batch, less where batches end at epochs)
+    bounded: bool = False  # --epoch pass: a batch ends where the client's epoch does (its last batch short)
+    weight: float | None = None  # its weight in sample-weighted averages (None: the samples it trained on)
 
     def __post_init__(self):
         if self.blocks is None:
             self.blocks = self.cut
+        if not self.samples:
+            self.samples = self.steps * self.batch
 
 
 def local_steps(cfg, n_samples: int) -> tuple[int, int]:
-    """(steps, batch size) of a client with ``n_samples`` samples for one round."""
+    """(steps, batch size) of a client with ``n_samples`` samples for one round under ``--epoch
+    stream``: ``--local-steps``, else ``ceil(local_epochs x n / batch)`` full batches."""
     batch = min(cfg.batch_size, n_samples)
     if cfg.local_steps is not None:
         return cfg.local_steps, batch
     return max(1, math.ceil(cfg.local_epochs * n_samples / batch)), batch
+
+
+def epoch_batches(n: int, batch: int, start: int, *, samples: int | None = None, steps: int | None = None) -> list[int]:
+    """``--epoch pass``: the sizes of a client's batches from stream position ``start``, each
+    ending where its epoch does (a pass over ``n`` samples, the last batch short, as PyTorch's
+    DataLoader gives), until ``samples`` samples or ``steps`` batches are taken."""
+    sizes, pos = [], start
+    while (samples is not None and pos - start < samples) or (steps is not None and len(sizes) < steps):
+        b = min(batch, n - pos % n)
+        if samples is not None:
+            b = min(b, start + samples - pos)
+        sizes.append(b)
+        pos += b
+    return sizes
+
+
+def client_schedule(cfg, n: int, start: int) -> tuple[int, int, int]:
+    """(steps, batch, samples) of a client with ``n`` samples whose stream is at ``start``,
+    under ``--epoch``: ``pass`` takes ``local_epochs`` passes (``round(local_epochs x n)``
+    samples, at least one) in batches that end at epoch boundaries, or ``--local-steps`` such
+    batches; ``stream`` takes full batches (:func:`local_steps`)."""
+    if cfg.epoch == "stream":
+        steps, batch = local_steps(cfg, n)
+        return steps, batch, steps * batch
+    batch = min(cfg.batch_size, n)
+    if cfg.local_steps is not None:
+        sizes = epoch_batches(n, batch, start, steps=cfg.local_steps)
+    else:
+        sizes = epoch_batches(n, batch, start, samples=max(1, round(cfg.local_epochs * n)))
+    return len(sizes), batch, sum(sizes)
+
+
+def aggregation_weight(cfg, n: int, plan: ClientPlan) -> float | None:
+    """A client's weight in sample-weighted averages (FedAvg's n_k / n, McMahan et al. 2017,
+    Algorithm 1): its data size ``n`` under ``--aggregation-weights data_size``; under
+    ``processed`` None, i.e. the samples it trained on this round."""
+    return float(n) if cfg.aggregation_weights == "data_size" else None
 
 
 def plan_round(cfg, planner, rnd: int, ctx, stream_pos: dict[int, int]) -> tuple[dict[int, ClientPlan], dict[int, int]]:
@@ -45,9 +88,16 @@ def plan_round(cfg, planner, rnd: int, ctx, stream_pos: dict[int, int]) -> tuple
     plans = {}
     planned = planner.plan_steps(rnd, clients, ctx)
     for c in clients:
-        steps, batch = planned[c] if planned is not None else local_steps(cfg, int(ctx.sizes[c]))
-        plans[c] = ClientPlan(cuts[c], steps, batch, stream_pos.get(c, 0), cfg.lr_at(rnd),
-                              blocks=planner.model_blocks(cuts[c], ctx), round=rnd)
+        n, start = int(ctx.sizes[c]), stream_pos.get(c, 0)
+        if planned is not None:  # the algorithm's own schedule: full batches of the stream
+            steps, batch = planned[c]
+            samples = steps * batch
+        else:
+            steps, batch, samples = client_schedule(cfg, n, start)
+        plans[c] = ClientPlan(cuts[c], steps, batch, start, cfg.lr_at(rnd),
+                              blocks=planner.model_blocks(cuts[c], ctx), round=rnd, samples=samples,
+                              bounded=planned is None and cfg.epoch == "pass")
+        plans[c].weight = aggregation_weight(cfg, n, plans[c])
     for c, data in planner.client_plans(rnd, clients, cuts).items():
         plans[c].role = data
     return plans, server_of

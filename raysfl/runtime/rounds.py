@@ -23,6 +23,7 @@ from raysfl.faults import plan_faults
 from raysfl.runtime.federation import Federation, FedServerLost, RoundInFlight, RoundResult
 from raysfl.runtime.planning import plan_round
 from raysfl.runtime.rows import EVENT_COLUMNS, TRAFFIC_COLUMNS, client_row, round_row
+from raysfl.simclock import compute_time
 
 def new_counters() -> dict:
     """The driver's running totals, checkpointed with the federation: each client's position
@@ -124,7 +125,7 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
             fed.snapshot_at(rnd)
     wall = time.perf_counter() - t0  # the whole round, snapshot included (logging runs on its own thread)
     for c, p in plans.items():
-        exp.counters["stream_pos"][c] = p.stream_pos + p.steps * p.batch
+        exp.counters["stream_pos"][c] = p.stream_pos + p.samples
     delays = {**sim_delay, **real_delay}
     row, client_rows = round_metrics(exp, rnd, res, result, wall, sim_delay=sim_delay, included=set(aggregated),
                                      events=events, delays=delays, selected=selected)
@@ -312,15 +313,19 @@ def round_metrics(exp: Experiment, rnd: int, res: RoundResult, result, wall: flo
     sim_delay = sim_delay or {}
     delays = sim_delay if delays is None else delays
     included = set(stats) if included is None else included
-    client_rows, times = [], []
+    client_rows, times, compute = [], [], []
     for c in sorted(stats):
         t = planner.client_sim_time(c, stats[c], ctx.profiles[c], server_speed) + sim_delay.get(c, 0.0)
         times.append(t)
-        client_rows.append(client_row(rnd, stats[c], t, delays.get(c, 0.0), c in included))
+        compute.append(compute_time(stats[c], ctx.profiles[c], server_speed))
+        client_rows.append({**client_row(rnd, stats[c], t, delays.get(c, 0.0), c in included),
+                            **planner.client_round_info(rnd, c)})
     sim = planner.round_sim_time(times)
     if cfg.sim_deadline_s is not None:  # the round ends at the deadline at the latest
         sim = min(sim, cfg.sim_deadline_s)
     counters["sim_total"] += sim
+    sim_compute = planner.round_sim_time(compute)  # the compute-only clock every algorithm shares
+    counters["sim_compute_total"] = counters.get("sim_compute_total", 0.0) + sim_compute
     counters["wall_total"] += wall
     loss_n = sum(s.loss_count for s in stats.values())
     nan = float("nan")
@@ -330,7 +335,8 @@ def round_metrics(exp: Experiment, rnd: int, res: RoundResult, result, wall: flo
         train_loss=sum(s.loss_sum for s in stats.values()) / loss_n if loss_n else nan, participants=len(stats),
         traffic={k: sum(r[k] for r in client_rows) for k in TRAFFIC_COLUMNS},
         client_flops=sum(r["client_flops"] for r in client_rows), server_flops=sum(r["server_flops"] for r in client_rows),
-        sim=sim, sim_total=counters["sim_total"], wall=wall, wall_total=counters["wall_total"], completed=completed,
+        sim=sim, sim_total=counters["sim_total"], sim_compute=sim_compute,
+        sim_compute_total=counters["sim_compute_total"], wall=wall, wall_total=counters["wall_total"], completed=completed,
         fallback_steps=sum(s.fallback_steps for s in stats.values()), events=events or {},
         below_min_included=bool(selected) and completed < cfg.min_included * selected)
     extras = result[2] if result is not None else {}

@@ -18,7 +18,7 @@ TRAFFIC_COLUMNS = ("bytes_up", "bytes_down", "bytes_smashed_up", "bytes_grad_dow
 def round_row(rnd: int, algo: str, *, evaluation, train_loss: float, participants: int, traffic: dict[str, int],
               client_flops: float, server_flops: float, sim: float, sim_total: float, wall: float,
               wall_total: float, completed: int, fallback_steps: int, events: dict[str, int],
-              below_min_included: bool) -> dict:
+              below_min_included: bool, sim_compute: float, sim_compute_total: float) -> dict:
     """The base columns of a round's row, in order. ``evaluation``: (accuracy, loss, extras) or
     None in a round without evaluation (NaN then)."""
     nan = float("nan")
@@ -28,7 +28,8 @@ def round_row(rnd: int, algo: str, *, evaluation, train_loss: float, participant
         "train_loss": train_loss, "participants": participants,
         **{k: traffic.get(k, 0) for k in TRAFFIC_COLUMNS},
         "client_flops": client_flops, "server_flops": server_flops,
-        "sim_time_s": sim, "sim_time_total_s": sim_total, "wall_time_s": wall, "wall_time_total_s": wall_total,
+        "sim_time_s": sim, "sim_time_total_s": sim_total, "sim_compute_s": sim_compute,
+        "sim_compute_total_s": sim_compute_total, "wall_time_s": wall, "wall_time_total_s": wall_total,
         "completed": completed, "fallback_steps": fallback_steps,
         **{k: int(events.get(k, 0)) for k in EVENT_COLUMNS},
         "below_min_included": int(bool(below_min_included)),

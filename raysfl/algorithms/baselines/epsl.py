@@ -30,7 +30,8 @@ from raysfl.algorithms.roles import ServerSide, StepResult
 from raysfl.models import SplitModel
 
 
-def aggregated_last_layer_step(model: SplitModel, opt: torch.optim.Optimizer, batches, phi: float):
+def aggregated_last_layer_step(model: SplitModel, opt: torch.optim.Optimizer, batches, phi: float,
+                               reduction: str = "mean"):
     """One step of the shared server side with EPSL's last-layer gradient aggregation.
 
     ``batches``: (client, cut, smashed activations, labels), one cut. The server's loss is the
@@ -38,7 +39,9 @@ def aggregated_last_layer_step(model: SplitModel, opt: torch.optim.Optimizer, ba
     first ``ceil(phi * b_max)`` row positions, each client's gradient at the logits is the mean
     over the clients holding that position. Returns ({client: gradient of its own share at its
     cut}, {client: its mean loss}), scaled as :func:`raysfl.server_steps.shared_server_step`
-    scales them (each client as if it trained alone with the server).
+    scales them (each client as if it trained alone with the server). ``reduction="sum"``: the
+    server's loss is the sum of the clients' mean losses (each row weighted 1 / n_i, not
+    1 / sum n_i), GAPSL's eq. (8) reduction; the clients' gradients are the same either way.
     """
     cuts = {b[1] for b in batches}
     if len(cuts) != 1:
@@ -59,11 +62,15 @@ def aggregated_last_layer_step(model: SplitModel, opt: torch.optim.Optimizer, ba
         for j in range(math.ceil(phi * max(sizes))):
             rows = [o + j for o, n in zip(offsets, sizes) if j < n]
             g[rows] = g[rows].mean(dim=0)
-    (logits * g).sum().div(n_total).backward()
+    if reduction == "sum":
+        row_weight = torch.cat([torch.full((n,), 1.0 / n, dtype=logits.dtype, device=logits.device) for n in sizes])
+        (logits * g * row_weight[:, None]).sum().backward()
+    else:
+        (logits * g).sum().div(n_total).backward()
     opt.step()
     grads, losses = {}, {}
     for (client, _, _, _), o, n in zip(batches, offsets, sizes):
-        grads[client] = x.grad[o:o + n] * (n_total / n)
+        grads[client] = x.grad[o:o + n] * (1.0 if reduction == "sum" else n_total / n)
         losses[client] = float(per_row[o:o + n].mean())
     return grads, losses
 
@@ -72,4 +79,5 @@ class EPSLServer(ServerSide):
     """PSL's shared server side, stepped with EPSL's last-layer gradient aggregation."""
 
     def step(self, batches):
-        return StepResult(*aggregated_last_layer_step(self.model, self.opt, batches, self.params.phi))
+        return StepResult(*aggregated_last_layer_step(self.model, self.opt, batches, self.params.phi,
+                                                      self.params.server_reduction))

@@ -23,6 +23,10 @@ class FedAvg(Algorithm):
     summary = "Federated averaging: whole model on each client, weighted model averaging"
     planner = role(f"{_BASE}.planner:WholeModelPlanner")
 
+    @classmethod
+    def facets(cls, cfg) -> dict[str, str]:
+        return {**super().facets(cfg), "server_reduction": "none (no server)"}
+
 
 @dataclass
 class FedProxParams:
@@ -62,43 +66,74 @@ SERVER_REDUCTIONS = ("mean", "sum")
 
 
 @dataclass
-class PSLParams:
+class RoundStepsParams:
+    # Local steps of a round: "epoch", each client its own epoch (the runtime's rule), or
+    # "equal", GAPSL's schedule (Sec. III-A): every client the same count, so every server step
+    # holds one batch of every client (planner.EqualSteps). PSL and EPSL take it as an option
+    # (ours) so that a comparison with GAPSL changes one thing.
+    round_steps: str = "epoch"
+
+
+@dataclass
+class PSLParams(RoundStepsParams):
     # The server-side loss over the group: "mean" over every sample (one step on the
     # concatenated batch, the default) or "sum" of the clients' mean losses, sum_i L_i (the
     # reduction of GAPSL's eq. 8 with every client kept: the fair baseline for GAPSL's steps).
     server_reduction: str = "mean"
 
 
-class ParallelSplitLearning(Algorithm):
+ROUND_STEPS = ("epoch", "equal")
+
+
+def _check_matching_knobs(p) -> None:
+    if p.server_reduction not in SERVER_REDUCTIONS:
+        raise ConfigError(f"unknown server_reduction '{p.server_reduction}'; allowed: {', '.join(SERVER_REDUCTIONS)}")
+    if p.round_steps not in ROUND_STEPS:
+        raise ConfigError(f"unknown round_steps '{p.round_steps}'; allowed: {', '.join(ROUND_STEPS)}")
+
+
+class _MatchableFacets:
+    """PSL's and EPSL's facets follow their knobs."""
+
+    @classmethod
+    def facets(cls, cfg) -> dict[str, str]:
+        p = cfg.algo_params
+        return {**super().facets(cfg), "server_reduction": p.server_reduction,
+                "round_steps": p.round_steps}
+
+
+class ParallelSplitLearning(_MatchableFacets, Algorithm):
     name = "psl"
     summary = "Parallel split learning: shared server-side model, no client-side aggregation"
     params_cls = PSLParams
+    planner = role(f"{_BASE}.planner:EqualSteps")  # round_steps: the runtime's rule unless "equal"
     client = role(f"{_BASE}.splitfed:KeepsOwnModel")
     server = role(f"{_BASE}.splitfed:PSLServer")
     aggregator = role("raysfl.algorithms.roles.aggregator:OwnModels")
 
     @classmethod
     def validate(cls, cfg) -> None:
-        if cfg.algo_params.server_reduction not in SERVER_REDUCTIONS:
-            raise ConfigError(f"unknown server_reduction '{cfg.algo_params.server_reduction}'; "
-                              f"allowed: {', '.join(SERVER_REDUCTIONS)}")
+        _check_matching_knobs(cfg.algo_params)
 
 
 @dataclass
-class EPSLParams:
+class EPSLParams(PSLParams):
+    # PSL's server_reduction (ours for EPSL: "sum" matches GAPSL's eq. 8) and round_steps, and
     phi: float = 0.5  # share of each batch whose last-layer gradients are aggregated (0 = PSL, 1 = all)
 
 
-class EPSL(Algorithm):
+class EPSL(_MatchableFacets, Algorithm):
     name = "epsl"
     summary = "EPSL: parallel split learning with last-layer gradient aggregation across clients"
     params_cls = EPSLParams
     client = role(f"{_BASE}.splitfed:KeepsOwnModel")
+    planner = role(f"{_BASE}.planner:EqualSteps")  # round_steps: the runtime's rule unless "equal"
     server = role(f"{_BASE}.epsl:EPSLServer")
     aggregator = role("raysfl.algorithms.roles.aggregator:OwnModels")
 
     @classmethod
     def validate(cls, cfg) -> None:
+        _check_matching_knobs(cfg.algo_params)
         phi = cfg.algo_params.phi
         if not (math.isfinite(phi) and 0 <= phi <= 1):
             raise ConfigError(f"phi must be in [0, 1] (0 = PSL, 1 = every row aggregated), got {phi}")

@@ -100,14 +100,22 @@ class PairingPlanner(Planner):
             out[c] = p
         return out
 
+    def client_round_info(self, rnd: int, client: int) -> dict:
+        """clients.parquet's ``partner`` column: the client it trained with (-1: alone)."""
+        partner = self._partner.get(client)
+        return {"partner": -1 if partner is None else int(partner)}
+
     def client_info(self, client: int) -> dict:
         return {"position_m": [float(v) for v in self.positions[client]], "cpu_ghz": float(self.freq_ghz[client]),
                 "server_rate_bps": float(self.server_rates[client]),
                 "a": float(self.sizes[client] / self.sizes.sum())}
 
     def client_sim_time(self, client, stats, profile, server_flops_per_s) -> float:
-        """Compute on the client's CPU, activations and gradients over the partner link r_ij,
-        the model over the client-server link r_i0 (the paper models no latency)."""
+        """``link_model="paper"``: compute on the client's CPU, activations and gradients over
+        the partner link r_ij, the model over the client-server link r_i0 (the paper models no
+        latency). ``"profiles"``: the runtime's cost model, as every other algorithm's."""
+        if self.params.link_model == "profiles":
+            return super().client_sim_time(client, stats, profile, server_flops_per_s)
         t = stats.traffic
         compute = stats.client_flops / profile.flops_per_s
         model = (t.params_up + t.params_down) * 8.0 / self.server_rates[client]

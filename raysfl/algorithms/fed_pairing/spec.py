@@ -14,6 +14,7 @@ from raysfl.errors import ConfigError
 
 PAIRINGS = ("greedy", "random", "location", "computation")  # Alg. 1 and Table I's baselines (pairing.py)
 PAIR_WEIGHTS = ("fedavg", "paper")  # the loss weights of eqs. (2)-(3) (weighting.py)
+LINK_MODELS = ("paper", "profiles")  # the simulated clock (planner.client_sim_time)
 
 
 @dataclass
@@ -31,6 +32,10 @@ class FedPairingParams:
     noise_w: float = 1e-9         # sigma^2
     gain_ref: float = 1e-3        # h0: channel gain at 1 m (the paper gives no value)
     path_loss_exp: float = 3.0    # delta (the paper gives no value)
+    # The simulated clock: "paper", Shannon links to the partner and the server, no latency
+    # (Sec. II-C); "profiles", the device profiles' links and a latency per message, the cost
+    # model of every other algorithm (ours: so that a time comparison changes one thing).
+    link_model: str = "paper"
 
 
 class FedPairing(Algorithm):
@@ -47,8 +52,14 @@ class FedPairing(Algorithm):
     config_defaults = {"clients": 20, "local_epochs": 2, "lr": 0.1, "momentum": 0.0, "model": "resnet18"}
 
     @classmethod
+    def facets(cls, cfg) -> dict[str, str]:
+        return {**super().facets(cfg), "cost_model": cfg.algo_params.link_model}
+
+    @classmethod
     def validate(cls, cfg) -> None:
         p = cfg.algo_params
+        if p.link_model not in LINK_MODELS:
+            raise ConfigError(f"unknown link_model '{p.link_model}'; allowed: {', '.join(LINK_MODELS)}")
         if p.pairing not in PAIRINGS:
             raise ConfigError(f"unknown pairing '{p.pairing}'; allowed: {', '.join(PAIRINGS)}")
         if p.pair_weights not in PAIR_WEIGHTS:

@@ -17,9 +17,11 @@ Readings of the paper (also in docs/flex-sfl.md):
   cluster's split point is the final point most of its members got (ties: the lower).
 * **Clamping to valid cuts.** Eq. (5) sums to V over all K clients, so with K >> V every
   s_k is below one block (100 clients, 4 blocks: s_k ~ 0.04) and a literal clamp puts every
-  cluster at the smallest cut. ``mode="paper"`` does exactly that (the nearest valid cut to
-  the cluster's point, clamped into [min_cut, max_cut]). ``mode="spread"`` (default) keeps
-  eqs. (5)-(10) for the *clusters* and spreads their split points evenly over
+  cluster at the smallest cut. ``mode="paper"`` (FLEX-SFL's default ``das_mode``) does exactly
+  that (the nearest valid cut to the cluster's point, clamped into [min_cut, max_cut]): with
+  the paper's 100 clients every cluster gets cut 1. ``mode="spread"`` (raysfl's extension,
+  not in the paper; this function's own default argument)
+  keeps eqs. (5)-(10) for the *clusters* and spreads their split points evenly over
   [min_cut, max_cut] in order of capacity -- the paper's experiments put "the first 1-3
   convolutional modules" on the clients (Sec. 5.2), weaker clusters shallower.
 """

@@ -9,7 +9,7 @@ activations to the server; ii) the server employs LGI to construct a leader grad
 then utilizes GDA ..., followed by BP on the server-side model; iii) the server sends all
 generated gradients to the client device"): every server step holds one batch of *every*
 participant, so every participant takes the same number of steps in a round
-(:meth:`raysfl.algorithms.gapsl.planner.EqualSteps.plan_steps`: ``ceil(local_epochs x mean client size / batch)``, or
+(:meth:`raysfl.algorithms.baselines.planner.EqualSteps.plan_steps`: ``ceil(local_epochs x mean client size / batch)``, or
 ``--local-steps``; ``round_steps="epoch"`` gives each client its own epoch instead).
 
 **A server step:**

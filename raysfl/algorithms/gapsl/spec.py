@@ -1,6 +1,6 @@
 """GAPSL as an algorithm: its knobs, their choices, its paper setting and its checks -- no
 torch, so listing and validating it imports none. Its roles: the planner
-(:mod:`~raysfl.algorithms.gapsl.planner`: every participant in every server step) and the
+(:class:`~raysfl.algorithms.baselines.planner.EqualSteps`: every participant in every server step) and the
 server (:mod:`~raysfl.algorithms.gapsl.algorithm`: LGI and GDA on the per-client gradients)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 from raysfl.algorithms.spec import Algorithm, role
+from raysfl.algorithms.baselines.spec import RoundStepsParams
 from raysfl.errors import ConfigError
 
 LGI_MODES = ("lgi", "none", "random")  # GAPSL | Non-LGI (all gradients) | Rand-LGI (random subset), Sec. V-C
@@ -20,7 +21,7 @@ ROUND_STEPS = ("equal", "epoch")
 
 
 @dataclass
-class GAPSLParams:
+class GAPSLParams(RoundStepsParams):
     """GAPSL's knobs; defaults are the paper's (Sec. IV-4) where it gives one."""
 
     k_min: float = 0.2             # K_min of eq. (2)
@@ -40,7 +41,7 @@ class GAPSL(Algorithm):
     name = "gapsl"
     summary = "GAPSL: parallel split learning with leader gradient identification and direction alignment"
     params_cls = GAPSLParams
-    planner = role("raysfl.algorithms.gapsl.planner:EqualSteps")
+    planner = role("raysfl.algorithms.baselines.planner:EqualSteps")
     client = role("raysfl.algorithms.baselines.splitfed:KeepsOwnModel")  # PSL: each keeps its client-side model
     server = role("raysfl.algorithms.gapsl.algorithm:GAPSLServer")
     aggregator = role("raysfl.algorithms.roles.aggregator:OwnModels")
@@ -49,6 +50,11 @@ class GAPSL(Algorithm):
     # layers are 1.8 % of VGG-16; the CNN's cut 2 would put 60 % there).
     config_defaults = {"clients": 10, "partition": "dirichlet", "alpha": 0.1, "momentum": 0.9, "lr": 0.005,
                        "server_lr": 0.01, "cut": 1}
+
+    @classmethod
+    def facets(cls, cfg) -> dict[str, str]:
+        p = cfg.algo_params
+        return {**super().facets(cfg), "server_reduction": p.gda_reduction, "round_steps": p.round_steps}
 
     @classmethod
     def validate(cls, cfg) -> None:

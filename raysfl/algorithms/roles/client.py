@@ -68,6 +68,8 @@ class ClientRound:
     pending: torch.Tensor | None = None  # activations awaiting their gradient
     failed: bool = False               # lost its server or past the deadline: it stops, no update
     extra_state: dict = field(default_factory=dict)  # the start state's other keys (parked own module)
+    bounded: bool = False              # --epoch pass: its batches end where its epoch does
+    weight: float | None = None        # its weight in sample-weighted averages (None: the samples it trained on)
 
 
 class ClientSide:
@@ -154,5 +156,6 @@ class ClientSide:
         if self.uploads_model:
             c.stats.traffic.params_up += state_nbytes(state)
             c.stats.traffic.messages += 1
-        return ClientUpdate(c.client, state, float(c.stats.samples), report=self.report(c))
+        weight = float(c.stats.samples) if c.weight is None else c.weight  # --aggregation-weights
+        return ClientUpdate(c.client, state, weight, report=self.report(c))
 

@@ -113,6 +113,11 @@ class Planner:
         """Extra columns of round ``rnd``'s metrics row (same keys every round)."""
         return {}
 
+    def client_round_info(self, rnd: int, client: int) -> dict:
+        """Extra columns of a client's clients.parquet row in round ``rnd`` (same keys for every
+        client and round; FedPairing: its partner)."""
+        return {}
+
     def client_sim_time(self, client: int, stats, profile, server_flops_per_s: float) -> float:
         """Simulated seconds client ``client`` spent in the round (default: simclock.client_time:
         compute on its device, its share of server compute, its links, one latency per message)."""

@@ -455,8 +455,9 @@ def test_edge_aggregate_reaches_every_edge_server_and_accuracy_moves_only_at_tau
 @pytest.mark.parametrize("seed", [0, 1])
 def test_flex_sfl_learns(quick, seed):
     """A small FLEX-SFL (10 clients, 2 edge clusters, tau_G = 2, paper optimiser) passes 0.75 on
-    digits in 6 rounds; chance is 0.1 (measured 0.90-0.92 on seeds 0-2)."""
-    res = raysfl.run(quick(algo="flex_sfl", clients=10, rounds=6, seed=seed, partition="dirichlet", alpha=0.5,
+    digits in 8 rounds; chance is 0.1 (measured with --epoch pass: 0.95 on seed 0 at round 8,
+    0.90-0.92 on seeds 1-2 by round 6; seed 0 sits at 0.60 in rounds 6-7 before it jumps)."""
+    res = raysfl.run(quick(algo="flex_sfl", clients=10, rounds=8, seed=seed, partition="dirichlet", alpha=0.5,
                            quantity_skew=0.0, clients_per_round=10, local_steps=None, local_epochs=1,
                            checkpoint_every=0, flex_sfl={"edge_servers": 2, "tau_c": 2, "tau_e": 1, "tau_r": 2}))
     assert res.final["test_accuracy"] >= 0.75, [r["test_accuracy"] for r in res.metrics]

@@ -1,0 +1,184 @@
+"""``raysfl reproduce PAPER [--table NAME] [--seeds N|S,S,...] [--scale small|paper] [--rounds R]
+[--dataset D] [--out DIR] [--results FILE]`` and ``raysfl reproduce --list``."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+from pathlib import Path
+
+from raysfl.errors import ConfigError
+from raysfl.reproduce.tables import SCALES
+
+
+def add_parser(sub) -> None:
+    rep = sub.add_parser("reproduce", help="run a paper's tables (declared rows, paired seeds, fairness checked) "
+                                           "and write each as table.md and table.parquet")
+    rep.add_argument("paper", nargs="?", default=None, metavar="PAPER",
+                     help="gapsl, fed_pairing, besplit, flex_sfl, super_sfl, or all")
+    rep.add_argument("--list", action="store_true", help="list the papers, their tables and claims, and exit")
+    rep.add_argument("--table", default=None, metavar="NAME", help="one table of the paper (default: every one)")
+    rep.add_argument("--seeds", default="5", metavar="N|S,S,...",
+                     help="N: seeds 0..N-1; or the seeds, comma-separated (default: 5, the fewest for a verdict)")
+    rep.add_argument("--scale", default="small", choices=SCALES,
+                     help="small: the embedded data, minutes on a laptop; paper: the paper's data set, model, "
+                          "clients and rounds (torchvision data, --download; a GPU cluster) (default: small)")
+    rep.add_argument("--rounds", type=int, default=None, metavar="R", help="rounds of every row (default: the scale's)")
+    rep.add_argument("--dataset", default=None, metavar="D", help="data set of every row (default: the scale's)")
+    rep.add_argument("--download", action="store_true", help="fetch torchvision data sets (--scale paper)")
+    rep.add_argument("--data-root", default=None, metavar="DIR", help="where torchvision data sets are")
+    rep.add_argument("--out", default="reproduce", metavar="DIR",
+                     help="where the tables go, DIR/PAPER/TABLE/table.md (DIR/PAPER/TABLE-DATASET/ with --dataset) "
+                          "(default: reproduce)")
+    rep.add_argument("--cache", default=None, metavar="DIR",
+                     help="runs kept by resolved config, read back by any later table (default: DIR/cache of --out)")
+    rep.add_argument("--parallel", type=int, default=1, metavar="N", help="runs at once (default: 1)")
+    rep.add_argument("--results", default=None, metavar="FILE",
+                     help="then write FILE (e.g. docs/results.md) from every table.md under --out")
+
+
+def seeds_arg(text: str) -> list[int]:
+    """``--seeds``: a count N (0..N-1) or a comma-separated list."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise ConfigError(f"--seeds takes a count N or seeds such as 0,3,7; got {text!r}")
+    if len(parts) == 1 and "," not in text:
+        if int(parts[0]) < 1:
+            raise ConfigError(f"--seeds must be >= 1, got {parts[0]}")
+        return list(range(int(parts[0])))
+    seeds = [int(p) for p in parts]
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds lists a seed twice: {text}")
+    return seeds
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{platform.machine()} {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def list_tables() -> str:
+    from raysfl.reproduce import PAPERS, tables_of
+
+    lines = []
+    for paper in PAPERS:
+        for t in tables_of(paper):
+            rows = ", ".join(r.label for r in t.all_rows)
+            lines.append(f"{paper} --table {t.name}: {t.title} ({t.source})\n    rows: {rows}\n"
+                         f"    claim: {t.claim.text}\n    metric: {t.metric.label}")
+    return "\n".join(lines)
+
+
+def run(ns) -> int:
+    from raysfl.reproduce import PAPERS, tables_of
+
+    if ns.list:
+        print(list_tables())
+        return 0
+    if not ns.paper:
+        raise ConfigError(f"reproduce needs a paper ({', '.join(PAPERS)}, or all) or --list")
+    papers = list(PAPERS) if ns.paper == "all" else [ns.paper]
+    if papers[0] not in PAPERS:
+        raise ConfigError(f"unknown paper '{ns.paper}'; allowed: {', '.join(PAPERS)}, all")
+    seeds = seeds_arg(ns.seeds)
+    if ns.rounds is not None and ns.rounds < 1:
+        raise ConfigError(f"--rounds must be >= 1, got {ns.rounds}")
+    if ns.parallel < 1:
+        raise ConfigError(f"--parallel must be >= 1, got {ns.parallel}")
+    overrides = {k: v for k, v in (("rounds", ns.rounds), ("dataset", ns.dataset), ("data_root", ns.data_root))
+                 if v is not None}
+    if ns.download:
+        overrides["download"] = True
+    chosen = []
+    for paper in papers:
+        tables = tables_of(paper)
+        if ns.table is not None:
+            tables = [t for t in tables if t.name == ns.table]
+            if not tables:
+                raise ConfigError(f"{paper} has no table '{ns.table}'; allowed: "
+                                  f"{', '.join(t.name for t in tables_of(paper))}")
+        chosen += tables
+    from raysfl.reproduce.engine import plan
+
+    planned = [plan(t, ns.scale, seeds, overrides) for t in chosen]  # every fairness check before any run
+    out = Path(ns.out)
+    cache = Path(ns.cache) if ns.cache else out / "cache"
+    extra = "".join(f" --{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in overrides.items()
+                    if k != "download") + (" --download" if ns.download else "")
+    for p in planned:
+        command = (f"raysfl reproduce {p.table.paper} --table {p.table.name} --seeds {shlex.quote(ns.seeds)} "
+                   f"--scale {ns.scale}{extra}")
+        print(run_one(p, cache, out, ns.parallel, command, suffix=f"-{ns.dataset}" if ns.dataset else ""))
+    if ns.results:
+        write_results(out, Path(ns.results))
+        print(ns.results)
+    return 0
+
+
+def run_one(planned, cache: Path, out: Path, parallel: int, command: str, suffix: str = "") -> Path:
+    """Run one planned table and write it to ``out/PAPER/TABLE{suffix}/``."""
+    from raysfl.reproduce import report
+    from raysfl.reproduce.engine import run_planned
+
+    t = planned.table
+    runs = run_planned(planned, cache, parallel)
+    results = report.row_results(t, planned.seeds, runs, planned.diffs)
+    ref = planned.configs[t.reference.label][0]
+    return report.write(t, planned.scale, planned.seeds, results, out / t.paper / f"{t.name}{suffix}", command, machine(),
+                        settings_line(ref))
+
+
+def settings_line(cfg) -> str:
+    """The settings every row shares, as a figure caption states them."""
+    from raysfl.plots import caption
+
+    return f"{caption(cfg.to_dict())}, {cfg.rounds} rounds, {cfg.optimizer} lr {cfg.lr:g}" + \
+        (f" (server {cfg.server_lr:g})" if cfg.server_lr is not None else "") + \
+        f", momentum {cfg.momentum:g}, epoch rule {cfg.epoch}, weights {cfg.aggregation_weights}"
+
+
+def write_results(out: Path, path: Path) -> None:
+    """``path`` from every ``table.md`` under ``out``, in paper order: no number copied by hand."""
+    from raysfl.reproduce import PAPERS
+
+    from raysfl.reproduce import tables_of
+
+    parts = [RESULTS_HEADER]
+    for paper in PAPERS:
+        parts.append(f"## {paper}\n")
+        found = {md.parent.name: md for md in (out / paper).glob("*/table.md")}
+        for t in tables_of(paper):
+            runs = sorted(name for name in found if name == t.name or name.startswith(f"{t.name}-"))
+            for name in runs:
+                body = found[name].read_text()
+                parts.append("### " + body[2:] if body.startswith("# ") else body)
+            if not runs:
+                parts.append(f"### {paper}: {t.title}\n\n{t.source}. Claim: {t.claim.text}\n\n"
+                             f"Not run at this version. Command: `raysfl reproduce {paper} --table {t.name} "
+                             f"--seeds 5` (small scale; `--scale paper`: {t.paper_hours or 'a GPU cluster'}).\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(parts))
+
+
+RESULTS_HEADER = """# Results: each paper's tables, reproduced at small scale
+
+Written by `raysfl reproduce ... --results docs/results.md` from the tables under its `--out`
+(each table's own command is printed under it): no number here is copied by hand. Each table
+declares a reference row and rows that name their deltas from it; a row whose resolved
+configuration differs from the reference in anything it does not declare is refused before
+it runs (`raysfl/reproduce/fairness.py`), and the last column shows each row's diff. The
+verdict comes from the claim's declared criterion on paired seeds (the same seed gives every
+row the same partition, device profiles and initial model): *reproduced* when every compared
+row is decided the paper's way beyond two standard errors of the paired difference,
+*contradicted* when one is decided the other way, *not shown* otherwise; no verdict with fewer
+than five seeds. Simulated time is on one cost model for every row (device profiles: compute,
+links, a latency per message), with the compute-only clock beside it.
+"""

@@ -1,0 +1,105 @@
+"""The one sweep engine every table runs on: each (row, seed) resolved and checked for
+fairness before anything runs, a cache keyed on the resolved config (a run already made with
+the same settings is read back, whoever asked for it), the runs in one process so that they
+share Ray and, where their shapes allow, the actors (the warm federation), several at once
+where the cluster holds them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from raysfl.reproduce.fairness import BOOKKEEPING, check_row, resolve
+from raysfl.reproduce.tables import Table
+
+
+@dataclass
+class Planned:
+    """A table's runs, resolved: {label: [Config per seed]} and {label: diff vs the reference}."""
+
+    table: Table
+    scale: str
+    seeds: list[int]
+    configs: dict[str, list] = field(default_factory=dict)
+    diffs: dict[str, dict] = field(default_factory=dict)
+
+
+def plan(table: Table, scale: str, seeds: list[int], overrides: dict | None = None) -> Planned:
+    """Resolve every row for every seed and check each against its reference (raises
+    :class:`~raysfl.reproduce.fairness.ConfoundedRow` before anything runs)."""
+    out = Planned(table, scale, list(seeds))
+    for seed in seeds:
+        ref = resolve(table, table.reference, scale, seed, overrides)
+        out.configs.setdefault(table.reference.label, []).append(ref)
+        out.diffs[table.reference.label] = {}
+        for row in table.rows:
+            cfg = resolve(table, row, scale, seed, overrides)
+            out.diffs[row.label] = check_row(table, row, ref, cfg)
+            out.configs.setdefault(row.label, []).append(cfg)
+    return out
+
+
+def cache_key(cfg) -> str:
+    """A run's cache name: a hash of everything it computes (its resolved config without the
+    bookkeeping and resources; the seed included)."""
+    d = {k: v for k, v in cfg.to_dict().items() if k not in BOOKKEEPING and k != "resources"}
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def run_cached(cfg, cache: Path) -> list[dict]:
+    """The metrics rows of ``cfg``: read from ``cache`` when a run of the same resolved config
+    is there, else run quietly (no progress, no checkpoints) and kept."""
+    import dataclasses
+
+    import raysfl
+
+    path = Path(cache) / f"{cache_key(cfg)}.json"
+    if path.exists():
+        return json.loads(path.read_text())["metrics"]
+    with tempfile.TemporaryDirectory(prefix="raysfl-reproduce-") as tmp:
+        quiet = dataclasses.replace(cfg, progress=False, checkpoint_every=0, out=tmp, name=None, mlflow=None)
+        metrics = raysfl.run(quiet).metrics
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp_path = path.with_suffix(".tmp")
+    tmp_path.write_text(json.dumps({"config": cfg.to_dict(), "metrics": metrics}, default=str))
+    tmp_path.replace(path)  # a run half-written is never read back
+    return metrics
+
+
+def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> dict[str, list[list[dict]]]:
+    """Every run of ``planned`` ({label: [metrics rows per seed]}), ``parallel`` at a time,
+    saying each as it starts."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    say = say or (lambda text: print(text, file=sys.stderr, flush=True))
+    jobs = [(label, i, cfg) for label, cfgs in planned.configs.items() for i, cfg in enumerate(cfgs)]
+    todo = sum(1 for _, _, cfg in jobs if not (Path(cache) / f"{cache_key(cfg)}.json").exists())
+    t = planned.table
+    say(f"reproduce {t.paper}/{t.name}: {len(jobs)} runs ({len(jobs) - todo} cached), {parallel} at a time")
+    started = time.perf_counter()
+    done = [0]
+
+    def one(job):
+        label, i, cfg = job
+        fresh = not (Path(cache) / f"{cache_key(cfg)}.json").exists()
+        rows = run_cached(cfg, cache)
+        if fresh:
+            done[0] += 1
+            say(f"  {done[0]}/{todo} {label}, seed {cfg.seed} ({time.perf_counter() - started:.0f} s)")
+        return label, i, rows
+
+    out: dict[str, list] = {label: [None] * len(cfgs) for label, cfgs in planned.configs.items()}
+    if parallel <= 1:
+        results = [one(j) for j in jobs]
+    else:
+        with ThreadPoolExecutor(parallel, thread_name_prefix="raysfl-reproduce") as pool:
+            results = list(pool.map(one, jobs))
+    for label, i, rows in results:
+        out[label][i] = rows
+    return out

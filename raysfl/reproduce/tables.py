@@ -1,0 +1,147 @@
+"""What a paper's table is, declared as data: a reference row, rows that each name their
+deltas from it, the metric and when it is read, the paper's figures and the claim's criterion.
+
+Each paper's package declares its tables in its own ``tables.py`` (``TABLES``); the harness
+(:mod:`raysfl.reproduce.engine`) resolves every row, refuses a row that differs from its
+reference in anything it does not declare (:mod:`raysfl.reproduce.fairness`), runs the rows
+over paired seeds and writes the table (:mod:`raysfl.reproduce.report`). No torch here: the
+list of tables is instant.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+SCALES = ("small", "paper")
+READS = ("final", "mean_last", "best", "rounds_to", "sim_time_to", "compute_time_to")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """The number a table compares, read from a run's ``metrics.parquet`` rows.
+
+    ``read``: ``final`` (test accuracy after the last round), ``mean_last`` (mean test
+    accuracy of the last ``k`` evaluated rounds), ``best``, ``rounds_to`` / ``sim_time_to`` /
+    ``compute_time_to`` (the round, simulated seconds on the table's cost model, or simulated
+    compute-only seconds when test accuracy first reaches ``target``; a run that never reaches
+    it counts as its whole length, flagged in the table)."""
+
+    read: str = "final"
+    k: int = 5
+    target: float | None = None
+    column: str = "test_accuracy"
+
+    def __post_init__(self):
+        if self.read not in READS:
+            raise ValueError(f"unknown read '{self.read}'; allowed: {', '.join(READS)}")
+        if self.read.endswith("_to") and self.target is None:
+            raise ValueError(f"metric '{self.read}' needs a target")
+
+    @property
+    def higher_is_better(self) -> bool:
+        # a *_to read is a time or a round count, and so is a clock column (``sim_time_total_s``)
+        return not (self.read.endswith("_to") or self.column.endswith("_s"))
+
+    @property
+    def label(self) -> str:
+        if self.read == "final":
+            return f"{self.column} after the last round"
+        if self.read == "mean_last":
+            return f"mean {self.column} of the last {self.k} evaluated rounds"
+        if self.read == "best":
+            return f"best {self.column}"
+        what = {"rounds_to": "rounds", "sim_time_to": "simulated s (the table's cost model)",
+                "compute_time_to": "simulated compute-only s"}[self.read]
+        return f"{what} to {self.column} {self.target:g}"
+
+    def value(self, rows: list[dict]) -> tuple[float, bool]:
+        """(the value, whether it is censored: a ``*_to`` target never reached)."""
+        ev = [r for r in rows if _finite(r.get(self.column))]
+        if self.read == "final":
+            return (ev[-1][self.column] if ev else math.nan), False
+        if self.read == "mean_last":
+            last = ev[-self.k:]
+            return (sum(r[self.column] for r in last) / len(last) if last else math.nan), False
+        if self.read == "best":
+            return (max(r[self.column] for r in ev) if ev else math.nan), False
+        clock = {"rounds_to": "round", "sim_time_to": "sim_time_total_s", "compute_time_to": "sim_compute_total_s"}
+        for r in ev:
+            if r[self.column] >= self.target:
+                return float(r[clock[self.read]]), False
+        return (float(rows[-1][clock[self.read]]) if rows else math.nan), True
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row: ``settings`` are its deltas from the table's reference row (``algo``, an
+    algorithm's knobs under its name, any shared setting); ``compares`` names the facets of an
+    algorithm (:meth:`raysfl.algorithms.spec.Algorithm.facets`: server reduction, step
+    schedule, cost model) the row changes on purpose; ``paper``: the paper's figure for it."""
+
+    label: str
+    settings: dict = field(default_factory=dict)
+    compares: tuple[str, ...] = ()
+    paper: str | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The paper's claim about the table and the criterion that decides it from paired seeds.
+
+    ``kind="better"``: the reference row beats each row of ``rows`` (default: every other
+    row): its mean paired difference is at least ``margin`` in the metric's favourable
+    direction and more than two standard errors from zero. ``kind="not_worse"``: the
+    reference is at most ``margin`` worse than each row (its difference is above
+    ``-margin`` by more than two standard errors). Verdicts need at least ``min_seeds``
+    seeds (DEVELOPERS.md: five)."""
+
+    text: str
+    kind: str = "better"
+    rows: tuple[str, ...] = ()
+    margin: float = 0.0
+    min_seeds: int = 5
+
+
+@dataclass(frozen=True)
+class Table:
+    """A paper's table. The settings of a row at a scale are ``scales[scale]``, then
+    ``shared``, then the reference row's settings, then the row's own (a row that changes the
+    algorithm drops the reference's knobs)."""
+
+    paper: str
+    name: str
+    title: str
+    source: str                       # where in the paper: "Table II, Sec. IV-B"
+    reference: Row
+    rows: tuple[Row, ...]
+    metric: Metric
+    claim: Claim
+    shared: dict = field(default_factory=dict)
+    scales: dict = field(default_factory=dict)  # {"small": {...}, "paper": {...}}
+    paper_hours: str = ""             # the paper scale's cost on a GPU node, in words
+    notes: str = ""
+
+    def __post_init__(self):
+        labels = [self.reference.label, *(r.label for r in self.rows)]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"{self.paper}/{self.name}: a row label is used twice: {labels}")
+        missing = [s for s in SCALES if s not in self.scales]
+        if missing:
+            raise ValueError(f"{self.paper}/{self.name}: no settings for scale(s) {missing}")
+        unknown = [r for r in self.claim.rows if r not in labels]
+        if unknown:
+            raise ValueError(f"{self.paper}/{self.name}: the claim names unknown rows {unknown}")
+
+    @property
+    def all_rows(self) -> tuple[Row, ...]:
+        return (self.reference, *self.rows)
+
+    def compared(self) -> tuple[str, ...]:
+        """The rows the claim is about (default: every row but the reference)."""
+        return self.claim.rows or tuple(r.label for r in self.rows)

@@ -1,0 +1,143 @@
+"""``raysfl reproduce``: a table's rows are resolved and checked to change one thing before any
+run; the engine caches by resolved config; the report's verdict follows the declared criterion
+on paired seeds; docs/results.md is written from the tables."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from raysfl.errors import ConfigError
+from raysfl.reproduce import PAPERS, tables_of
+from raysfl.reproduce.fairness import ConfoundedRow, check_table, describe
+from raysfl.reproduce.report import RowResult, row_results, verdict
+from raysfl.reproduce.tables import Claim, Metric, Row, Table
+
+SMALL = {"small": {"dataset": "digits", "rounds": 2, "clients": 4, "batch_size": 16, "local_steps": 2},
+         "paper": {"dataset": "cifar10", "rounds": 100}}
+SHARED = {"partition": "dirichlet", "alpha": 0.5, "lr": 0.005, "server_lr": 0.01, "momentum": 0.9, "cut": 1}
+
+
+def table(rows, shared=SHARED, reference=Row("GAPSL", {"algo": "gapsl"}), claim=None) -> Table:
+    return Table(paper="test", name="t", title="t", source="nowhere", reference=reference, rows=tuple(rows),
+                 metric=Metric("final"), claim=claim or Claim("the reference wins"), shared=shared, scales=SMALL)
+
+
+def test_a_row_that_differs_in_an_undeclared_setting_is_refused():
+    """PSL's own lr (raysfl's 0.05) against GAPSL's paper lr (0.005): a confound, named."""
+    t = table([Row("PSL", {"algo": "psl", "psl": {"server_reduction": "sum", "round_steps": "equal"}})],
+              shared={k: v for k, v in SHARED.items() if k != "lr"})
+    with pytest.raises(ConfoundedRow, match=r"row 'PSL' differs from its reference in what it does not declare "
+                                            r"\(lr: 0.005 in 'GAPSL', 0.05 here"):
+        check_table(t, "small")
+
+
+def test_a_row_that_differs_in_an_undeclared_facet_is_refused_and_declaring_it_is_accepted():
+    """PSL's published reduction (mean) and steps (each its own epoch) against GAPSL's (sum, equal):
+    refused unless the row says it compares them; the diff then names them."""
+    plain = Row("PSL", {"algo": "psl"})
+    with pytest.raises(ConfoundedRow, match=r"facet.round_steps: 'equal' in 'GAPSL', 'epoch' here"):
+        check_table(table([plain]), "small")
+    declared = Row("PSL", {"algo": "psl"}, compares=("server_reduction", "round_steps"))
+    diffs = check_table(table([declared]), "small")
+    # besides each algorithm's own knobs (they come with the algorithm), only what it declares
+    assert {k for k in diffs["PSL"] if not k.startswith("algo_params.")} == {
+        "algo", "facet.server_reduction", "facet.round_steps"}
+    assert describe(diffs["PSL"], declared) == "algo=psl; facet.round_steps=epoch; facet.server_reduction=mean"
+    matched = Row("PSL matched", {"algo": "psl", "psl": {"server_reduction": "sum", "round_steps": "equal"}})
+    assert describe(check_table(table([matched]), "small")["PSL matched"], matched) == "algo=psl; server_reduction=sum"
+
+
+def test_a_row_changing_a_shared_setting_must_declare_it():
+    """A row that sets a shared setting declares it by setting it; the user's overrides apply to
+    every row alike and are no confound."""
+    t = table([Row("GAPSL, lr 0.01", {"lr": 0.01})])
+    assert check_table(t, "small")["GAPSL, lr 0.01"] == {"lr": (0.005, 0.01)}
+    assert check_table(t, "small", overrides={"rounds": 3, "dataset": "mnist5k"})["GAPSL, lr 0.01"] == {
+        "lr": (0.005, 0.01)}
+
+
+def test_every_declared_paper_table_is_fair_at_both_scales():
+    """The tables the papers' packages declare pass their own fairness check (paper scale
+    resolves without its data: nothing is loaded)."""
+    n = 0
+    for paper in PAPERS:
+        for t in tables_of(paper):
+            for scale in ("small", "paper"):
+                check_table(t, scale)
+            n += 1
+    assert n >= 3
+
+
+def test_an_invalid_row_names_its_table_and_row():
+    with pytest.raises(ConfigError, match=r"test/t, row 'bad': .*k_min"):
+        check_table(table([Row("bad", {"gapsl": {"k_min": 2.0}})]), "small")
+
+
+def _result(label, values, ref):
+    return RowResult(label, values, 0, [v - r for v, r in zip(values, ref)], [1.0] * len(values),
+                     [1.0] * len(values), None, "")
+
+
+@pytest.mark.parametrize("ref,other,seeds,expected", [
+    ([0.90, 0.91, 0.92, 0.90, 0.93], [0.80, 0.82, 0.81, 0.80, 0.83], 5, "reproduced"),
+    ([0.80, 0.82, 0.81, 0.80, 0.83], [0.90, 0.91, 0.92, 0.90, 0.93], 5, "contradicted"),
+    ([0.90, 0.80, 0.92, 0.80, 0.93], [0.85, 0.85, 0.85, 0.85, 0.86], 5, "not shown"),
+    ([0.90, 0.91], [0.80, 0.82], 2, "too few seeds"),
+])
+def test_the_verdict_follows_the_criterion_on_paired_seeds(ref, other, seeds, expected):
+    t = table([Row("PSL", {"algo": "psl"}, compares=("server_reduction", "round_steps"))])
+    results = [_result("GAPSL", ref, ref), _result("PSL", other, ref)]
+    assert verdict(t, results, seeds)[0].startswith(expected)
+
+
+def test_rounds_to_target_counts_a_run_that_never_reaches_it_as_censored():
+    m = Metric("rounds_to", target=0.5)
+    rows = [{"round": r, "test_accuracy": a, "sim_time_total_s": r * 2.0} for r, a in [(1, 0.1), (2, 0.6), (3, 0.7)]]
+    assert m.value(rows) == (2.0, False)
+    assert m.value(rows[:1]) == (1.0, True)
+    assert not m.higher_is_better
+    assert math.isclose(Metric("mean_last", k=2).value(rows)[0], 0.65)
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_table_runs_once_writes_its_diffs_and_reads_its_runs_back_from_the_cache(tmp_path):
+    from raysfl.reproduce.command import run_one, write_results
+    from raysfl.reproduce.engine import plan
+
+    t = table([Row("GAPSL, Non-GDA", {"gapsl": {"gda": "none"}})], claim=Claim("GDA helps"))
+    planned = plan(t, "small", [0, 1])
+    md = run_one(planned, tmp_path / "cache", tmp_path / "out", 1, "raysfl reproduce test --seeds 2")
+    text = md.read_text()
+    assert "| GAPSL, Non-GDA | " in text and "| gda=none |" in text and "| reference |" in text
+    assert "too few seeds (2 < 5)" in text
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(md.parent / "table.parquet").to_pylist()
+    assert {(r["row"], r["seed"]) for r in rows} == {(lab, s) for lab in ("GAPSL", "GAPSL, Non-GDA") for s in (0, 1)}
+    ref = {r["seed"]: r["value"] for r in rows if r["reference"]}
+    for r in rows:
+        assert math.isclose(r["paired_difference"], r["value"] - ref[r["seed"]])
+    said = []
+    from raysfl.reproduce.engine import run_planned
+
+    again = run_planned(plan(t, "small", [0, 1]), tmp_path / "cache", say=said.append)
+    assert said == ["reproduce test/t: 4 runs (4 cached), 1 at a time"]  # nothing ran again
+    assert len(again["GAPSL"]) == 2
+    results = tmp_path / "results.md"
+    (tmp_path / "out" / "gapsl").mkdir()
+    (md.parent).rename(tmp_path / "out" / "gapsl" / "main")  # stands in for GAPSL's main table
+    write_results(tmp_path / "out", results)
+    text = results.read_text()
+    assert "GAPSL, Non-GDA" in text and "no number here is copied by hand" in text
+    assert "Not run at this version. Command: `raysfl reproduce gapsl --table ablations --seeds 5`" in text
+
+
+def test_row_results_pair_by_seed():
+    t = table([Row("B", {"lr": 0.01})])
+    runs = {"GAPSL": [[{"round": 1, "test_accuracy": 0.5, "sim_time_total_s": 1.0}]] * 2,
+            "B": [[{"round": 1, "test_accuracy": 0.7, "sim_time_total_s": 2.0}],
+                  [{"round": 1, "test_accuracy": 0.4, "sim_time_total_s": 2.0}]]}
+    res = {r.label: r for r in row_results(t, [0, 1], runs, {"B": {"lr": (0.005, 0.01)}})}
+    assert res["B"].diffs == pytest.approx([0.2, -0.1]) and res["B"].config_diff == "lr=0.01"
