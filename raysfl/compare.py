@@ -11,8 +11,8 @@ two papers' settings (GAPSL's Dirichlet 0.1 with BESplit's Dirichlet 1). Partici
 every algorithm trains ``--clients-per-round`` clients a round (all of them if not given);
 FLEX-SFL maps it to its participation rate rho. Learning settings the user leaves out (lr,
 momentum, ...) follow each algorithm's paper defaults; an algorithm without a value of its
-own (a baseline) takes the first algorithm's. Seeds are 0 .. n-1; the same seed gives every
-algorithm the same partition, profiles and selection stream.
+own (a baseline) takes the first algorithm's. Seeds are 0 .. n-1 (or those listed); the same
+seed gives every algorithm the same partition, profiles and selection stream.
 
 Runs go as many at once as the Ray cluster's CPUs and GPUs hold (``--parallel`` overrides),
 each in a thread of this driver with its own actors and placement groups; a run's results
@@ -37,16 +37,21 @@ from raysfl.config import DATA_DEFINING, RUN_DEFAULTS, Config
 from raysfl.errors import ConfigError
 
 
-def comparison_configs(algos: list[str], settings: dict, seeds: int, out_dir: Path) -> list[Config]:
-    """One validated Config per (algorithm, seed), sharing the data-defining settings."""
+def comparison_configs(algos: list[str], settings: dict, seeds: int | list[int], out_dir: Path) -> list[Config]:
+    """One validated Config per (algorithm, seed), sharing the data-defining settings. ``seeds``:
+    a count n (seeds 0..n-1) or the seeds themselves."""
     from raysfl.resolve import from_dict, validate
 
     if not algos:
         raise ConfigError("compare needs at least one algorithm (--algos a,b,...)")
     if len(set(algos)) != len(algos):
         raise ConfigError(f"--algos lists an algorithm twice: {','.join(algos)}")
-    if seeds < 1:
-        raise ConfigError(f"--seeds must be >= 1, got {seeds}")
+    if isinstance(seeds, int):
+        if seeds < 1:
+            raise ConfigError(f"--seeds must be >= 1, got {seeds}")
+        seeds = list(range(seeds))
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds must list distinct seeds, got {','.join(map(str, seeds)) or 'none'}")
     from raysfl.algorithms import get_algorithm
 
     base = Config()
@@ -71,7 +76,7 @@ def comparison_configs(algos: list[str], settings: dict, seeds: int, out_dir: Pa
         own = {**cls.config_defaults, **cls.dataset_defaults.get(dataset, {})}
         learning = {k: v for k, v in paper.items() if k not in DATA_DEFINING and k not in own}
         mine = {k: v for k, v in settings.items() if k not in ALGORITHMS or k == algo}  # only its own knobs
-        for seed in range(seeds):
+        for seed in seeds:
             data = {**learning, **mine, **shared, "algo": algo, "seed": seed, "name": f"{algo}-s{seed}",
                     "out": str(out_dir / "runs")}
             configs.append(validate(from_dict(data)))
