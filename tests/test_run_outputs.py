@@ -85,10 +85,10 @@ def test_a_callback_stops_the_run_cleanly_and_everything_comes_back(quick, tmp_p
     assert [r["round"] for r in resumed.metrics] == [1, 2, 3, 4] and not resumed.stopped
 
 
-def test_mlflow_logs_a_run_to_a_local_file_store(quick, tmp_path, monkeypatch):
+def test_mlflow_logs_a_run_to_a_sqlite_store_with_its_model(quick, tmp_path, monkeypatch):
     mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed (pip install 'raysfl[mlflow]')")
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3: the directory store is opt-in
-    uri = (tmp_path / "mlruns").as_uri()
+    monkeypatch.chdir(tmp_path)  # the sqlite store keeps its artifacts in ./mlruns
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     # --mlflow URI (a config setting, as on the command line) and a logger of your own, side by side
     res = raysfl.run(quick(algo="fedavg", rounds=2, mlflow=uri),
                      callbacks=[raysfl.trackers.MLflowLogger(uri, experiment="mine")])
@@ -100,7 +100,25 @@ def test_mlflow_logs_a_run_to_a_local_file_store(quick, tmp_path, monkeypatch):
         history = client.get_metric_history(run.info.run_id, "test_accuracy")
         assert [(m.step, m.value) for m in history] == [(r["round"], pytest.approx(r["test_accuracy"]))
                                                         for r in res.metrics]
-        assert {"config.json", "metrics.parquet"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"config.json", "metrics.parquet", "model", "checkpoints"} <= {
+            a.path for a in client.list_artifacts(run.info.run_id)}
+        assert [a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")] == ["checkpoints/round_0002.pt"]
+        local = client.download_artifacts(run.info.run_id, "model/model.pt", str(tmp_path / experiment))
+        state = torch.load(local, weights_only=True)
+        trained = res.model().state_dict()
+        assert state.keys() == trained.keys() and all(torch.equal(state[k], v) for k, v in trained.items())
+
+
+def test_mlflow_directory_store_with_the_opt_in(quick, tmp_path, monkeypatch):
+    mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed (pip install 'raysfl[mlflow]')")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3: the directory store is opt-in
+    uri = (tmp_path / "mlruns").as_uri()
+    res = raysfl.run(quick(algo="psl", rounds=1, mlflow=uri))
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("raysfl").experiment_id])
+    arts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert run.info.status == "FINISHED" and "checkpoints" in arts  # PSL: no global model, the checkpoint
+    assert "model" not in arts and run.data.params["algo"] == "psl" and res.final["round"] == 1
 
 
 def test_mlflow_is_optional_and_its_mistakes_are_one_line(tmp_path, monkeypatch):
