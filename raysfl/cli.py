@@ -194,7 +194,15 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--band", choices=("std", "minmax", "none"), default="std",
                       help="band over the seeds of a group: mean ± std (default), min-max, or none")
     plot.add_argument("--formats", default="png,pdf", metavar="EXT,...",
-                      help="file formats to write (default png,pdf)")
+                      help="file formats to write (default png,pdf); PDFs embed TrueType fonts")
+    plot.add_argument("--size", default="6.4x4.4", metavar="WxH",
+                      help="figure size in inches, e.g. 3.5x2.6 for one IEEE column (default 6.4x4.4)")
+    plot.add_argument("--legend", default="best", metavar="WHERE",
+                      help="legend placement: best (covers the fewest points), outside (right of the axes), "
+                           "none, or a matplotlib location such as 'lower right' (default best)")
+    plot.add_argument("--caption", action=argparse.BooleanOptionalAction, default=True,
+                      help="the shared settings as a grey caption under the axes (default: on; its text is "
+                           "in caption.txt either way)")
     exp = sub.add_parser("export", help="write a run's trained model as a plain PyTorch state_dict file")
     exp.add_argument("run_dir", metavar="RUN_DIR")
     exp.add_argument("--out", default=None, metavar="FILE",
@@ -462,10 +470,11 @@ def _main(argv: list[str] | None = None) -> int:
     if ns.command == "compare":
         return _compare(ns)
     if ns.command == "plot":
-        from raysfl.plots import plot_runs
+        from raysfl.plots import parse_size, plot_runs
 
         for path in plot_runs(ns.run_dirs, ns.out, metric=ns.metric, band=ns.band,
-                              formats=[f.strip() for f in ns.formats.split(",") if f.strip()]):
+                              formats=[f.strip() for f in ns.formats.split(",") if f.strip()],
+                              size=parse_size(ns.size), caption=ns.caption, legend=ns.legend):
             print(path)
         return 0
     if ns.command == "export":

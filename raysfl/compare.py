@@ -156,6 +156,13 @@ def compare(configs: list[Config], out_dir: Path, target: float = 0.8, parallel:
     return rows
 
 
+def shared_settings(run_dirs: list[Path]) -> str:
+    """The data-defining settings every run shares: the figures' caption (:func:`raysfl.plots.group_runs`)."""
+    from raysfl.plots import group_runs, load_runs
+
+    return group_runs(load_runs(run_dirs, []), [])[1]
+
+
 def _local_gpus() -> int:
     import torch
 
@@ -224,11 +231,11 @@ def summarise(run_dirs: list[Path], out_dir: Path, target: float) -> list[dict]:
                     "participants": statistics.mean(r["participants"] for r in rs),
                     "fallbacks": sum(r["fallbacks"] for r in rs), "failures": sum(r["failures"] for r in rs)})
     pq.write_table(pa.Table.from_pylist(out), out_dir / "results.parquet")
-    (out_dir / "results.md").write_text(results_markdown(out, target))
+    (out_dir / "results.md").write_text(results_markdown(out, target, shared_settings(run_dirs)))
     return out
 
 
-def results_markdown(rows: list[dict], target: float) -> str:
+def results_markdown(rows: list[dict], target: float, shared: str = "") -> str:
     def f(v, spec):
         return "—" if v is None else format(v, spec)
 
@@ -242,4 +249,6 @@ def results_markdown(rows: list[dict], target: float) -> str:
                      f"{r['reached_target']}/{r['seeds']} | {f(r['rounds_to_target'], '.1f')} | "
                      f"{f(r['sim_s_to_target'], '.1f')} | {f(mb_t, '.2f')} | {r['total_bytes'] / 1e6:.2f} | "
                      f"{r['fallbacks']} | {r['failures']} |")
-    return "\n".join(lines) + "\n\nMeans over seeds; the target columns average the seeds that reached it.\n"
+    settings = f"Shared settings (as the figures' caption): {shared}.\n\n" if shared else ""
+    return (settings + "\n".join(lines)
+            + "\n\nMeans over seeds; the target columns average the seeds that reached it.\n")
