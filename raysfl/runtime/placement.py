@@ -154,6 +154,9 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
 
     if ray.is_initialized():
         return False
+    from raysfl.runtime import ray_noise, worker_logs
+
+    ray_noise.hide_token_auth_line()
     if os.environ.get("RAY_ADDRESS"):
         check_ray_address()
         try:
@@ -163,6 +166,7 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
             raise ConfigError(f"cannot connect to the Ray cluster at RAY_ADDRESS={os.environ['RAY_ADDRESS']!r}: "
                               f"{first}") from None
+        worker_logs.install()  # a crashed worker's noise becomes one line
         _at_exit()
         return True
     from raysfl.runtime import wire_guard
@@ -189,6 +193,7 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
     finally:
         if user_inline is None:
             del os.environ[INLINE_ENV]
+    worker_logs.install()  # a crashed worker's noise becomes one line
     if wire_guard.enabled():
         wire_guard.install()
     _start_reaper()
