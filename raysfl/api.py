@@ -122,10 +122,9 @@ class RunResult:
         return own_keys.to_own(self._split_state_dict(round), self._keys())
 
     def _split_state_dict(self, round: int | None) -> dict:
-        state = self._checkpoint(round)
-        if "model" in state:  # the centralised run: one model
-            return _tensors(state["model"])
-        weights = self._aggregator(state["federation"]["fed"], set_up=False).global_model()
+        from raysfl.runtime.trained import global_weights
+
+        weights = global_weights(self.config, self._checkpoint(round))
         if weights is None:
             raise ConfigError(f"'{self.config.algo}' keeps no single global model (each client runs its own); "
                               f"use client_models() / raysfl export --clients")

@@ -89,12 +89,13 @@ class MLflowLogger(Callback):
         # artifacts: the run's files, the trained model and the newest checkpoint (module docstring)
         self.uri, self.experiment, self.run_name, self.artifacts = tracking_uri, experiment, run_name, artifacts
         self.client = None
+        self._model = None  # the trained global model (on_model)
         self.run_id: str | None = None
 
     def on_run_start(self, run_dir: Path, config: dict) -> None:
         from mlflow.entities import Param, RunTag
 
-        self.client = _client(self.uri)
+        self.client, self._model = _client(self.uri), None
         exp = self.client.get_experiment_by_name(self.experiment)
         exp_id = exp.experiment_id if exp is not None else self.client.create_experiment(self.experiment)
         run = self.client.create_run(exp_id, run_name=self.run_name or Path(run_dir).name,
@@ -126,31 +127,36 @@ class MLflowLogger(Callback):
                 for name in ARTIFACTS:
                     if (Path(run_dir) / name).is_file():
                         self.client.log_artifact(self.run_id, str(Path(run_dir) / name))
-                self._log_model(Path(run_dir))
+                try:
+                    self._log_model(Path(run_dir))
+                except Exception as e:  # noqa: BLE001 - the run's own outcome matters more than its artifact
+                    import sys
+
+                    print(f"raysfl: warning: MLflow: the model was not logged ({type(e).__name__}: "
+                          f"{str(e)[:200]})", file=sys.stderr)
             if error is not None:
                 self.client.set_tag(self.run_id, "raysfl.error", f"{type(error).__name__}: {error}"[:5000])
         finally:
             self.client.set_terminated(self.run_id, "FAILED" if error is not None else "FINISHED")
 
+    def on_model(self, state_dict: dict) -> None:
+        self._model = state_dict  # logged with the run's files at the end
+
     def _log_model(self, run_dir: Path) -> None:
         """The newest checkpoint under ``checkpoints/`` and the global model's state_dict as
-        ``model/model.pt`` (where the algorithm has one)."""
+        ``model/model.pt`` (where the algorithm has one: :meth:`on_model`)."""
         import tempfile
 
         import torch
 
         from raysfl import checkpoint
-        from raysfl.api import load_run
 
         saved = checkpoint.rounds_saved(run_dir)
-        if not saved:  # --checkpoint-every 0
-            return
-        self.client.log_artifact(self.run_id, str(run_dir / "checkpoints" / f"round_{saved[-1]:04d}.pt"),
-                                 artifact_path="checkpoints")
-        try:
-            state = load_run(run_dir).state_dict()
-        except ConfigError:  # no global model (PSL, GAPSL, FLEX-SFL): the checkpoint holds the clients'
+        if saved:  # none with --checkpoint-every 0
+            self.client.log_artifact(self.run_id, str(run_dir / "checkpoints" / f"round_{saved[-1]:04d}.pt"),
+                                     artifact_path="checkpoints")
+        if getattr(self, "_model", None) is None:  # no global model (PSL, GAPSL, FLEX-SFL): the checkpoint's
             return
         with tempfile.TemporaryDirectory() as tmp:
-            torch.save(state, Path(tmp) / "model.pt")
+            torch.save(self._model, Path(tmp) / "model.pt")
             self.client.log_artifact(self.run_id, str(Path(tmp) / "model.pt"), artifact_path="model")

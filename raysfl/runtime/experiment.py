@@ -204,6 +204,10 @@ def _run_in(cfg, run_dir: Path, state: dict | None, ds, stages: "StartupClock", 
     finally:
         try:
             logger.close(stopped=exp.stopped)
+            if error is None:
+                from raysfl.runtime.trained import global_state_dict
+
+                callbacks.model(lambda: global_state_dict(cfg, run_dir))
         finally:
             callbacks.end(run_dir, logger.rows, error)
     _warn_thin_rounds(cfg, logger.rows)
