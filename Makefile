@@ -1,5 +1,6 @@
 # Two commands for a fresh machine: `make demo` and `make test`.
-# Each creates .venv in the checkout on first use.
+# Each creates .venv in the checkout on first use, with the tested versions of constraints.txt
+# (pyproject.toml declares ranges; constraints.txt is the lock of what CI runs).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -7,10 +8,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-all setup clean bench-flower-env
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip >/dev/null
-	$(PY) -m pip install -e '.[dev]'
+	$(PY) -m pip install -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
 setup: $(STAMP)

@@ -3,8 +3,8 @@ result out. How a run proceeds is :mod:`raysfl.runtime.experiment` and
 :mod:`raysfl.runtime.rounds`.
 
     result = raysfl.run(cfg, model=my_blocks, data=(x, y), callbacks=[stop_at_90])
-    net = result.model()               # the trained global SplitModel (an nn.Module)
-    own = result.client_models()       # {client: SplitModel} where clients keep their own (PSL, GAPSL, FLEX-SFL)
+    net = result.model()               # the trained global model: your own module (e.g. your nn.Sequential)
+    own = result.client_models()       # {client: model} where clients keep their own (PSL, GAPSL, FLEX-SFL)
 
 Your own model and data (``model=``, ``data=``; docs/custom-model-data.md) reach the actors
 as objects; callbacks (:mod:`raysfl.callbacks`) see every round's metrics row and may stop
@@ -81,10 +81,30 @@ class RunResult:
         agg.load_state(fed_state)
         return agg
 
+    def _keys(self) -> dict | None:
+        from raysfl.models import own_keys
+
+        return own_keys.read(self.run_dir)
+
+    def _own_module(self, state: dict):
+        """The model you brought (an nn.Sequential or a list of blocks), trained: ``state`` in its keys."""
+        from raysfl.models import own_keys
+
+        mine = self._inputs[0]
+        if mine is None:
+            raise ConfigError(f"run '{self.run_dir.name}' trained your own model ({self.config.model}); to get it "
+                              f"back as your module pass it to load_run: raysfl.load_run(run_dir, model=my_model)"
+                              f".model() (state_dict() gives its weights in your model's keys without it)")
+        return _load(own_keys.as_module(mine), state)
+
     def _architecture(self):
         if self._model is None:
             from raysfl.data import dataset_info
-            from raysfl.models import build_model
+            from raysfl.models import build_model, custom
+
+            if custom.is_custom(self.config.model) and self._inputs[0] is None:
+                raise ConfigError(f"run '{self.run_dir.name}' trained your own model ({self.config.model}); pass "
+                                  f"it to load_run to get it back: raysfl.load_run(run_dir, model=my_model).model()")
 
             cfg = copy.deepcopy(self.config)
             with custom_objects(cfg, *self._inputs):
@@ -93,26 +113,42 @@ class RunResult:
         return copy.deepcopy(self._model)
 
     def state_dict(self, round: int | None = None) -> dict:
-        """The trained global model as a plain ``state_dict`` (torch tensors; keys
-        ``blocks.<i>.<name>`` of the :class:`~raysfl.models.SplitModel`). ConfigError where the
+        """The trained global model as a plain ``state_dict`` (torch tensors): in your module's
+        keys for a model you brought as an nn.Sequential or a list of blocks (``0.weight``), else
+        the :class:`~raysfl.models.SplitModel`'s ``blocks.<i>.<name>``. ConfigError where the
         algorithm keeps no single global model (PSL, GAPSL, FLEX-SFL: see :meth:`client_state_dicts`)."""
-        state = self._checkpoint(round)
-        if "model" in state:  # the centralised run: one model
-            return _tensors(state["model"])
-        weights = self._aggregator(state["federation"]["fed"], set_up=False).global_model()
+        from raysfl.models import own_keys
+
+        return own_keys.to_own(self._split_state_dict(round), self._keys())
+
+    def _split_state_dict(self, round: int | None) -> dict:
+        from raysfl.runtime.trained import global_weights
+
+        weights = global_weights(self.config, self._checkpoint(round))
         if weights is None:
             raise ConfigError(f"'{self.config.algo}' keeps no single global model (each client runs its own); "
                               f"use client_models() / raysfl export --clients")
         return _tensors(weights)
 
     def model(self, round: int | None = None):
-        """The trained global :class:`~raysfl.models.SplitModel` (an ``nn.Module``, in eval mode)."""
+        """The trained global model (in eval mode): your own module for a model you brought as an
+        nn.Sequential or a list of blocks (a list as ``nn.Sequential(*blocks)``), else the
+        :class:`~raysfl.models.SplitModel`."""
+        if self._keys():
+            return self._own_module(self.state_dict(round))
         return _load(self._architecture(), self.state_dict(round))
 
     def client_state_dicts(self, round: int | None = None) -> dict[int, dict]:
         """{client: state_dict} of the model each client would run, where it is not the global
         one (the aggregator's ``client_model``: PSL's and GAPSL's own client sides with the shared
-        server side, FLEX-SFL's cluster models); {} where every client runs the global model."""
+        server side, FLEX-SFL's cluster models), in your module's keys as :meth:`state_dict`; {}
+        where every client runs the global model."""
+        from raysfl.models import own_keys
+
+        keys = self._keys()
+        return {c: own_keys.to_own(s, keys) for c, s in self._split_client_state_dicts(round).items()}
+
+    def _split_client_state_dicts(self, round: int | None) -> dict[int, dict]:
         state = self._checkpoint(round)
         if "model" in state:
             return {}
@@ -125,7 +161,10 @@ class RunResult:
         return out
 
     def client_models(self, round: int | None = None) -> dict:
-        """{client: SplitModel} for :meth:`client_state_dicts` (one model per client: memory grows with clients)."""
+        """{client: model} for :meth:`client_state_dicts`, your own module as :meth:`model` (one
+        model per client: memory grows with clients)."""
+        if self._keys():
+            return {c: self._own_module(s) for c, s in self.client_state_dicts(round).items()}
         arch = self._architecture()
         return {c: _load(copy.deepcopy(arch), s) for c, s in self.client_state_dicts(round).items()}
 
@@ -186,8 +225,11 @@ def resume_config(run_dir: str | Path, overrides: dict | None = None) -> Config:
 
 def load_run(run_dir: str | Path, *, model=None, data=None) -> RunResult:
     """The :class:`RunResult` of an existing run directory (finished or not): its config, its
-    metrics and, from its checkpoints, its models. A run of your own model or data needs them
-    again (``model=``, ``data=``) for :meth:`RunResult.model` and the clients' models."""
+    metrics and, from its checkpoints, its models. A run of your own model needs it again
+    (``model=``: the object you gave ``raysfl.run``, its weights need not be the trained ones) for
+    :meth:`RunResult.model` to give your module back, trained; :meth:`RunResult.state_dict` gives
+    its weights in your model's keys without it. The clients' models of a run of your own data
+    need the data again (``data=``)."""
     from raysfl.metrics import read_rows
 
     run_dir = Path(run_dir)
@@ -240,7 +282,8 @@ def run(cfg: Config, *, model=None, data=None, callbacks=None) -> RunResult:
     with custom_objects(cfg, model, data):
         cfg = validate(cfg)
         run_dir, rows, prepared, stopped = run_experiment(cfg, hooks)
-    return RunResult(run_dir, rows, config=cfg, stopped=stopped, _model=prepared.model, _prepared=prepared)
+    return RunResult(run_dir, rows, config=cfg, stopped=stopped, _model=prepared.model, _prepared=prepared,
+                     _inputs=(model, data))
 
 
 def shutdown() -> None:

@@ -33,6 +33,11 @@ class Callback:
     def on_round(self, row: dict) -> bool | None:
         """After every round, with its metrics row. Return True to stop the run here."""
 
+    def on_model(self, state_dict: dict) -> None:
+        """Once, after a run that did not fail and before ``on_run_end``: the trained global
+        model as a ``state_dict`` (torch tensors, in your own model's keys for a model you
+        brought); not called where the algorithm keeps no global model (PSL, GAPSL, FLEX-SFL)."""
+
     def on_run_end(self, run_dir: Path, rows: list[dict], error: BaseException | None) -> None:
         """Once, when the run ends: finished, stopped, or failed (``error``)."""
 
@@ -81,6 +86,16 @@ class Callbacks:
             if hasattr(cb, "on_round") and cb.on_round(dict(row)) is True:
                 stop = True
         return stop
+
+    def model(self, state_dict_of) -> None:
+        """Hand the trained model (``state_dict_of()``, asked only if a callback wants it) to
+        every callback with an ``on_model``."""
+        wanting = [cb for cb in self.items if callable(getattr(cb, "on_model", None))
+                   and type(cb).on_model is not Callback.on_model]
+        state = state_dict_of() if wanting else None
+        if state is not None:
+            for cb in wanting:
+                cb.on_model(state)
 
     def end(self, run_dir: Path, rows: list[dict], error: BaseException | None) -> None:
         first = None

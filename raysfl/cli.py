@@ -27,8 +27,49 @@ KNOB = "knob"  # the section algorithm knobs arrive in from the command line, ro
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2 (argparse's own usage dump is noise here)
-        raise ConfigError(message)
+    """One-line errors with a "did you mean" where a flag or command is mistyped; no abbreviations
+    (``--roun 3`` is refused, not taken for ``--rounds``, which a later flag could make ambiguous)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_args(self, args=None, namespace=None):
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:  # suggestions come from the command's own flags
+            self.error("unrecognized arguments: " + " ".join(extras), getattr(ns, "command", None))
+        return ns
+
+    def error(self, message, command: str | None = None):  # one line, exit 2 (argparse's usage dump is noise)
+        raise ConfigError(message + did_you_mean(message, self, command))
+
+
+def _parsers(parser: argparse.ArgumentParser, command: str | None) -> list[argparse.ArgumentParser]:
+    """``parser`` and, where ``command`` names one of its subcommands, that subcommand's parser."""
+    out = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            out.append(action.choices[command])
+    return out
+
+
+def did_you_mean(message: str, parser: argparse.ArgumentParser, command: str | None = None) -> str:
+    """`` (did you mean --rounds?)`` for an argparse error about a mistyped flag (among ``command``'s
+    flags) or choice, else ""."""
+    import difflib
+    import re
+
+    if message.startswith("unrecognized arguments: "):
+        flags = {o for p in _parsers(parser, command) for o in p._option_string_actions if o.startswith("--")}
+        given = [a.split("=", 1)[0] for a in message.split(": ", 1)[1].split() if a.startswith("--")]
+        close = [m for a in given for m in difflib.get_close_matches(a, sorted(flags), n=1, cutoff=0.75)]
+        return f" (did you mean {', '.join(dict.fromkeys(close))}?)" if close else ""
+    m = re.match(r"argument \S+: invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+    if m:
+        choices = re.findall(r"'([^']*)'", m.group(2)) or [c.strip() for c in m.group(2).split(",")]
+        close = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.6)
+        return f" (did you mean '{close[0]}'?)" if close else ""
+    return ""
 
 
 def _flag(name: str) -> str:
@@ -135,7 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_flags(run, {"--config", "--help", "--no-faults", "--plugin"})
     cmp = sub.add_parser("compare", help="run several algorithms on identical data and seeds; table and plots")
     cmp.add_argument("--algos", required=True, metavar="A,B,...", help="algorithms to compare, comma-separated")
-    cmp.add_argument("--seeds", type=int, default=3, metavar="N", help="seeds 0..N-1 (default 3)")
+    cmp.add_argument("--seeds", type=seed_list, default=seed_list("3"), metavar="N|S,S,...",
+                     help="N: seeds 0..N-1; or the seeds themselves, comma-separated, e.g. 0,3,7 (default: 3)")
     cmp.add_argument("--target", type=float, default=0.8, metavar="ACC",
                      help="accuracy for the rounds/time/bytes-to-target columns (default 0.8)")
     cmp.add_argument("--parallel", type=int, default=None, metavar="N",
@@ -153,12 +195,20 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--band", choices=("std", "minmax", "none"), default="std",
                       help="band over the seeds of a group: mean ± std (default), min-max, or none")
     plot.add_argument("--formats", default="png,pdf", metavar="EXT,...",
-                      help="file formats to write (default png,pdf)")
+                      help="file formats to write (default png,pdf); PDFs embed TrueType fonts")
+    plot.add_argument("--size", default="6.4x4.4", metavar="WxH",
+                      help="figure size in inches, e.g. 3.5x2.6 for one IEEE column (default 6.4x4.4)")
+    plot.add_argument("--legend", default="best", metavar="WHERE",
+                      help="legend placement: best (covers the fewest points), outside (right of the axes), "
+                           "none, or a matplotlib location such as 'lower right' (default best)")
+    plot.add_argument("--caption", action=argparse.BooleanOptionalAction, default=True,
+                      help="the shared settings as a grey caption under the axes (default: on; its text is "
+                           "in caption.txt either way)")
     exp = sub.add_parser("export", help="write a run's trained model as a plain PyTorch state_dict file")
     exp.add_argument("run_dir", metavar="RUN_DIR")
     exp.add_argument("--out", default=None, metavar="FILE",
-                     help="where the state_dict goes (default RUN_DIR/model.pt; with --clients a directory, "
-                          "default RUN_DIR/client_models)")
+                     help="where the state_dict goes; with --clients a directory (default: RUN_DIR/model.pt, "
+                          "with --clients RUN_DIR/client_models)")
     exp.add_argument("--round", type=int, default=None, metavar="N",
                      help="the checkpoint of round N (default: the newest; see --keep-checkpoints)")
     exp.add_argument("--clients", action="store_true",
@@ -170,6 +220,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_reproduce(sub)
     return p
+
+
+def seed_list(text: str) -> list[int]:
+    """``--seeds``: a count N (seeds 0..N-1) or the seeds, comma-separated (``0,3,7``)."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if not all(p.lstrip("-").isdigit() for p in parts if p) or not any(parts):
+        raise argparse.ArgumentTypeError(f"takes a count N (seeds 0..N-1) or seeds such as 0,3,7; "
+                                         f"got {text!r}")
+    if "," not in str(text):
+        n = int(parts[0])
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"a count must be >= 1 (or list the seeds, e.g. 0,3,7); got {n}")
+        return list(range(n))
+    seeds = [int(p) for p in parts if p]
+    dup = sorted({s for s in seeds if seeds.count(s) > 1})
+    if dup:
+        raise argparse.ArgumentTypeError(f"seed {dup[0]} is listed twice: {text}")
+    return seeds
 
 
 def _add_plugin_flag(parser) -> None:
@@ -406,10 +474,11 @@ def _main(argv: list[str] | None = None) -> int:
     if ns.command == "compare":
         return _compare(ns)
     if ns.command == "plot":
-        from raysfl.plots import plot_runs
+        from raysfl.plots import parse_size, plot_runs
 
         for path in plot_runs(ns.run_dirs, ns.out, metric=ns.metric, band=ns.band,
-                              formats=[f.strip() for f in ns.formats.split(",") if f.strip()]):
+                              formats=[f.strip() for f in ns.formats.split(",") if f.strip()],
+                              size=parse_size(ns.size), caption=ns.caption, legend=ns.legend):
             print(path)
         return 0
     if ns.command == "export":

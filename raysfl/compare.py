@@ -11,8 +11,8 @@ two papers' settings (GAPSL's Dirichlet 0.1 with BESplit's Dirichlet 1). Partici
 every algorithm trains ``--clients-per-round`` clients a round (all of them if not given);
 FLEX-SFL maps it to its participation rate rho. Learning settings the user leaves out (lr,
 momentum, ...) follow each algorithm's paper defaults; an algorithm without a value of its
-own (a baseline) takes the first algorithm's. Seeds are 0 .. n-1; the same seed gives every
-algorithm the same partition, profiles and selection stream.
+own (a baseline) takes the first algorithm's. Seeds are 0 .. n-1 (or those listed); the same
+seed gives every algorithm the same partition, profiles and selection stream.
 
 Runs go as many at once as the Ray cluster's CPUs and GPUs hold (``--parallel`` overrides),
 each in a thread of this driver with its own actors and placement groups; a run's results
@@ -37,16 +37,21 @@ from raysfl.config import DATA_DEFINING, RUN_DEFAULTS, Config
 from raysfl.errors import ConfigError
 
 
-def comparison_configs(algos: list[str], settings: dict, seeds: int, out_dir: Path) -> list[Config]:
-    """One validated Config per (algorithm, seed), sharing the data-defining settings."""
+def comparison_configs(algos: list[str], settings: dict, seeds: int | list[int], out_dir: Path) -> list[Config]:
+    """One validated Config per (algorithm, seed), sharing the data-defining settings. ``seeds``:
+    a count n (seeds 0..n-1) or the seeds themselves."""
     from raysfl.resolve import from_dict, validate
 
     if not algos:
         raise ConfigError("compare needs at least one algorithm (--algos a,b,...)")
     if len(set(algos)) != len(algos):
         raise ConfigError(f"--algos lists an algorithm twice: {','.join(algos)}")
-    if seeds < 1:
-        raise ConfigError(f"--seeds must be >= 1, got {seeds}")
+    if isinstance(seeds, int):
+        if seeds < 1:
+            raise ConfigError(f"--seeds must be >= 1, got {seeds}")
+        seeds = list(range(seeds))
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds must list distinct seeds, got {','.join(map(str, seeds)) or 'none'}")
     from raysfl.algorithms import get_algorithm
 
     base = Config()
@@ -71,7 +76,7 @@ def comparison_configs(algos: list[str], settings: dict, seeds: int, out_dir: Pa
         own = {**cls.config_defaults, **cls.dataset_defaults.get(dataset, {})}
         learning = {k: v for k, v in paper.items() if k not in DATA_DEFINING and k not in own}
         mine = {k: v for k, v in settings.items() if k not in ALGORITHMS or k == algo}  # only its own knobs
-        for seed in range(seeds):
+        for seed in seeds:
             data = {**learning, **mine, **shared, "algo": algo, "seed": seed, "name": f"{algo}-s{seed}",
                     "out": str(out_dir / "runs")}
             configs.append(validate(from_dict(data)))
@@ -151,6 +156,13 @@ def compare(configs: list[Config], out_dir: Path, target: float = 0.8, parallel:
     return rows
 
 
+def shared_settings(run_dirs: list[Path]) -> str:
+    """The data-defining settings every run shares: the figures' caption (:func:`raysfl.plots.group_runs`)."""
+    from raysfl.plots import group_runs, load_runs
+
+    return group_runs(load_runs(run_dirs, []), [])[1]
+
+
 def _local_gpus() -> int:
     import torch
 
@@ -219,11 +231,11 @@ def summarise(run_dirs: list[Path], out_dir: Path, target: float) -> list[dict]:
                     "participants": statistics.mean(r["participants"] for r in rs),
                     "fallbacks": sum(r["fallbacks"] for r in rs), "failures": sum(r["failures"] for r in rs)})
     pq.write_table(pa.Table.from_pylist(out), out_dir / "results.parquet")
-    (out_dir / "results.md").write_text(results_markdown(out, target))
+    (out_dir / "results.md").write_text(results_markdown(out, target, shared_settings(run_dirs)))
     return out
 
 
-def results_markdown(rows: list[dict], target: float) -> str:
+def results_markdown(rows: list[dict], target: float, shared: str = "") -> str:
     def f(v, spec):
         return "—" if v is None else format(v, spec)
 
@@ -237,4 +249,6 @@ def results_markdown(rows: list[dict], target: float) -> str:
                      f"{r['reached_target']}/{r['seeds']} | {f(r['rounds_to_target'], '.1f')} | "
                      f"{f(r['sim_s_to_target'], '.1f')} | {f(mb_t, '.2f')} | {r['total_bytes'] / 1e6:.2f} | "
                      f"{r['fallbacks']} | {r['failures']} |")
-    return "\n".join(lines) + "\n\nMeans over seeds; the target columns average the seeds that reached it.\n"
+    settings = f"Shared settings (as the figures' caption): {shared}.\n\n" if shared else ""
+    return (settings + "\n".join(lines)
+            + "\n\nMeans over seeds; the target columns average the seeds that reached it.\n")

@@ -55,7 +55,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "momentum": ("training", "SGD momentum"),
     "weight_decay": ("training", "weight decay of every optimizer"),
     "optimizer": ("training", "optimizer of every client and server"),
-    "server_lr": ("training", "learning rate of the server side (default: --lr)"),
+    "server_lr": ("training", "learning rate of the server side"),
     "grad_angles": ("training", "record grad_angle_deg: mean pairwise angle of the clients' server-side gradients"),
     "transfer_dtype": ("training", "dtype of smashed data and gradients on the wire"),
     "deterministic": ("training", "deterministic kernels everywhere (torch.use_deterministic_algorithms, cuDNN "
@@ -68,7 +68,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "mlflow": ("evaluation", "log params, per-round metrics and the run's files to this MLflow tracking URI "
                              "(e.g. sqlite:///mlflow.db or file:./mlruns; pip install 'raysfl[mlflow]')"),
     "out": ("evaluation", "parent directory of run directories"),
-    "name": ("evaluation", "run directory name under --out (default: algo-dataset-model-seed-time)"),
+    "name": ("evaluation", "run directory name under --out"),
     "resume": ("evaluation", "continue the run in RUN_DIR from its latest checkpoint"),
     "progress": ("evaluation", "print a progress line per round"),
     # faults and deadlines
@@ -106,20 +106,23 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "server_placement": ("resources", "placement-group strategy of the servers and the fed server"),
     "placement_timeout_s": ("resources", "seconds to wait for the cluster (or its autoscaler) to hold every actor"),
     "inline_object_kb": ("resources", "results up to this size travel inline through their owner, not the object "
-                                      "store (applies to the local Ray raysfl starts; 100 is Ray's default)"),
-    "num_cpus": ("resources", "CPUs of the local Ray raysfl starts (default: what the actors need, at least the "
-                              "machine's cores)"),
+                                      "store (applies to the local Ray raysfl starts; 100 is Ray's own value)"),
+    "num_cpus": ("resources", "CPUs of the local Ray raysfl starts"),
     "num_gpus": ("resources", "GPUs of the local Ray raysfl starts"),
 }
 
 # What a None default means, where it is not "unset".
 NONE_DEFAULTS = {
     "clients_per_round": "all", "local_steps": "from --local-epochs", "server_lr": "--lr",
-    "data_root": "none", "name": "generated", "resume": "none", "round_deadline_s": "none",
+    "data_root": "none", "name": "ALGO-DATASET-MODEL-sSEED-TIME", "resume": "none", "round_deadline_s": "none",
     "step_deadline_s": "--round-deadline-s / 4, else none", "sim_deadline_s": "none", "clients_per_actor": "none",
     "client_cpus": "0.5, less where the cluster is smaller", "server_cpus": "1, less where the cluster is smaller",
     "fed_cpus": "0.5, less where the cluster is smaller", "client_memory_gb": "none", "server_memory_gb": "none",
-    "fed_memory_gb": "none", "num_cpus": "sized to the run", "num_gpus": "sized to the run",
+    "fed_memory_gb": "none", "num_cpus": "what the actors need, at least the machine's cores",
+    "num_gpus": "sized to the run",
+    # algorithm knobs left None
+    "rho": "0.2, or --clients-per-round / clients", "max_cut": "the model's leading conv modules, at most 3",
+    "anneal_rounds": "the run's rounds",
 }
 
 # Help of the algorithms' own knobs (CLI flags named after their params fields).
@@ -128,15 +131,14 @@ ALGO_KNOBS: dict[str, str] = {
     "mu": "FedProx: weight of the proximal term (mu/2)||w - w_global||^2",
     # FLEX-SFL
     "edge_servers": "FLEX-SFL: edge servers = edge clusters = server actors (N)",
-    "rho": "FLEX-SFL eq. 16: participation rate, K_n = rho x |C_n| per cluster (default 0.2, or "
-           "--clients-per-round / clients)",
+    "rho": "FLEX-SFL eq. 16: participation rate, K_n = rho x |C_n| per cluster",
     "random_ratio": "FLEX-SFL Alg. 2: lambda, the share of K_n drawn at random (1 = pure random)",
     "tau_c": "FLEX-SFL eq. 23: rounds between intra-cluster client aggregations",
     "tau_e": "FLEX-SFL eq. 26: rounds between edge-server aggregations",
     "tau_r": "FLEX-SFL Sec. 3.3: server updates per received batch of smashed data",
     "das_mode": "FLEX-SFL DAS: paper (eq. 5 as written) | spread (raysfl's: cluster cuts spread over the range)",
     "min_cut": "FLEX-SFL: shallowest client-side cut",
-    "max_cut": "FLEX-SFL: deepest client-side cut (default: the model's leading conv modules, at most 3)",
+    "max_cut": "FLEX-SFL: deepest client-side cut",
     "clients_per_cluster": "FLEX-SFL: fixed K_n instead of rho x |C_n| (Fig. 5: 7)",
     "client_agg_scope": "FLEX-SFL eq. 23 over: cluster (all of C_n) | trained (only clients that trained)",
     # SuperSFL
@@ -188,8 +190,7 @@ ALGO_KNOBS: dict[str, str] = {
     "path_loss_exp": "FedPairing: path-loss exponent delta",
     # BESplit
     "evidence": "BESplit: evidence activation e = act(logits): softplus | relu | exp",
-    "anneal_rounds": "BESplit eq. 5: T of the KL annealing lambda_t = min(1, t/T), in rounds (default: the "
-                     "run's rounds)",
+    "anneal_rounds": "BESplit eq. 5: T of the KL annealing lambda_t = min(1, t/T), in rounds",
     "csr_beta": "BESplit eq. 6: beta of the staleness-aware EMA of client state records",
     "csr_ttl": "BESplit: rounds without a client before its state record is dropped",
     "csr_model": "BESplit: whose outputs fill the client state records: round_start (the server side as the "

@@ -1,12 +1,14 @@
 """Per-round metrics: TensorBoard events, ``metrics.parquet`` and ``clients.parquet``.
 
-TensorBoard (``tb/``): every numeric column at step = round, under a group per kind
-(:func:`tb_tag`: ``accuracy/``, ``loss/``, ``bytes/``, ``time/``, ``faults/``, ``compute/``,
-``clients/``, ``algorithm/``); the run's config as text; test accuracy against simulated
-time (``tb/by_sim_time``, step = simulated milliseconds) and against bytes sent
-(``tb/by_bytes``, step = bytes up + down so far), as runs of their own so that a resume
-purges each at its own step; and at the end hparams (``tb/hparams``: the settings and the
-final figures, to compare runs in TensorBoard's HPARAMS tab).
+TensorBoard (``tb/``, one TensorBoard run per experiment): every numeric column at step =
+round, under a group per kind (:func:`tb_tag`: ``accuracy/``, ``loss/``, ``bytes/``,
+``time/``, ``faults/``, ``compute/``, ``clients/``, ``algorithm/``); the run's config as
+text; test accuracy against simulated time (tag ``accuracy_vs_sim_time/test_accuracy``,
+step = simulated milliseconds) and against bytes sent (``accuracy_vs_bytes/test_accuracy``,
+step = bytes up + down so far); and at the end hparams (the hyperparameters,
+:func:`hparam_values`, and the final figures, to compare runs in TensorBoard's HPARAMS tab).
+A resume rewrites ``tb/`` from the rounds it keeps (every tag has its own x-axis, so no
+single purge step would fit them all).
 
 Both Parquet files are rewritten atomically (write to a temporary file, then rename), so a
 crash never leaves a half-written file: after a round, at most every ``WRITE_EVERY_S``
@@ -14,8 +16,8 @@ seconds (a file of thousands of client rows rewritten after every short round co
 driver more than the round), and at once when asked. The rewrite runs on a writer thread,
 off the round's critical path; :meth:`RunLogger.flush` writes and waits, and the run calls it
 before every checkpoint and at the end, so no round a checkpoint covers is lost.
-On ``--resume`` rows after the checkpoint's round are dropped and TensorBoard purges its
-events past that step, so a resumed run reads exactly like an uninterrupted one.
+On ``--resume`` rows after the checkpoint's round are dropped and ``tb/`` is written again
+from the rows kept, so a resumed run reads exactly like an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ _GROUPS = (  # TensorBoard group of a metrics column: the first rule that matche
     ("bytes", lambda k: k.startswith("bytes")),
     ("time", lambda k: "time" in k),
     ("faults", lambda k: k in ("failures", "restarts", "retries", "dropped", "late_applied", "skipped", "fallbacks",
-                               "fallback_steps")),
+                               "fallback_steps", "below_min_included")),
     ("compute", lambda k: k.endswith("flops")),
     ("clients", lambda k: k in ("participants", "completed")),
 )
@@ -74,10 +76,19 @@ def _sim_ms(row: dict) -> int:
     return int(round(1000 * float(row.get("sim_time_total_s", 0.0) or 0.0)))
 
 
+# Settings that are not hyperparameters: where a run writes and how it is kept, resumed, shown and
+# placed (they change nothing the run computes), kept out of TensorBoard's hparams.
+NOT_HPARAMS = {"out", "name", "resume", "progress", "checkpoint_every", "keep_checkpoints", "keep_best", "mlflow",
+               "max_restarts", "max_round_retries", "data_root", "download", "eval_every", "resources"}
+
+
 def hparam_values(config: dict, prefix: str = "") -> dict:
-    """The config flattened for TensorBoard's hparams (numbers, strings and booleans; None dropped)."""
+    """The config's hyperparameters flattened for TensorBoard's hparams (numbers, strings and
+    booleans; None dropped; bookkeeping settings, :data:`NOT_HPARAMS`, left out)."""
     out = {}
     for k, v in config.items():
+        if not prefix and k in NOT_HPARAMS:
+            continue
         if isinstance(v, dict):
             out.update(hparam_values(v, f"{prefix}{k}."))
         elif v is None:
@@ -100,17 +111,18 @@ class RunLogger:
         self.rows = [r for r in read_rows(self.metrics_path) if r["round"] <= start_round]
         self.client_rows = [r for r in read_rows(self.clients_path) if r["round"] <= start_round]
         self.config = config or {}
-        self._bytes_sent = sum(_sent(r) for r in self.rows)
         # TensorBoard's own thread writes the events every 2 s (and at close): no flush per round
-        self.tb = SummaryWriter(str(self.run_dir / "tb"), purge_step=start_round + 1 if start_round else None,
-                                flush_secs=2)
-        last_ms = _sim_ms(self.rows[-1]) if self.rows else None
-        self.tb_time = SummaryWriter(str(self.run_dir / "tb" / "by_sim_time"), flush_secs=2,
-                                     purge_step=last_ms + 1 if start_round and last_ms is not None else None)
-        self.tb_bytes = SummaryWriter(str(self.run_dir / "tb" / "by_bytes"), flush_secs=2,
-                                      purge_step=self._bytes_sent + 1 if start_round else None)
-        if config and not start_round:
+        tb_dir = self.run_dir / "tb"
+        if start_round:  # a resume: tb/ again from the rounds kept (and from an older layout's sub-runs)
+            import shutil
+
+            shutil.rmtree(tb_dir, ignore_errors=True)
+        self.tb = SummaryWriter(str(tb_dir), flush_secs=2)
+        if config:
             self.tb.add_text("config", "    " + json.dumps(config, indent=2).replace("\n", "\n    "), 0)
+        self._bytes_sent = 0
+        for row in self.rows:
+            self._tb_round(row)
         self.progress, self.total_rounds = progress, total_rounds
         self._walls: list[float] = []  # wall seconds of the rounds this process ran (for the ETA)
         self._cv = threading.Condition()
@@ -172,19 +184,23 @@ class RunLogger:
             self._logged += 1
             self._cv.notify_all()
         step = int(row["round"])
+        self._tb_round(row)
+        if self.progress:
+            clear = "\r\033[K" if sys.stderr.isatty() else ""
+            self._walls.append(float(row.get("wall_time_s", 0.0)))
+            eta = sum(self._walls) / len(self._walls) * max(0, self.total_rounds - step)
+            print(clear + progress_line(row, self.total_rounds, eta), file=sys.stderr, flush=True)
+
+    def _tb_round(self, row: dict) -> None:
+        step = int(row["round"])
         for k, v in row.items():
             if isinstance(v, (int, float)) and k != "round" and v == v:  # skip NaN
                 self.tb.add_scalar(tb_tag(k), v, step)
         self._bytes_sent += _sent(row)
         acc = row.get("test_accuracy")
         if isinstance(acc, float) and acc == acc:
-            self.tb_time.add_scalar("accuracy_vs_sim_time/test_accuracy", acc, _sim_ms(row))
-            self.tb_bytes.add_scalar("accuracy_vs_bytes/test_accuracy", acc, self._bytes_sent)
-        if self.progress:
-            clear = "\r\033[K" if sys.stderr.isatty() else ""
-            self._walls.append(float(row.get("wall_time_s", 0.0)))
-            eta = sum(self._walls) / len(self._walls) * max(0, self.total_rounds - step)
-            print(clear + progress_line(row, self.total_rounds, eta), file=sys.stderr, flush=True)
+            self.tb.add_scalar("accuracy_vs_sim_time/test_accuracy", acc, _sim_ms(row))
+            self.tb.add_scalar("accuracy_vs_bytes/test_accuracy", acc, self._bytes_sent)
 
     def step_progress(self, rnd: int, done: int, total: int) -> None:
         """Redraw the current round's bar as its local steps finish (terminals only)."""
@@ -202,22 +218,18 @@ class RunLogger:
                 self._closing = True
                 self._cv.notify_all()
             self._writer.join()
-            self.tb.close()
-            self.tb_time.close()
-            self.tb_bytes.close()
-            if self.rows and self.config:
-                self._hparams()
+            try:
+                if self.rows and self.config:
+                    self._hparams()
+            finally:
+                self.tb.close()
         if self.progress and self.rows:
             print(summary_table(self.rows, self.run_dir, stopped), file=sys.stderr, flush=True)
 
     def _hparams(self) -> None:
-        """``tb/hparams``: the settings and the final figures (rewritten whole on a resume)."""
-        import shutil
+        """The hyperparameters and the final figures, in the run's own writer (HPARAMS tab)."""
+        from torch.utils.tensorboard.summary import hparams
 
-        from torch.utils.tensorboard import SummaryWriter
-
-        d = self.run_dir / "tb" / "hparams"
-        shutil.rmtree(d, ignore_errors=True)
         last = self.rows[-1]
         evaluated = [r["test_accuracy"] for r in self.rows if r["test_accuracy"] == r["test_accuracy"]]
         final = {"hparams/final_test_accuracy": evaluated[-1] if evaluated else float("nan"),
@@ -227,13 +239,10 @@ class RunLogger:
                  "hparams/sim_time_total_s": float(last["sim_time_total_s"])}
         if "test_accuracy_local" in last:
             final["hparams/final_test_accuracy_local"] = float(last["test_accuracy_local"])
-        with SummaryWriter(str(d)) as w:
-            from torch.utils.tensorboard.summary import hparams
-
-            for summary in hparams(hparam_values(self.config), final):
-                w.file_writer.add_summary(summary)
-            for k, v in final.items():
-                w.add_scalar(k, v, int(last["round"]))
+        for summary in hparams(hparam_values(self.config), final):
+            self.tb.file_writer.add_summary(summary)
+        for k, v in final.items():
+            self.tb.add_scalar(k, v, int(last["round"]))
 
 
 def _mb(b: float) -> str:

@@ -14,6 +14,12 @@ given twice (kept once), the same seed twice in a group, groups that differ in a
 data-defining setting (not a like-for-like comparison: the settings go into the legend), and
 runs of a group of different lengths (the curve stops at the shortest).
 
+Paper-ready: PDFs (and PostScript) embed TrueType fonts (``pdf.fonttype`` 42; IEEE PDF
+eXpress refuses Type 3); ``size`` (inches), ``caption`` (the grey caption under the axes, on
+or off; its text is written to ``caption.txt`` either way, for the paper's own caption) and
+``legend`` (where the legend goes: ``best``, the place that covers the fewest points, by
+default; ``outside``, right of the axes; any matplotlib location; ``none``) are options.
+
 matplotlib is an optional extra (``pip install 'raysfl[plot]'``; ``make test`` installs it).
 """
 
@@ -35,6 +41,10 @@ PLOTS = {"rounds": ("accuracy_vs_rounds.png", "round"),
          "sim_time": ("accuracy_vs_sim_time.png", "simulated time (s)"),
          "bytes": ("accuracy_vs_bytes.png", "bytes sent, up + down (MB)")}
 BANDS = ("std", "minmax", "none")
+LEGENDS = ("best", "outside", "none", "upper right", "upper left", "lower left", "lower right", "right",
+           "center left", "center right", "lower center", "upper center", "center")
+SIZE = (6.4, 4.4)  # inches, the default figure size
+PAPER_FONTS = {"pdf.fonttype": 42, "ps.fonttype": 42}  # TrueType, not Type 3
 FORMATS = ("png", "pdf", "svg")
 # config keys that do not change what a run computes (or vary by design): not part of a group's identity
 IGNORED = {"seed", "name", "out", "resume", "progress", "checkpoint_every", "keep_checkpoints", "keep_best",
@@ -193,10 +203,25 @@ def _print(warn: list[str]) -> None:
         print(f"raysfl: warning: {w}", file=sys.stderr, flush=True)
 
 
+def parse_size(text: str) -> tuple[float, float]:
+    """``--size WxH`` in inches (``3.5x2.6``)."""
+    parts = str(text).lower().replace(",", "x").split("x")
+    try:
+        w, h = (float(p) for p in parts)
+    except ValueError:
+        raise ConfigError(f"size takes WIDTHxHEIGHT in inches, e.g. 3.5x2.6; got {text!r}") from None
+    if not (0 < w <= 50 and 0 < h <= 50):
+        raise ConfigError(f"size must be between 0 and 50 inches each way, got {text!r}")
+    return w, h
+
+
 def plot_runs(run_dirs: list[Path], out_dir: Path, metric: str = "test_accuracy", band: str = "std",
-              formats=("png", "pdf")) -> list[Path]:
+              formats=("png", "pdf"), size: tuple[float, float] = SIZE, caption: bool = True,
+              legend: str = "best") -> list[Path]:
     """Write ``metric`` against rounds, simulated time and bytes into ``out_dir`` in each of
-    ``formats``; returns the paths."""
+    ``formats`` (and the caption's text to ``caption.txt``); returns the figures' paths."""
+    if legend not in LEGENDS:
+        raise ConfigError(f"unknown legend placement '{legend}'; allowed: {', '.join(LEGENDS)}")
     if band not in BANDS:
         raise ConfigError(f"unknown band '{band}'; allowed: {', '.join(BANDS)}")
     formats = list(formats)
@@ -208,6 +233,11 @@ def plot_runs(run_dirs: list[Path], out_dir: Path, metric: str = "test_accuracy"
     except ImportError:
         raise ConfigError("plots need matplotlib: pip install 'raysfl[plot]' (or matplotlib)") from None
     matplotlib.use("Agg")
+    with matplotlib.rc_context(PAPER_FONTS):
+        return _draw(run_dirs, Path(out_dir), metric, band, formats, size, caption, legend)
+
+
+def _draw(run_dirs, out_dir: Path, metric: str, band: str, formats, size, caption: bool, legend: str) -> list[Path]:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
@@ -221,12 +251,14 @@ def plot_runs(run_dirs: list[Path], out_dir: Path, metric: str = "test_accuracy"
                         f"at the shortest ({lengths[0]})")
     _print(warn)
     seeds = sorted({len(cs) for cs in curves.values()})
-    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    seeds_s = f"; {'/'.join(map(str, seeds))} seed(s) per curve" if seeds else ""
+    if text:
+        (out_dir / "caption.txt").write_text(text + seeds_s + "\n")
     ylabel = metric.replace("_", " ")
     paths = []
     for key, (fname, xlabel) in PLOTS.items():
-        fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+        fig, ax = plt.subplots(figsize=tuple(size), dpi=120)
         for label, cs in curves.items():
             s = series(cs, key, band)
             if s is None:
@@ -239,9 +271,13 @@ def plot_runs(run_dirs: list[Path], out_dir: Path, metric: str = "test_accuracy"
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        if text:
-            seeds_s = f"; {'/'.join(map(str, seeds))} seed(s) per curve" if seeds else ""
+        outside = legend == "outside"
+        if legend != "none":
+            if outside:
+                ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0)
+            else:
+                ax.legend(fontsize=8, loc=legend)
+        if text and caption:
             fig.text(0.5, 0.01, text + seeds_s, ha="center", va="bottom", fontsize=7, color="0.3", wrap=True)
             fig.tight_layout(rect=(0, 0.05, 1, 1))
         else:
@@ -249,7 +285,7 @@ def plot_runs(run_dirs: list[Path], out_dir: Path, metric: str = "test_accuracy"
         stem = Path(fname).stem if metric == "test_accuracy" else f"{metric}_vs_{key}"
         for ext in formats:
             path = out_dir / f"{stem}.{ext}"
-            fig.savefig(path)
+            fig.savefig(path, bbox_inches="tight" if outside else None)
             paths.append(path)
         plt.close(fig)
     return paths

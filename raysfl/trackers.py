@@ -5,14 +5,17 @@ TensorBoard needs no callback: every run writes ``tb/`` itself (:mod:`raysfl.met
 :class:`MLflowLogger` logs a run to an MLflow tracking store: the run's settings as params
 (flattened: ``devices.memory_gb``, ``algo_params.mu``, ...), every numeric column of each
 round's metrics row as a metric at step = round, and at the end ``config.json``,
-``clients.json`` and the Parquet files as artifacts; the MLflow run ends FINISHED, or FAILED
-with the error. It talks to the store through ``MlflowClient`` (no global MLflow state), so
+``clients.json`` and the Parquet files as artifacts, with the trained model
+(``model/model.pt``: the global model's ``state_dict``, in your own module's keys for a model you
+brought, as ``raysfl export`` writes it; none for an algorithm without a global model, e.g. PSL)
+and the newest checkpoint (``checkpoints/round_NNNN.pt``, which holds every client's model too);
+the MLflow run ends FINISHED, or FAILED with the error. It talks to the store through ``MlflowClient`` (no global MLflow state), so
 runs in threads (``raysfl compare``) log side by side. From the command line:
 ``raysfl run --mlflow URI`` (experiment "raysfl").
 
-MLflow is an optional extra: ``pip install 'raysfl[mlflow]'``. Any tracking URI works
-(``http://host:5000``, ``sqlite:///mlflow.db`` with the full ``mlflow`` package, a
-directory ``file:./mlruns``); MLflow 3 keeps the directory store in maintenance mode and
+MLflow is an optional extra: ``pip install 'raysfl[mlflow]'`` (mlflow-skinny with SQLAlchemy
+and Alembic, which a database store needs). Any tracking URI works (``http://host:5000``,
+``sqlite:///mlflow.db``, a directory ``file:./mlruns``); MLflow 3 keeps the directory store in maintenance mode and
 refuses it unless ``MLFLOW_ALLOW_FILE_STORE=true`` is set.
 """
 
@@ -44,6 +47,9 @@ def _client(uri: str | None):
         client.search_experiments(max_results=1)  # reaches the store now: a bad URI fails before the run
     except Exception as e:  # noqa: BLE001 - MLflow raises its own and the store's errors
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        if "unsupported URI" in first or isinstance(e, ImportError):
+            raise ConfigError(f"MLflow cannot open the store '{uri}': {first[:200]} (a database URI such as "
+                              f"sqlite:///mlflow.db needs sqlalchemy and alembic); fix: {_FIX}") from None
         if "MLFLOW_ALLOW_FILE_STORE" in first:
             raise ConfigError(f"MLflow refuses the directory store '{uri}' (maintenance mode in MLflow 3): set "
                               f"MLFLOW_ALLOW_FILE_STORE=true, or use a database URI such as sqlite:///mlflow.db"
@@ -80,14 +86,16 @@ class MLflowLogger(Callback):
 
     def __init__(self, tracking_uri: str | None = None, experiment: str = "raysfl", run_name: str | None = None,
                  artifacts: bool = True):
+        # artifacts: the run's files, the trained model and the newest checkpoint (module docstring)
         self.uri, self.experiment, self.run_name, self.artifacts = tracking_uri, experiment, run_name, artifacts
         self.client = None
+        self._model = None  # the trained global model (on_model)
         self.run_id: str | None = None
 
     def on_run_start(self, run_dir: Path, config: dict) -> None:
         from mlflow.entities import Param, RunTag
 
-        self.client = _client(self.uri)
+        self.client, self._model = _client(self.uri), None
         exp = self.client.get_experiment_by_name(self.experiment)
         exp_id = exp.experiment_id if exp is not None else self.client.create_experiment(self.experiment)
         run = self.client.create_run(exp_id, run_name=self.run_name or Path(run_dir).name,
@@ -119,7 +127,36 @@ class MLflowLogger(Callback):
                 for name in ARTIFACTS:
                     if (Path(run_dir) / name).is_file():
                         self.client.log_artifact(self.run_id, str(Path(run_dir) / name))
+                try:
+                    self._log_model(Path(run_dir))
+                except Exception as e:  # noqa: BLE001 - the run's own outcome matters more than its artifact
+                    import sys
+
+                    print(f"raysfl: warning: MLflow: the model was not logged ({type(e).__name__}: "
+                          f"{str(e)[:200]})", file=sys.stderr)
             if error is not None:
                 self.client.set_tag(self.run_id, "raysfl.error", f"{type(error).__name__}: {error}"[:5000])
         finally:
             self.client.set_terminated(self.run_id, "FAILED" if error is not None else "FINISHED")
+
+    def on_model(self, state_dict: dict) -> None:
+        self._model = state_dict  # logged with the run's files at the end
+
+    def _log_model(self, run_dir: Path) -> None:
+        """The newest checkpoint under ``checkpoints/`` and the global model's state_dict as
+        ``model/model.pt`` (where the algorithm has one: :meth:`on_model`)."""
+        import tempfile
+
+        import torch
+
+        from raysfl import checkpoint
+
+        saved = checkpoint.rounds_saved(run_dir)
+        if saved:  # none with --checkpoint-every 0
+            self.client.log_artifact(self.run_id, str(run_dir / "checkpoints" / f"round_{saved[-1]:04d}.pt"),
+                                     artifact_path="checkpoints")
+        if getattr(self, "_model", None) is None:  # no global model (PSL, GAPSL, FLEX-SFL): the checkpoint's
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            torch.save(self._model, Path(tmp) / "model.pt")
+            self.client.log_artifact(self.run_id, str(Path(tmp) / "model.pt"), artifact_path="model")

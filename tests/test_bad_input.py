@@ -319,3 +319,17 @@ def test_bad_ray_address_fails_fast_with_one_line(address, expected, tmp_path):
     assert "Traceback" not in proc.stderr
     assert took < 30, f"took {took:.0f} s"  # includes starting Python and importing torch
     assert not (tmp_path / "runs").exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize("address,expected", [
+    ("127.0.0.1:1", "start a head node there (ray start --head --port=1)"),
+    ("ray://127.0.0.1:1", "Ray Client server: start the head with ray start --head --ray-client-server-port=1"),
+    ("http://127.0.0.1:8265", "is a dashboard (job submission) address, which a driver cannot connect to: submit "
+                              "the run as a job (ray job submit --address http://127.0.0.1:8265 -- raysfl run"),
+])
+def test_ray_address_hints_fit_the_kind_of_address(address, expected):
+    from raysfl.runtime.placement import check_ray_address
+
+    with pytest.raises(ConfigError) as e:
+        check_ray_address(address, timeout=2)
+    assert expected in str(e.value) and "\n" not in str(e.value)

@@ -155,3 +155,39 @@ def test_a_choice_flag_refuses_a_typo_in_one_line(capsys):
     assert main(["run", "--model", "cnnn"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cnnn" in err and "vgg16" in err
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["run", "--algo", "spitfed_v2"], "(did you mean 'splitfed_v2'?)"),
+    (["run", "--rouns", "3"], "unrecognized arguments: --rouns 3 (did you mean --rounds?)"),
+    (["run", "--roun", "3"], "unrecognized arguments: --roun 3 (did you mean --rounds?)"),  # no abbreviations
+    (["compare", "--algos", "psl", "--seeds", "0,x"], "takes a count N (seeds 0..N-1) or seeds such as 0,3,7"),
+    (["compare", "--algos", "psl", "--seeds", "1,1"], "seed 1 is listed twice"),
+    (["compare", "--algos", "psl", "--seeds", "0"], "a count must be >= 1"),
+])
+def test_typos_and_abbreviations_are_refused_with_a_suggestion(capsys, argv, expected):
+    from raysfl.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and expected in err, err
+
+
+def test_compare_seeds_take_a_count_or_a_list(tmp_path):
+    from raysfl.cli import build_parser
+    from raysfl.compare import comparison_configs
+
+    parser = build_parser()
+    assert parser.parse_args(["compare", "--algos", "psl", "--seeds", "2"]).seeds == [0, 1]
+    assert parser.parse_args(["compare", "--algos", "psl", "--seeds", "0,3,7"]).seeds == [0, 3, 7]
+    assert parser.parse_args(["compare", "--algos", "psl"]).seeds == [0, 1, 2]
+    cfgs = comparison_configs(["psl"], {"clients": 2, "rounds": 1}, [3, 7], tmp_path)
+    assert [c.seed for c in cfgs] == [3, 7] and [c.name for c in cfgs] == ["psl-s3", "psl-s7"]
+
+
+def test_help_says_each_default_once():
+    from raysfl.cli import build_parser
+
+    run = build_parser()._subparsers._group_actions[0].choices["run"]
+    twice = [a.option_strings[0] for a in run._actions if (a.help or "").count("default") > 1]
+    assert not twice, twice

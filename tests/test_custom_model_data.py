@@ -46,7 +46,7 @@ def test_two_algorithms_learn_on_your_mlp_and_arrays_and_the_models_come_back(qu
     assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())
     # splitfed_v2: one global model, the one the run evaluated last
     m = results["splitfed_v2"].model()
-    assert isinstance(m, SplitModel) and m.num_blocks == 3
+    assert type(m) is nn.Sequential and m.state_dict().keys() == net.state_dict().keys()  # your module back
     assert evaluate(m, ds.x_test, ds.y_test, ds.to_tensor)[0] == pytest.approx(
         results["splitfed_v2"].final["test_accuracy"])
     assert results["splitfed_v2"].client_models() == {}
@@ -70,6 +70,33 @@ def test_two_algorithms_learn_on_your_mlp_and_arrays_and_the_models_come_back(qu
     # resuming needs them again, and says so
     with pytest.raises(ConfigError, match=r"model 'custom-model' is your own model: pass it again"):
         raysfl.run(raysfl.resume_config(results["splitfed_v2"].run_dir, {"rounds": 5}), data=(x, y))
+
+
+def test_your_model_comes_back_as_your_module_in_your_keys(quick, tmp_path):
+    x, y = blobs(300)
+    net = mlp()
+    res = raysfl.run(quick(algo="splitfed_v2", clients=2, rounds=1, cut=1), model=net, data=(x, y))
+    trained = res.model()
+    assert type(trained) is nn.Sequential and list(trained.state_dict()) == list(net.state_dict())
+    assert list(res.state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]
+    # raysfl export: a state_dict your own nn.Sequential loads as it is
+    from raysfl.cli import main
+
+    assert main(["export", str(res.run_dir), "--out", str(tmp_path / "net.pt")]) == 0
+    mine = mlp()
+    mine.load_state_dict(torch.load(tmp_path / "net.pt", weights_only=True))
+    assert all(torch.equal(mine.state_dict()[k], v) for k, v in trained.state_dict().items())
+    # from the run directory: the module needs your model again, and says how to pass it
+    with pytest.raises(ConfigError, match=r"pass it to load_run.*raysfl.load_run\(run_dir, model=my_model\).model\(\)"):
+        raysfl.load_run(res.run_dir).model()
+    assert raysfl.load_run(res.run_dir).state_dict().keys() == net.state_dict().keys()
+    again = raysfl.load_run(res.run_dir, model=mlp()).model()
+    assert all(torch.equal(again.state_dict()[k], v) for k, v in trained.state_dict().items())
+    # a list of blocks comes back as nn.Sequential(*blocks)
+    blocks = [nn.Sequential(nn.Linear(12, 16), nn.ReLU()), nn.Linear(16, 3)]
+    listed = raysfl.run(quick(algo="fedavg", clients=2, rounds=1, cut=1), model=blocks, data=(x, y)).model()
+    assert type(listed) is nn.Sequential and list(listed.state_dict()) == ["0.0.weight", "0.0.bias", "1.weight",
+                                                                          "1.bias"]
 
 
 def test_data_forms_give_the_same_data_set():

@@ -78,7 +78,8 @@ def test_png_and_pdf_of_any_metric_and_bad_options(tmp_path):
     assert main(["plot", *map(str, runs), "--out", str(tmp_path / "f"), "--metric", "train_loss",
                  "--band", "minmax"]) == 0
     files = sorted(p.name for p in (tmp_path / "f").iterdir())
-    assert files == sorted(f"train_loss_vs_{k}.{e}" for k in ("rounds", "sim_time", "bytes") for e in ("png", "pdf"))
+    assert files == sorted([f"train_loss_vs_{k}.{e}" for k in ("rounds", "sim_time", "bytes") for e in ("png", "pdf")]
+                           + ["caption.txt"])
     assert (tmp_path / "f" / "train_loss_vs_rounds.pdf").read_bytes()[:5] == b"%PDF-"
     with pytest.raises(ConfigError, match="has no metric 'nope'; allowed: .*test_accuracy"):
         plot_runs(runs, tmp_path / "g", metric="nope")
@@ -87,3 +88,39 @@ def test_png_and_pdf_of_any_metric_and_bad_options(tmp_path):
     assert caption({"dataset": "mnist5k", "clients": 20, "clients_per_round": 5, "partition": "dirichlet",
                     "alpha": 0.1, "local_steps": 4}) == ("mnist5k, 20 clients (5 per round), Dirichlet alpha=0.1, "
                                                           "4 local steps")
+
+
+def test_figures_are_paper_ready_truetype_size_caption_legend(tmp_path):
+    import matplotlib.image
+
+    dirs = [fake_run(tmp_path, f"r{s}", [0.3, 0.5, 0.6], algo="psl", seed=s) for s in (0, 1)]
+    dirs += [fake_run(tmp_path, "f0", [0.4, 0.6, 0.7], algo="fedavg", seed=0)]
+    paths = plot_runs(dirs, tmp_path / "a", metric="train_loss", size=(3.5, 2.6), caption=False, legend="outside")
+    pdfs = [p for p in paths if p.suffix == ".pdf"]
+    assert len(pdfs) == 3
+    for pdf in pdfs:  # IEEE PDF eXpress refuses Type 3 fonts: the text is in embedded TrueType
+        data = pdf.read_bytes()
+        assert b"/Type3" not in data and (b"/TrueType" in data or b"/CIDFontType2" in data), pdf
+    # the caption's text for the paper, with or without the grey caption in the figure
+    assert (tmp_path / "a" / "caption.txt").read_text().startswith("digits, cnn, 4 clients")
+    # the size in inches (120 dpi)
+    inside = plot_runs(dirs, tmp_path / "b", metric="train_loss", size=(3.5, 2.6), formats=["png"])
+    h, w = matplotlib.image.imread(str(inside[0])).shape[:2]
+    assert (w, h) == (420, 312)
+    with pytest.raises(ConfigError, match="unknown legend placement 'top'; allowed: best, outside, none"):
+        plot_runs(dirs, tmp_path / "c", legend="top")
+
+
+def test_plot_cli_options_and_results_md_states_the_shared_settings(tmp_path, capsys):
+    from raysfl.cli import main
+    from raysfl.compare import results_markdown, shared_settings
+
+    dirs = [fake_run(tmp_path, f"r{s}", [0.3, 0.5, 0.6], algo="psl", seed=s) for s in (0, 1)]
+    assert main(["plot", *map(str, dirs), "--out", str(tmp_path / "p"), "--size", "3.5x2.6", "--no-caption",
+                 "--legend", "lower right", "--formats", "pdf"]) == 0
+    assert len(list((tmp_path / "p").glob("*.pdf"))) == 3
+    assert main(["plot", str(dirs[0]), "--size", "big"]) == 2
+    assert "size takes WIDTHxHEIGHT in inches, e.g. 3.5x2.6; got 'big'" in capsys.readouterr().err
+    shared = shared_settings(dirs)
+    assert shared.startswith("digits, cnn, 4 clients")
+    assert f"Shared settings (as the figures' caption): {shared}." in results_markdown([], 0.8, shared)

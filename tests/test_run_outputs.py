@@ -64,31 +64,40 @@ def test_a_callback_stops_the_run_cleanly_and_everything_comes_back(quick, tmp_p
     assert "has no models of the clients' own" in capsys.readouterr().err
     assert main(["export", str(res.run_dir), "--round", "1"]) == 2
     assert "no checkpoint of round 1; kept: " in capsys.readouterr().err
-    # TensorBoard: grouped tags, the config, accuracy against simulated time and bytes, hparams
+    # TensorBoard: one run (no sub-runs), grouped tags, the config, accuracy against simulated time
+    # and bytes, hparams that are hyperparameters
+    assert [p.name for p in (res.run_dir / "tb").iterdir() if p.is_dir()] == []
     tb = _events(res.run_dir / "tb")
     tags = set(tb.Tags()["scalars"])
     assert {"accuracy/test_accuracy", "loss/train_loss", "bytes/bytes_up", "time/sim_time_s", "faults/failures",
-            "clients/participants", "compute/client_flops"} <= tags
-    assert not [t for t in tags if "/" not in t]
+            "clients/participants", "compute/client_flops", "faults/below_min_included"} <= tags
+    assert not [t for t in tags if "/" not in t] and "algorithm/below_min_included" not in tags
     assert "config/text_summary" in tb.Tags()["tensors"]
-    by_time = _events(res.run_dir / "tb" / "by_sim_time").Scalars("accuracy_vs_sim_time/test_accuracy")
+    by_time = tb.Scalars("accuracy_vs_sim_time/test_accuracy")
     assert [e.step for e in by_time] == [round(1000 * r["sim_time_total_s"]) for r in res.metrics]
     sent = np.cumsum([r["bytes_up"] + r["bytes_down"] for r in res.metrics])
-    by_bytes = _events(res.run_dir / "tb" / "by_bytes").Scalars("accuracy_vs_bytes/test_accuracy")
+    by_bytes = tb.Scalars("accuracy_vs_bytes/test_accuracy")
     assert [e.step for e in by_bytes] == sent.tolist()
     assert [e.value for e in by_bytes] == pytest.approx([r["test_accuracy"] for r in res.metrics])
-    hp = _events(res.run_dir / "tb" / "hparams")
-    assert hp.Scalars("hparams/final_test_accuracy")[-1].value == pytest.approx(res.final["test_accuracy"])
-    assert set(hp.PluginTagToContent("hparams")) >= {"_hparams_/experiment", "_hparams_/session_start_info"}
+    assert tb.Scalars("hparams/final_test_accuracy")[-1].value == pytest.approx(res.final["test_accuracy"])
+    hp = tb.PluginTagToContent("hparams")
+    assert set(hp) >= {"_hparams_/experiment", "_hparams_/session_start_info"}
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    info = plugin_data_pb2.HParamsPluginData.FromString(hp["_hparams_/session_start_info"]).session_start_info
+    assert {"lr", "algo", "clients", "seed"} <= set(info.hparams)
+    bookkeeping = [k for k in info.hparams if k.split(".")[0] in (
+        "out", "resume", "progress", "checkpoint_every", "keep_checkpoints", "keep_best", "max_restarts", "resources")]
+    assert not bookkeeping, bookkeeping
     # a stopped run resumes from the round it stopped at
     resumed = raysfl.run(raysfl.resume_config(res.run_dir, {"rounds": 4, "progress": False}))
     assert [r["round"] for r in resumed.metrics] == [1, 2, 3, 4] and not resumed.stopped
 
 
-def test_mlflow_logs_a_run_to_a_local_file_store(quick, tmp_path, monkeypatch):
+def test_mlflow_logs_a_run_to_a_sqlite_store_with_its_model(quick, tmp_path, monkeypatch):
     mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed (pip install 'raysfl[mlflow]')")
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3: the directory store is opt-in
-    uri = (tmp_path / "mlruns").as_uri()
+    monkeypatch.chdir(tmp_path)  # the sqlite store keeps its artifacts in ./mlruns
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     # --mlflow URI (a config setting, as on the command line) and a logger of your own, side by side
     res = raysfl.run(quick(algo="fedavg", rounds=2, mlflow=uri),
                      callbacks=[raysfl.trackers.MLflowLogger(uri, experiment="mine")])
@@ -100,7 +109,25 @@ def test_mlflow_logs_a_run_to_a_local_file_store(quick, tmp_path, monkeypatch):
         history = client.get_metric_history(run.info.run_id, "test_accuracy")
         assert [(m.step, m.value) for m in history] == [(r["round"], pytest.approx(r["test_accuracy"]))
                                                         for r in res.metrics]
-        assert {"config.json", "metrics.parquet"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"config.json", "metrics.parquet", "model", "checkpoints"} <= {
+            a.path for a in client.list_artifacts(run.info.run_id)}
+        assert [a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")] == ["checkpoints/round_0002.pt"]
+        local = client.download_artifacts(run.info.run_id, "model/model.pt", str(tmp_path / experiment))
+        state = torch.load(local, weights_only=True)
+        trained = res.model().state_dict()
+        assert state.keys() == trained.keys() and all(torch.equal(state[k], v) for k, v in trained.items())
+
+
+def test_mlflow_directory_store_with_the_opt_in(quick, tmp_path, monkeypatch):
+    mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed (pip install 'raysfl[mlflow]')")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3: the directory store is opt-in
+    uri = (tmp_path / "mlruns").as_uri()
+    res = raysfl.run(quick(algo="psl", rounds=1, mlflow=uri))
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("raysfl").experiment_id])
+    arts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert run.info.status == "FINISHED" and "checkpoints" in arts  # PSL: no global model, the checkpoint
+    assert "model" not in arts and run.data.params["algo"] == "psl" and res.final["round"] == 1
 
 
 def test_mlflow_is_optional_and_its_mistakes_are_one_line(tmp_path, monkeypatch):

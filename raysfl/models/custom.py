@@ -11,7 +11,9 @@ also measures the FLOPs and activation shapes that cut validation, the simulated
 byte counts use) and then travels to every actor as one object. Its weights are the initial
 weights of the run: ``--seed`` does not re-initialise a model you give (build it under
 ``torch.manual_seed`` for a seeded initialisation); the object you pass is never trained
-itself, the trained model comes back from :meth:`raysfl.api.RunResult.model`.
+itself, the trained model comes back from :meth:`raysfl.api.RunResult.model` as your own module
+(an ``nn.Sequential`` you gave, trained; a list of blocks as ``nn.Sequential(*blocks)``), and
+its ``state_dict`` in your module's keys (:mod:`raysfl.models.own_keys`).
 
 While the run is going on the model is registered in this process under ``custom-<name>``
 (:func:`registered`), so validation on the driver (``build_model``, the algorithms'
@@ -103,7 +105,11 @@ def as_split_model(model, input_shape: tuple[int, ...], num_classes: int) -> Spl
         else:
             raise ConfigError(f"model must be a raysfl SplitModel, a list of nn.Module blocks or an nn.Sequential; "
                               f"got {type(model).__name__}")
+        from raysfl.models.own_keys import key_map
+
+        keys = key_map(model, blocks)  # before the copy: matched by tensor identity
         split = SplitModel(_name("model"), copy.deepcopy(blocks), input_shape, num_classes)
+        split.own_keys = keys  # your module's keys of the trained model (raysfl.models.own_keys)
     split = split.cpu()  # a model you built on a GPU: checked, and sent to the actors, from the CPU
     check_runs(split)
     return split

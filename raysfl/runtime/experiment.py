@@ -153,6 +153,7 @@ def _run_in(cfg, run_dir: Path, state: dict | None, ds, stages: "StartupClock", 
 
         callbacks.items.append(MLflowLogger(cfg.mlflow))
     (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+    _write_own_keys(run_dir, cfg.model)
     stages.run_dir = run_dir
     launch = None
     if get_algorithm(cfg.algo).planner.exchange is not None:
@@ -203,10 +204,22 @@ def _run_in(cfg, run_dir: Path, state: dict | None, ds, stages: "StartupClock", 
     finally:
         try:
             logger.close(stopped=exp.stopped)
+            if error is None:
+                from raysfl.runtime.trained import global_state_dict
+
+                callbacks.model(lambda: global_state_dict(cfg, run_dir))
         finally:
             callbacks.end(run_dir, logger.rows, error)
     _warn_thin_rounds(cfg, logger.rows)
     return run_dir, logger.rows, p, exp.stopped
+
+
+def _write_own_keys(run_dir: Path, model_name: str) -> None:
+    """``model_keys.json``: your module's keys of a model you brought (:mod:`raysfl.models.own_keys`)."""
+    from raysfl.models import custom, own_keys
+
+    if custom.is_custom(model_name):
+        own_keys.write(run_dir, getattr(custom.lookup(model_name), "own_keys", None))
 
 
 def check_same_model(state: dict, model, run_dir: Path) -> None:

@@ -93,15 +93,21 @@ def check_ray_address(address: str | None = None, timeout: float = CONNECT_TIMEO
     if not address or address.strip() in ("auto", "local"):
         return
     text = address.strip()
-    rest = text
-    for scheme in ("ray://", "http://", "https://"):
-        if rest.startswith(scheme):
-            rest = rest[len(scheme):]
+    rest, scheme = text, ""
+    for prefix in ("ray://", "http://", "https://"):
+        if rest.startswith(prefix):
+            rest, scheme = rest[len(prefix):], prefix
             break
     rest = rest.rstrip("/")
     host, sep, port_s = rest.rpartition(":")
     host = host.strip("[]")
-    allowed = "allowed: HOST:PORT (the head node's GCS, e.g. 10.0.0.5:6379), ray://HOST:PORT, auto, or unset"
+    allowed = ("allowed: HOST:PORT (the head node's GCS, e.g. 10.0.0.5:6379), ray://HOST:10001 (Ray Client), "
+               "auto, or unset")
+    if scheme.startswith("http"):
+        raise ConfigError(f"RAY_ADDRESS={text!r} is a dashboard (job submission) address, which a driver cannot "
+                          f"connect to: submit the run as a job (ray job submit --address {text} -- raysfl run "
+                          f"...; the job gets its own RAY_ADDRESS), or set RAY_ADDRESS to the GCS HOST:6379 or "
+                          f"ray://HOST:10001")
     if not sep or not host or not port_s.isdigit() or not 0 < int(port_s) < 65536 or "/" in host:
         raise ConfigError(f"RAY_ADDRESS={text!r} is not a Ray address; {allowed}")
     port = int(port_s)
@@ -120,8 +126,17 @@ def check_ray_address(address: str | None = None, timeout: float = CONNECT_TIMEO
         except OSError as e:
             last = e
     why = "timed out" if isinstance(last, (socket.timeout, TimeoutError)) else (getattr(last, "strerror", None) or last)
-    raise ConfigError(f"RAY_ADDRESS={text!r}: no Ray cluster answers at {host}:{port} ({why}); start one there "
-                      f"(ray start --head --port={port}) or unset RAY_ADDRESS to run on a local Ray")
+    raise ConfigError(f"RAY_ADDRESS={text!r}: no Ray cluster answers at {host}:{port} ({why}); "
+                      f"{start_hint(scheme, port)}, or unset RAY_ADDRESS to run on a local Ray")
+
+
+def start_hint(scheme: str, port: int) -> str:
+    """How to start a head node that answers at ``port``: the Ray Client server for ``ray://``
+    (Ray's default port 10001), the GCS otherwise."""
+    if scheme == "ray://":
+        return (f"a ray:// address is the head node's Ray Client server: start the head with "
+                f"ray start --head --ray-client-server-port={port} (10001 by default)")
+    return f"start a head node there (ray start --head --port={port})"
 
 
 def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
@@ -139,6 +154,9 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
 
     if ray.is_initialized():
         return False
+    from raysfl.runtime import ray_noise, worker_logs
+
+    ray_noise.hide_token_auth_line()
     if os.environ.get("RAY_ADDRESS"):
         check_ray_address()
         try:
@@ -148,6 +166,7 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
             raise ConfigError(f"cannot connect to the Ray cluster at RAY_ADDRESS={os.environ['RAY_ADDRESS']!r}: "
                               f"{first}") from None
+        worker_logs.install()  # a crashed worker's noise becomes one line
         _at_exit()
         return True
     from raysfl.runtime import wire_guard
@@ -174,6 +193,7 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
     finally:
         if user_inline is None:
             del os.environ[INLINE_ENV]
+    worker_logs.install()  # a crashed worker's noise becomes one line
     if wire_guard.enabled():
         wire_guard.install()
     _start_reaper()

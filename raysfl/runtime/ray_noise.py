@@ -1,4 +1,9 @@
-"""Ray's one harmless error-level line, kept off the console.
+"""Ray's harmless lines, kept off the console.
+
+Ray 2.60 says on every local ``ray.init`` "Token authentication is enabled for this Ray
+cluster. Set RAY_AUTH_MODE=disabled to opt out ..." (a warning of its Python logger, which
+reaches stderr when Ray's logging is not configured): :func:`hide_token_auth_line` filters
+that one record (the warning that authentication is *disabled* still shows). And:
 
 Creating an actor whose constructor arguments live in the object store, with
 ``max_restarts > 0``, makes Ray's core worker print (once per process, at ERROR level)
@@ -14,12 +19,29 @@ every healthy run. :func:`without_line` drops it, and only it, while the actors 
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
 from contextlib import contextmanager
 
 ACTOR_ARGS_LINE = "has constructor arguments in the object store and max_restarts > 0"
+
+
+TOKEN_AUTH_LINE = "Token authentication is enabled for this Ray cluster"
+TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+class _DropTokenLine(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return TOKEN_AUTH_LINE not in record.getMessage()
+
+
+def hide_token_auth_line() -> None:
+    """Drop Ray's "token authentication is enabled" record from now on (once per process)."""
+    logger = logging.getLogger(TOKEN_AUTH_LOGGER)
+    if not any(isinstance(f, _DropTokenLine) for f in logger.filters):
+        logger.addFilter(_DropTokenLine())
 
 
 _LOCK = threading.Lock()

@@ -1,0 +1,35 @@
+"""The trained global model of a run directory, from its newest checkpoint (``None`` where the
+algorithm keeps no single global model: PSL, GAPSL, FLEX-SFL), in your model's own keys for a
+model you brought (:mod:`raysfl.models.own_keys`). Used by :class:`raysfl.api.RunResult` and,
+through :meth:`raysfl.callbacks.Callback.on_model`, by the trackers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def global_weights(cfg, state: dict) -> dict | None:
+    """{SplitModel key: array} of the global model in checkpoint ``state``, or None."""
+    from raysfl.algorithms import get_algorithm
+
+    if "model" in state:  # the centralised run: one model
+        return state["model"]
+    agg = get_algorithm(cfg.algo).aggregator(cfg, None, None, {})
+    agg.load_state(state["federation"]["fed"])
+    return agg.global_model()
+
+
+def global_state_dict(cfg, run_dir: Path) -> dict | None:
+    """The newest checkpoint's global model as a ``state_dict`` of torch tensors, in your keys."""
+    import numpy as np
+    import torch
+
+    from raysfl import checkpoint
+    from raysfl.models import own_keys
+
+    if not checkpoint.rounds_saved(run_dir):
+        return None
+    weights = global_weights(cfg, checkpoint.load_latest(run_dir))
+    if weights is None:
+        return None
+    return own_keys.to_own({k: torch.from_numpy(np.array(v)) for k, v in weights.items()}, own_keys.read(run_dir))
