@@ -21,6 +21,7 @@ from pathlib import Path
 
 from raysfl.config import Config, DeviceConfig, ResourceConfig, load_file, type_name
 from raysfl.errors import ConfigError, RunFailed
+from raysfl.flags import seed_list
 
 _SKIP = {"devices", "resources", "algo_params"}
 KNOB = "knob"  # the section algorithm knobs arrive in from the command line, routed to the run's algorithm
@@ -220,24 +221,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_reproduce(sub)
     return p
-
-
-def seed_list(text: str) -> list[int]:
-    """``--seeds``: a count N (seeds 0..N-1) or the seeds, comma-separated (``0,3,7``)."""
-    parts = [p.strip() for p in str(text).split(",")]
-    if not all(p.lstrip("-").isdigit() for p in parts if p) or not any(parts):
-        raise argparse.ArgumentTypeError(f"takes a count N (seeds 0..N-1) or seeds such as 0,3,7; "
-                                         f"got {text!r}")
-    if "," not in str(text):
-        n = int(parts[0])
-        if n < 1:
-            raise argparse.ArgumentTypeError(f"a count must be >= 1 (or list the seeds, e.g. 0,3,7); got {n}")
-        return list(range(n))
-    seeds = [int(p) for p in parts if p]
-    dup = sorted({s for s in seeds if seeds.count(s) > 1})
-    if dup:
-        raise argparse.ArgumentTypeError(f"seed {dup[0]} is listed twice: {text}")
-    return seeds
 
 
 def _add_plugin_flag(parser) -> None:

@@ -8,6 +8,8 @@ has its help here, so a new setting cannot arrive undocumented.
 
 from __future__ import annotations
 
+import argparse
+
 # Groups of ``raysfl run --help``, in order; each algorithm's knobs follow in groups of their own.
 GROUPS = {
     "data": "data and federation",
@@ -208,8 +210,8 @@ ALGO_KNOBS: dict[str, str] = {
                 "server-side models only, App. D.3; client-side models by sample counts)",
     "plain_weights": "BESplit weights without EA: samples (FedAvg's n_k) | uniform (the paper's simple average)",
     "bcc_move": "BESplit eq. 30: lent rows leave the lender's loss (--no-bcc-move: both train on them)",
-    "ea": "BESplit: Evidential Aggregation (--no-ea: both sides averaged by --plain-weights, sample counts by "
-          "default; Table 4's w/o EA, the paper's simple average, is --no-ea --plain-weights uniform)",
+    "ea": "BESplit: Evidential Aggregation (--no-ea: both sides averaged with --plain-weights, sample counts unless "
+          "it says otherwise; Table 4's w/o EA, the paper's simple average, is --no-ea --plain-weights uniform)",
     "ea_evidence": "BESplit eq. 10: the evidence-concentration factor Q (--no-ea-evidence: w/o E)",
     "ea_ale": "BESplit eq. 10: the aleatoric ratio R_ale (--no-ea-ale: w/o U_ale)",
     "ea_epi": "BESplit eq. 10: the epistemic ratio R_epi (--no-ea-epi: w/o U_epi)",
@@ -246,3 +248,21 @@ def paper_settings_table() -> str:
     rows = ["| `--algo` | paper setting (its defaults; any flag you give wins) |", "|---|---|"]
     rows += [f"| `{name}` | {paper_settings(cls, '`')} |" for name, cls in ALGORITHMS.items()]
     return "\n".join(rows)
+
+
+def seed_list(text: str) -> list[int]:
+    """``--seeds``: a count N (seeds 0..N-1) or the seeds, comma-separated (``0,3,7``)."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if not all(p.lstrip("-").isdigit() for p in parts if p) or not any(parts):
+        raise argparse.ArgumentTypeError(f"takes a count N (seeds 0..N-1) or seeds such as 0,3,7; "
+                                         f"got {text!r}")
+    if "," not in str(text):
+        n = int(parts[0])
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"a count must be >= 1 (or list the seeds, e.g. 0,3,7); got {n}")
+        return list(range(n))
+    seeds = [int(p) for p in parts if p]
+    dup = sorted({s for s in seeds if seeds.count(s) > 1})
+    if dup:
+        raise argparse.ArgumentTypeError(f"seed {dup[0]} is listed twice: {text}")
+    return seeds

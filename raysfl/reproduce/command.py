@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 
 from raysfl.errors import ConfigError
+from raysfl.flags import seed_list
 from raysfl.reproduce.tables import SCALES
 
 
@@ -19,7 +20,7 @@ def add_parser(sub) -> None:
                      help="gapsl, fed_pairing, besplit, flex_sfl, super_sfl, or all")
     rep.add_argument("--list", action="store_true", help="list the papers, their tables and claims, and exit")
     rep.add_argument("--table", default=None, metavar="NAME", help="one table of the paper (default: every one)")
-    rep.add_argument("--seeds", default="5", metavar="N|S,S,...",
+    rep.add_argument("--seeds", type=seed_list, default=seed_list("5"), metavar="N|S,S,...",
                      help="N: seeds 0..N-1; or the seeds, comma-separated (default: 5, the fewest for a verdict)")
     rep.add_argument("--scale", default="small", choices=SCALES,
                      help="small: the embedded data, minutes on a laptop; paper: the paper's data set, model, "
@@ -38,19 +39,8 @@ def add_parser(sub) -> None:
                      help="then write FILE (e.g. docs/results.md) from every table.md under --out")
 
 
-def seeds_arg(text: str) -> list[int]:
-    """``--seeds``: a count N (0..N-1) or a comma-separated list."""
-    parts = [p.strip() for p in str(text).split(",") if p.strip()]
-    if not parts or not all(p.isdigit() for p in parts):
-        raise ConfigError(f"--seeds takes a count N or seeds such as 0,3,7; got {text!r}")
-    if len(parts) == 1 and "," not in text:
-        if int(parts[0]) < 1:
-            raise ConfigError(f"--seeds must be >= 1, got {parts[0]}")
-        return list(range(int(parts[0])))
-    seeds = [int(p) for p in parts]
-    if len(set(seeds)) != len(seeds):
-        raise ConfigError(f"--seeds lists a seed twice: {text}")
-    return seeds
+def _seeds_text(seeds: list[int]) -> str:
+    return str(len(seeds)) if seeds == list(range(len(seeds))) else ",".join(map(str, seeds))
 
 
 def machine() -> str:
@@ -88,7 +78,7 @@ def run(ns) -> int:
     papers = list(PAPERS) if ns.paper == "all" else [ns.paper]
     if papers[0] not in PAPERS:
         raise ConfigError(f"unknown paper '{ns.paper}'; allowed: {', '.join(PAPERS)}, all")
-    seeds = seeds_arg(ns.seeds)
+    seeds = ns.seeds
     if ns.rounds is not None and ns.rounds < 1:
         raise ConfigError(f"--rounds must be >= 1, got {ns.rounds}")
     if ns.parallel < 1:
@@ -114,7 +104,7 @@ def run(ns) -> int:
     extra = "".join(f" --{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in overrides.items()
                     if k != "download") + (" --download" if ns.download else "")
     for p in planned:
-        command = (f"raysfl reproduce {p.table.paper} --table {p.table.name} --seeds {shlex.quote(ns.seeds)} "
+        command = (f"raysfl reproduce {p.table.paper} --table {p.table.name} --seeds {_seeds_text(seeds)} "
                    f"--scale {ns.scale}{extra}")
         print(run_one(p, cache, out, ns.parallel, command, suffix=f"-{ns.dataset}" if ns.dataset else ""))
     if ns.results:

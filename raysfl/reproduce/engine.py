@@ -95,6 +95,8 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
         return label, i, rows
 
     out: dict[str, list] = {label: [None] * len(cfgs) for label, cfgs in planned.configs.items()}
+    if parallel > 1:
+        _start_ray_for(parallel, [cfg for _, _, cfg in jobs])
     if parallel <= 1:
         results = [one(j) for j in jobs]
     else:
@@ -103,3 +105,20 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
     for label, i, rows in results:
         out[label][i] = rows
     return out
+
+
+def _start_ray_for(parallel: int, configs: list) -> None:
+    """A local Ray sized for ``parallel`` runs of the most demanding config at once, before the
+    threads start (as ``raysfl compare`` does); nothing when Ray is up or RAY_ADDRESS names one."""
+    import os
+
+    import ray
+
+    from raysfl.compare import _scaled, run_demand
+    from raysfl.runtime.placement import init_ray
+
+    if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
+        return
+    biggest = max(configs, key=lambda c: run_demand(c)[0])
+    cpu, gpu = run_demand(biggest)
+    init_ray(_scaled(biggest, parallel, cpu, gpu), biggest.resources.num_client_actors(biggest.clients), 3)
