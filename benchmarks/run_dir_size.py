@@ -10,6 +10,7 @@ Writes docs/results/run-dir-size.md (+ .csv, .parquet): MB per part of the run d
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,7 @@ def sizes(run_dir: Path) -> dict[str, float]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split())).parse_args()  # --help only
     rows = []
     with tempfile.TemporaryDirectory(prefix="raysfl-rundir-") as tmp:
         for keep in (2, 0):

@@ -1,5 +1,5 @@
 """The plumbing the performance benchmarks share: tables written into docs/performance.md,
-and the py-spy profile summary."""
+and the py-spy profile summary; and the run cache of the paper tables (raysfl reproduce)."""
 
 from __future__ import annotations
 
@@ -47,10 +47,16 @@ def test_profile_summary_splits_each_process_by_where_its_time_went(tmp_path):
     assert by[("driver", "raysfl: _one_round")] == pytest.approx(12.5)
 
 
-def test_the_sweep_cache_keys_on_the_resolved_configuration_not_on_the_settings_given():
+def test_the_reproduce_cache_keys_on_the_resolved_configuration_not_on_the_settings_given():
     """A run cached as "the defaults" must not be read back after a default changed, and the
-    same run asked for with its defaults spelled out must be found."""
-    from sweep import cache_key
+    same run asked for with its defaults spelled out must be found. (The paper tables' cache,
+    raysfl/reproduce/engine.py, which replaced the benchmarks' own.)"""
+    import raysfl
+    from raysfl.reproduce.engine import cache_key as key_of
+    from raysfl.resolve import validate
+
+    def cache_key(settings):
+        return key_of(validate(raysfl.config_from_kwargs(**settings)))
 
     base = dict(algo="besplit", dataset="digits", rounds=3, seed=0, alpha=0.1)
     assert cache_key(base) == cache_key({**base, "besplit": {"ea_sides": "server"}})  # the default, spelled out

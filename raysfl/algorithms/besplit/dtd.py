@@ -19,8 +19,9 @@ The auxiliary model lives on its client for the whole run, and so does its optim
 momentum restarted every round never builds up, and BESplit-A stalled (docs/besplit.md, "The
 auxiliary model's optimiser"). Alone, at raysfl's step size, the evidential loss can kill a
 class of the auxiliary model for good (its logit falls so low that exp evidence has no gradient
-left); KD-G's softmax keeps every logit's gradient alive (``benchmarks/besplit_aux_alone.py``).
-``evidential_clip`` bounds each step's gradient (not in the paper; measured in the docs).
+left), as training an auxiliary model alone on its client's data showed; KD-G's softmax keeps
+every logit's gradient alive. ``evidential_clip`` bounds each step's gradient (not in the paper;
+same section of the docs).
 
 KD-C's relational matrices are divided by their mean distance by default (``kd_c_distance``
 "mean", as relational KD does): eq. (16)'s raw squared distances grow with the features'

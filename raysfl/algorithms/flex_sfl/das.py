@@ -17,10 +17,10 @@ Readings of the paper (also in docs/flex-sfl.md):
   cluster's split point is the final point most of its members got (ties: the lower).
 * **Clamping to valid cuts.** Eq. (5) sums to V over all K clients, so with K >> V every
   s_k is below one block (100 clients, 4 blocks: s_k ~ 0.04) and a literal clamp puts every
-  cluster at the smallest cut. ``mode="paper"`` (FLEX-SFL's default ``das_mode``) does exactly
-  that (the nearest valid cut to the cluster's point, clamped into [min_cut, max_cut]): with
-  the paper's 100 clients every cluster gets cut 1. ``mode="spread"`` (raysfl's extension,
-  not in the paper; this function's own default argument)
+  cluster at the smallest cut. ``mode="paper"`` (the default, here and in FLEX-SFL's
+  ``das_mode``) does exactly that (the nearest valid cut to the cluster's point, clamped into
+  [min_cut, max_cut]): with the paper's 100 clients every cluster gets cut 1.
+  ``mode="spread"`` (raysfl's extension, not in the paper)
   keeps eqs. (5)-(10) for the *clusters* and spreads their split points evenly over
   [min_cut, max_cut] in order of capacity -- the paper's experiments put "the first 1-3
   convolutional modules" on the clients (Sec. 5.2), weaker clusters shallower.
@@ -82,7 +82,7 @@ def nearest_cut(point: float, valid_cuts: list[int], min_cut: int, max_cut: int)
 
 
 def das(capacity, num_layers: int, num_edges: int, valid_cuts: list[int], min_cut: int, max_cut: int,
-        mode: str = "spread") -> DASResult:
+        mode: str = "paper") -> DASResult:
     """Algorithm 1: split points, N intervals, nearest bounds, clusters and their cuts."""
     if mode not in DAS_MODES:
         raise ConfigError(f"unknown das_mode '{mode}'; allowed: {', '.join(DAS_MODES)}")
