@@ -231,10 +231,13 @@ def run(cfg: Config, *, model=None, data=None, callbacks=None) -> RunResult:
     :func:`raysfl.runtime.experiment.run_experiment`.
     """
     from raysfl.callbacks import Callbacks
+    from raysfl.runtime import interrupts
     from raysfl.runtime.experiment import run_experiment
 
     hooks = Callbacks(callbacks)  # a bad callback is refused before anything starts
-    with custom_objects(cfg, model, data):
+    # SIGINT and SIGTERM raise interrupts.Interrupted (a KeyboardInterrupt) while the run goes on:
+    # the finished rounds are checkpointed on the way out (docs/reliability.md, "Signals")
+    with custom_objects(cfg, model, data), interrupts.handling():
         cfg = validate(cfg)
         run_dir, rows, prepared, stopped = run_experiment(cfg, hooks)
     return RunResult(run_dir, rows, config=cfg, stopped=stopped, _model=prepared.model, _prepared=prepared)

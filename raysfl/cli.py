@@ -326,6 +326,23 @@ def _list() -> None:
     print("partitioners: " + ", ".join(PARTITIONERS))
 
 
+def _interrupted(e: BaseException) -> str:
+    """The one line of an interrupted run: the signal, what was kept and how to go on."""
+    import shlex
+
+    from raysfl.checkpoint import rounds_saved
+
+    what = getattr(e, "name", "SIGINT")
+    run_dir = getattr(e, "raysfl_run_dir", None)
+    if run_dir is None:
+        return f"raysfl: interrupted ({what}) before the run started; nothing was written"
+    saved = rounds_saved(run_dir)
+    if not saved:
+        return f"raysfl: interrupted ({what}); no round was checkpointed in {run_dir}: start it again"
+    return (f"raysfl: interrupted ({what}); rounds 1..{saved[-1]} are checkpointed in {run_dir}; continue with: "
+            f"raysfl run --resume {shlex.quote(str(run_dir))}")
+
+
 def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
 
@@ -357,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI. Exit status 0: done; 2: bad input (one line naming the value and what is
     allowed, before Ray starts); 1: the run failed part-way (one line; what was recorded is
     kept), a file that cannot be read or written (one line naming it), or an unexpected error
-    (one line and the path of a log holding the traceback); 130: interrupted. No traceback
+    (one line and the path of a log holding the traceback); 130 / 143: interrupted by SIGINT /
+    SIGTERM (one line; the finished rounds are checkpointed). No traceback
     reaches the terminal."""
     try:
         return _main(argv)
@@ -367,10 +385,9 @@ def main(argv: list[str] | None = None) -> int:
     except RunFailed as e:
         print(f"raysfl: error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("raysfl: interrupted; finished rounds are in the run directory (resume with --resume)",
-              file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGINT or SIGTERM (raysfl.runtime.interrupts)
+        print(_interrupted(e), file=sys.stderr)
+        return getattr(e, "exit_code", 130)
     except OSError as e:  # a file or directory that cannot be read or written (full disk, permissions)
         if e.filename is not None:
             print(f"raysfl: error: {e.strerror or type(e).__name__}: '{e.filename}'", file=sys.stderr)

@@ -379,6 +379,9 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
                         save_checkpoint(exp, fed, rnd)
                     break
             ok = True
+        except KeyboardInterrupt:  # SIGINT or SIGTERM (runtime/interrupts.py): keep the rounds that finished
+            checkpoint_finished(exp, fed)
+            raise
         except ray.exceptions.RayError as e:  # an actor died for good, the cluster went away, ...
             from raysfl.runtime.refs import is_death
 
@@ -396,6 +399,32 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
             from raysfl.runtime import pool
 
             pool.destroy(launch.actors)
+
+
+def checkpoint_finished(exp, fed) -> None:
+    """On an interrupt: the newest finished round gets its checkpoint if it has none (between
+    the rounds --checkpoint-every N saves) and its state is at hand (the snapshot taken after
+    it: with retries, the default, or deadlines). --checkpoint-every 0 saves nothing."""
+    from raysfl.runtime import interrupts
+    from raysfl.runtime.rounds import save_checkpoint
+
+    rows = exp.logger.rows
+    if not rows or not exp.cfg.checkpoint_every:
+        return
+    done = rows[-1]["round"]
+    if done in checkpoint.rounds_saved(exp.run_dir) or fed.snapshot_round != done:
+        return
+    with interrupts.held():  # a second signal does not cut the save short
+        try:
+            if fed.snapshot is not None and fed.snapshot_round == done:
+                save_checkpoint(exp, fed, done)
+        except Exception as e:  # noqa: BLE001 - an actor gone with the signal: the older checkpoint stays
+            print(f"raysfl: warning: could not checkpoint round {done} on the way out "
+                  f"({type(e).__name__}: {_first(e)})", file=sys.stderr)
+
+
+def _first(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [""])[0][:200]
 
 
 class StartupClock:

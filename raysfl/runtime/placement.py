@@ -136,6 +136,7 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
     import ray
 
     from raysfl.errors import ConfigError
+    from raysfl.runtime import interrupts
 
     if ray.is_initialized():
         return False
@@ -144,6 +145,7 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
         try:
             # a submitted job brings its own runtime_env (--working-dir); don't override it
             ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
+            interrupts.reinstall()  # ray.init took SIGTERM over (and Ray's C-level stack dump under it)
         except (ConnectionError, ValueError, RuntimeError) as e:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
             raise ConfigError(f"cannot connect to the Ray cluster at RAY_ADDRESS={os.environ['RAY_ADDRESS']!r}: "
@@ -171,6 +173,7 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
     try:
         ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
                  runtime_env=env, log_to_driver=True, configure_logging=False)
+        interrupts.reinstall()  # ray.init took SIGTERM over (and Ray's C-level stack dump under it)
     finally:
         if user_inline is None:
             del os.environ[INLINE_ENV]
