@@ -47,6 +47,7 @@ class RunResult:
     _model: object = field(default=None, repr=False)   # the initial SplitModel: the architecture
     _prepared: object = field(default=None, repr=False)  # runtime.experiment.Prepared: the set-up roles
     _inputs: tuple = field(default=(None, None), repr=False)  # (model, data) given to load_run
+    checkpoint_round: int | None = field(default=None, repr=False)  # the round the last model came from
 
     @property
     def final(self) -> dict:
@@ -57,11 +58,14 @@ class RunResult:
         from raysfl import checkpoint
 
         if round is not None:
-            return checkpoint.load_round(self.run_dir, round)
-        if not checkpoint.rounds_saved(self.run_dir):
+            state = checkpoint.load_round(self.run_dir, round)
+        elif not checkpoint.rounds_saved(self.run_dir):
             raise ConfigError(f"run '{self.run_dir}' has no checkpoint to take the model from "
                               f"(it ran with --checkpoint-every 0)")
-        return checkpoint.load_latest(self.run_dir)
+        else:
+            state = checkpoint.load_latest(self.run_dir)  # an unreadable newest one: the one before
+        self.checkpoint_round = state.get("round")
+        return state
 
     def _aggregator(self, fed_state: dict, set_up: bool):
         """The run's aggregator holding ``fed_state`` (a checkpoint's). ``set_up``: built as in the

@@ -212,16 +212,27 @@ def _export(ns: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         for c, state in states.items():
             torch.save(state, out / f"client_{c:04d}.pt")
-        print(f"{len(states)} client models ({res.config.model}) -> {out}/client_NNNN.pt")
+        print(f"{len(states)} client models ({res.config.model}) of {_which_round(res)} -> {out}/client_NNNN.pt")
         return 0
     out = Path(ns.out or Path(ns.run_dir) / "model.pt")
     state = res.state_dict(ns.round)
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(state, out)
-    print(f"{out}: state_dict of model '{res.config.model}' ({len(state)} tensors, "
+    print(f"{out}: state_dict of model '{res.config.model}' of {_which_round(res)} ({len(state)} tensors, "
           f"{sum(v.numel() for v in state.values()):,} values); load it with "
           f"model.load_state_dict(torch.load('{out}', weights_only=True))")
     return 0
+
+
+def _which_round(res) -> str:
+    """``round N``, and why when it is not the newest checkpoint (that one was unreadable)."""
+    from raysfl.checkpoint import rounds_saved
+
+    newest = max(rounds_saved(res.run_dir), default=None)
+    r = res.checkpoint_round
+    if newest is not None and r is not None and r < newest:
+        return f"round {r} (the newest checkpoint, round {newest}, is unreadable)"
+    return f"round {r}"
 
 
 def _flags(ns: argparse.Namespace, skip=("command", "config_file", "plugin")) -> dict:
