@@ -8,6 +8,11 @@ make that hold:
 * ``ray.init`` replaces the driver's SIGTERM handler (with ``sys.exit``), and Ray's core worker
   puts a C-level handler under it that dumps stacks; :func:`reinstall` (called right after
   ``ray.init``) puts ours back, which removes both.
+* ``timeout`` (and a terminal's Ctrl-C, Slurm's scancel) signals the driver's whole process
+  group, Ray's processes included: a GCS and raylet killed with the driver leave it waiting a
+  minute on them before it can record anything. The local Ray is started with SIGTERM blocked
+  (:func:`children_spared`; the mask is inherited by every process it starts, as Ray itself does
+  for SIGINT), so only the driver takes the signal, and it shuts Ray down itself.
 * A shell starts a background job (``&``) of a non-interactive script with SIGINT ignored;
   :func:`handling` installs its handler anyway, so such a run can still be interrupted.
 * The few statements that record a finished round (its metrics row, then its checkpoint) run
@@ -102,6 +107,23 @@ def reinstall() -> None:
     handler Ray left is what is restored when the block ends."""
     if _main() and _state["depth"]:
         _install()
+
+
+@contextmanager
+def children_spared():
+    """Start processes in the block with SIGTERM blocked (a signal mask is inherited through
+    fork and exec): a signal to the whole process group then reaches only this one. Ray blocks
+    SIGINT in the processes it starts the same way; it stops them with SIGKILL when SIGTERM is
+    not heeded within a second. A SIGTERM for this process meanwhile waits until the block ends."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        if signal.SIGTERM not in before:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
 @contextmanager

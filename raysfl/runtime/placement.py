@@ -171,15 +171,19 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
         print(f"raysfl: warning: the actors ask for {need_gpus:g} GPUs but this machine has no CUDA GPU; "
               "they run on CPU (Ray is given placeholder GPUs so they can be placed)", file=sys.stderr)
     try:
-        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
-                 runtime_env=env, log_to_driver=True, configure_logging=False)
-        interrupts.reinstall()  # ray.init took SIGTERM over (and Ray's C-level stack dump under it)
+        # Ray's processes (and the reaper) start with SIGTERM blocked: `timeout`, a Ctrl-C'd
+        # terminal or Slurm signal the whole process group, and the driver must outlive Ray's GCS
+        # and raylet to record what it has (runtime/interrupts.py)
+        with interrupts.children_spared():
+            ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
+                     runtime_env=env, log_to_driver=True, configure_logging=False)
+            interrupts.reinstall()  # ray.init took SIGTERM over (and Ray's C-level stack dump under it)
+            _start_reaper()
     finally:
         if user_inline is None:
             del os.environ[INLINE_ENV]
     if wire_guard.enabled():
         wire_guard.install()
-    _start_reaper()
     _at_exit()
     return True
 
