@@ -42,7 +42,7 @@ def _heavy_after(code: str, args: list[str], cwd) -> tuple[int, str, list[str]]:
     (["compare", "--help"], 0, ""),
     (["list"], 0, ""),
     (["run", "--bogus"], 2, "unrecognized arguments: --bogus"),
-    (["run", "--rounds", "-1"], 2, "rounds must be >= 1, got -1"),
+    (["run", "--rounds", "-1"], 2, "rounds must be between 1 and 10,000,000, got -1"),
     (["run", "--algo", "nope"], 2, "unknown algorithm 'nope'"),
     (["run", "--cut", "9"], 2, "cut 9 is not valid for model 'cnn'; valid cuts: 1..3"),
     (["run", "--alpha", "0"], 2, "alpha must be > 0, got 0.0"),
