@@ -211,17 +211,27 @@ def _export(ns: argparse.Namespace) -> int:
         out = Path(ns.out or Path(ns.run_dir) / "client_models")
         out.mkdir(parents=True, exist_ok=True)
         for c, state in states.items():
-            torch.save(state, out / f"client_{c:04d}.pt")
+            _save(torch, state, out / f"client_{c:04d}.pt")
         print(f"{len(states)} client models ({res.config.model}) of {_which_round(res)} -> {out}/client_NNNN.pt")
         return 0
     out = Path(ns.out or Path(ns.run_dir) / "model.pt")
     state = res.state_dict(ns.round)
     out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(state, out)
+    _save(torch, state, out)
     print(f"{out}: state_dict of model '{res.config.model}' of {_which_round(res)} ({len(state)} tensors, "
           f"{sum(v.numel() for v in state.values()):,} values); load it with "
           f"model.load_state_dict(torch.load('{out}', weights_only=True))")
     return 0
+
+
+def _save(torch, state: dict, path: Path) -> None:
+    """``torch.save``, with a file that cannot be written as one line (torch raises a RuntimeError
+    of its C++ writer for it, not an OSError)."""
+    try:
+        torch.save(state, path)
+    except (OSError, RuntimeError) as e:
+        why = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[-1][-160:]
+        raise ConfigError(f"cannot write '{path}' ({why.strip()}); give --out a file in a writable directory") from None
 
 
 def _which_round(res) -> str:

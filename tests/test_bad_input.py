@@ -170,6 +170,7 @@ BAD_FLAGS = [
     (["--inline-object-kb", "99999999999"], "inline_object_kb must be between 0 and 65536"),
     (["--placement-timeout-s", "nan"], "placement_timeout_s must be a finite number"),
     (["--rounds", "2.5"], "rounds: cannot use '2.5'; expected int"),
+    (["--mlflow", ""], "mlflow must be a tracking URI"),  # MLflow took '' for a database in the current directory
 ]
 
 
@@ -243,6 +244,20 @@ def test_config_file_that_cannot_be_read_is_one_line(tmp_path, capsys):
     dup.write_text('{"rounds": 2, "rounds": 500}')
     _one_line(["run", "--config", str(dup), "--out", str(tmp_path)], capsys, "setting 'rounds' is given twice")
     _one_line(["run", "--config", str(tmp_path / "nope.yaml"), "--out", str(tmp_path)], capsys, "does not exist")
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["run", "--plugin", ""], "--plugin '' is not a module name"),
+    (["run", "--plugin", "../evil"], "--plugin '../evil' is not a module name"),
+    (["export", "{run}", "--out", "/proc/x.pt"], "cannot write '/proc/x.pt'"),
+    (["export", "{run}", "--out", "{tmp}"], "Is a directory"),
+    (["export", "{run}", "--round", "99999999999999999999999"], "has no checkpoint of round 99999999999999999999999"),
+    (["export", "{tmp}"], "is not a run directory (no config.json in it)"),
+], ids=["empty plugin", "path as plugin", "export to /proc", "export onto a directory", "export huge round",
+        "export of no run"])
+def test_other_commands_bad_input_is_one_line(argv, expected, finished_run, tmp_path, capsys):
+    argv = [a.format(run=finished_run, tmp=tmp_path) for a in argv]
+    _one_line(argv, capsys, expected)
 
 
 def test_a_utf8_bom_config_file_is_read(tmp_path):
