@@ -27,8 +27,9 @@ from raysfl.resolve import from_dict, validate
 
 # Settings a resumed run may change (plus the ``resources`` section); everything else must
 # match the original run. Fault handling is among them, so a run that gave up can go on: more
-# retries or restarts, other deadlines, another fault schedule (``faults=""``: none).
-RESUMABLE_OVERRIDES = {"rounds", "progress", "checkpoint_every", "eval_every", "resume", "out", "name",
+# retries or restarts, other deadlines, another fault schedule (``faults=""``: none). ``out``
+# and ``name`` say where the run lives: a resume may repeat them, not change them.
+RESUMABLE_OVERRIDES = {"rounds", "progress", "checkpoint_every", "eval_every", "resume",
                        "max_round_retries", "max_restarts", "round_deadline_s", "step_deadline_s", "sim_deadline_s",
                        "faults", "min_included", "keep_checkpoints", "keep_best", "mlflow"}
 
@@ -46,6 +47,7 @@ class RunResult:
     _model: object = field(default=None, repr=False)   # the initial SplitModel: the architecture
     _prepared: object = field(default=None, repr=False)  # runtime.experiment.Prepared: the set-up roles
     _inputs: tuple = field(default=(None, None), repr=False)  # (model, data) given to load_run
+    checkpoint_round: int | None = field(default=None, repr=False)  # the round the last model came from
 
     @property
     def final(self) -> dict:
@@ -56,11 +58,14 @@ class RunResult:
         from raysfl import checkpoint
 
         if round is not None:
-            return checkpoint.load_round(self.run_dir, round)
-        if not checkpoint.rounds_saved(self.run_dir):
+            state = checkpoint.load_round(self.run_dir, round)
+        elif not checkpoint.rounds_saved(self.run_dir):
             raise ConfigError(f"run '{self.run_dir}' has no checkpoint to take the model from "
                               f"(it ran with --checkpoint-every 0)")
-        return checkpoint.load_latest(self.run_dir)
+        else:
+            state = checkpoint.load_latest(self.run_dir)  # an unreadable newest one: the one before
+        self.checkpoint_round = state.get("round")
+        return state
 
     def _aggregator(self, fed_state: dict, set_up: bool):
         """The run's aggregator holding ``fed_state`` (a checkpoint's). ``set_up``: built as in the
@@ -206,21 +211,62 @@ def saved_config(run_dir: str | Path) -> dict:
 
 
 def resume_config(run_dir: str | Path, overrides: dict | None = None) -> Config:
-    """The config of an existing run, with the few settings a resume may change."""
+    """The config of an existing run, with the few settings a resume may change
+    (:data:`RESUMABLE_OVERRIDES`, ``resources``). Any other setting may be given too -- the
+    original command repeated -- as long as it means the value the run was made with, however it
+    is written (the flag's string ``'2'``, a file's ``2.0``, the API's ``2``): the two are
+    compared as typed, resolved values. ``out`` and ``name`` must name this run directory."""
     if not (Path(run_dir) / "config.json").is_file():
         raise ConfigError(f"cannot resume '{run_dir}': no config.json in it")
     data = saved_config(run_dir)
     overrides = dict(overrides or {})
+    resources = overrides.pop("resources", {}) or {}
+    if not isinstance(resources, dict):
+        raise ConfigError(f"section 'resources' must be a mapping, got {resources!r}")
+    saved = from_dict(copy.deepcopy(data))
+    asked = from_dict({k: v for k, v in overrides.items() if k not in ("out", "name")}, base=copy.deepcopy(saved))
+    changed = _first_change(saved, asked)
+    if changed:
+        name, was, got = changed
+        raise ConfigError(f"cannot change '{name}' when resuming (it was {was!r}, asked {got!r}); allowed: "
+                          f"{', '.join(sorted(RESUMABLE_OVERRIDES - {'resume'}))} and resources")
+    _check_place(Path(run_dir), data, overrides)
     # Where actors run does not change what they compute: resources may change on resume.
-    data["resources"] = {**data.get("resources", {}), **overrides.pop("resources", {})}
-    for k, v in overrides.items():
-        if k not in RESUMABLE_OVERRIDES and data.get(k) != v:
-            raise ConfigError(f"cannot change '{k}' when resuming (it was {data.get(k)!r}); "
-                              f"allowed: {', '.join(sorted(RESUMABLE_OVERRIDES - {'resume'}))}")
+    data["resources"] = {**data.get("resources", {}), **resources}
     data.update({k: v for k, v in overrides.items() if k in RESUMABLE_OVERRIDES})
     cfg = from_dict(data)
     cfg.resume = str(run_dir)
     return cfg
+
+
+def _first_change(saved: Config, asked: Config) -> tuple[str, object, object] | None:
+    """(setting, saved value, asked value) of the first setting a resume may not change that
+    differs between the two typed configs, or None."""
+    free = RESUMABLE_OVERRIDES | {"resources", "out", "name", "algo_params", "devices"}
+    for f in dataclasses.fields(Config):
+        if f.name not in free and getattr(saved, f.name) != getattr(asked, f.name):
+            return f.name, getattr(saved, f.name), getattr(asked, f.name)
+    for f in dataclasses.fields(saved.devices):
+        if getattr(saved.devices, f.name) != getattr(asked.devices, f.name):
+            return f"devices.{f.name}", getattr(saved.devices, f.name), getattr(asked.devices, f.name)
+    mine, theirs = dataclasses.asdict(saved.algo_params), dataclasses.asdict(asked.algo_params)
+    for k, v in mine.items():
+        if theirs.get(k) != v:
+            return f"{saved.algo}.{k}", v, theirs.get(k)
+    return None
+
+
+def _check_place(run_dir: Path, data: dict, overrides: dict) -> None:
+    """``out`` and ``name`` given on resume must name the run directory itself (as the original
+    command did): the resumed run stays where it is, and its config.json must not say otherwise."""
+    if "out" in overrides and overrides["out"] != data.get("out"):
+        out = str(overrides["out"])
+        if not out or Path(out).expanduser().resolve() != run_dir.resolve().parent:
+            raise ConfigError(f"cannot change 'out' when resuming: the run lives in '{run_dir}' (its out was "
+                              f"{data.get('out')!r}, asked {overrides['out']!r}); drop --out")
+    if "name" in overrides and overrides["name"] not in (data.get("name"), run_dir.resolve().name):
+        raise ConfigError(f"cannot change 'name' when resuming: the run is '{run_dir.resolve().name}' (its name was "
+                          f"{data.get('name')!r}, asked {overrides['name']!r}); drop --name")
 
 
 def load_run(run_dir: str | Path, *, model=None, data=None) -> RunResult:
@@ -276,10 +322,13 @@ def run(cfg: Config, *, model=None, data=None, callbacks=None) -> RunResult:
     :func:`raysfl.runtime.experiment.run_experiment`.
     """
     from raysfl.callbacks import Callbacks
+    from raysfl.runtime import interrupts
     from raysfl.runtime.experiment import run_experiment
 
     hooks = Callbacks(callbacks)  # a bad callback is refused before anything starts
-    with custom_objects(cfg, model, data):
+    # SIGINT and SIGTERM raise interrupts.Interrupted (a KeyboardInterrupt) while the run goes on:
+    # the finished rounds are checkpointed on the way out (docs/reliability.md, "Signals")
+    with custom_objects(cfg, model, data), interrupts.handling():
         cfg = validate(cfg)
         run_dir, rows, prepared, stopped = run_experiment(cfg, hooks)
     return RunResult(run_dir, rows, config=cfg, stopped=stopped, _model=prepared.model, _prepared=prepared,

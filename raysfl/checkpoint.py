@@ -151,6 +151,15 @@ def load_round(run_dir: Path, rnd: int) -> dict:
     return _decode(torch.load(path, weights_only=True, map_location="cpu"))
 
 
+def _short(e: BaseException, limit: int = 160) -> str:
+    """The first line of an error, shortened at a word boundary (with '...') when long."""
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    if len(first) <= limit:
+        return first
+    cut = first[:limit].rsplit(" ", 1)[0]
+    return (cut if len(cut) > limit // 2 else first[:limit]) + " ..."
+
+
 def load_latest(run_dir: Path, cfg_dict: dict | None = None) -> dict:
     """The newest readable checkpoint of ``run_dir`` (checked against ``cfg_dict``)."""
     files = checkpoint_files(run_dir)
@@ -160,8 +169,7 @@ def load_latest(run_dir: Path, cfg_dict: dict | None = None) -> dict:
         try:
             state = _decode(torch.load(path, weights_only=True, map_location="cpu"))
         except Exception as e:  # noqa: BLE001 - truncated, corrupted, or not a raysfl checkpoint
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
-            print(f"raysfl: warning: checkpoint {path} is unreadable ({first}); trying the one before",
+            print(f"raysfl: warning: checkpoint {path} is unreadable ({_short(e)}); trying the one before",
                   file=sys.stderr)
             continue
         if not isinstance(state, dict) or "round" not in state or "federation" not in state and "model" not in state:

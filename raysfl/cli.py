@@ -266,17 +266,38 @@ def _export(ns: argparse.Namespace) -> int:
         out = Path(ns.out or Path(ns.run_dir) / "client_models")
         out.mkdir(parents=True, exist_ok=True)
         for c, state in states.items():
-            torch.save(state, out / f"client_{c:04d}.pt")
-        print(f"{len(states)} client models ({res.config.model}) -> {out}/client_NNNN.pt")
+            _save(torch, state, out / f"client_{c:04d}.pt")
+        print(f"{len(states)} client models ({res.config.model}) of {_which_round(res)} -> {out}/client_NNNN.pt")
         return 0
     out = Path(ns.out or Path(ns.run_dir) / "model.pt")
     state = res.state_dict(ns.round)
     out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(state, out)
-    print(f"{out}: state_dict of model '{res.config.model}' ({len(state)} tensors, "
+    _save(torch, state, out)
+    print(f"{out}: state_dict of model '{res.config.model}' of {_which_round(res)} ({len(state)} tensors, "
           f"{sum(v.numel() for v in state.values()):,} values); load it with "
           f"model.load_state_dict(torch.load('{out}', weights_only=True))")
     return 0
+
+
+def _save(torch, state: dict, path: Path) -> None:
+    """``torch.save``, with a file that cannot be written as one line (torch raises a RuntimeError
+    of its C++ writer for it, not an OSError)."""
+    try:
+        torch.save(state, path)
+    except (OSError, RuntimeError) as e:
+        why = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[-1][-160:]
+        raise ConfigError(f"cannot write '{path}' ({why.strip()}); give --out a file in a writable directory") from None
+
+
+def _which_round(res) -> str:
+    """``round N``, and why when it is not the newest checkpoint (that one was unreadable)."""
+    from raysfl.checkpoint import rounds_saved
+
+    newest = max(rounds_saved(res.run_dir), default=None)
+    r = res.checkpoint_round
+    if newest is not None and r is not None and r < newest:
+        return f"round {r} (the newest checkpoint, round {newest}, is unreadable)"
+    return f"round {r}"
 
 
 def _flags(ns: argparse.Namespace, skip=("command", "config_file", "plugin")) -> dict:
@@ -381,6 +402,23 @@ def _list() -> None:
     print("partitioners: " + ", ".join(PARTITIONERS))
 
 
+def _interrupted(e: BaseException) -> str:
+    """The one line of an interrupted run: the signal, what was kept and how to go on."""
+    import shlex
+
+    from raysfl.checkpoint import rounds_saved
+
+    what = getattr(e, "name", "SIGINT")
+    run_dir = getattr(e, "raysfl_run_dir", None)
+    if run_dir is None:
+        return f"raysfl: interrupted ({what}) before the run started; nothing was written"
+    saved = rounds_saved(run_dir)
+    if not saved:
+        return f"raysfl: interrupted ({what}); no round was checkpointed in {run_dir}: start it again"
+    return (f"raysfl: interrupted ({what}); rounds 1..{saved[-1]} are checkpointed in {run_dir}; continue with: "
+            f"raysfl run --resume {shlex.quote(str(run_dir))}")
+
+
 def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
 
@@ -412,7 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI. Exit status 0: done; 2: bad input (one line naming the value and what is
     allowed, before Ray starts); 1: the run failed part-way (one line; what was recorded is
     kept), a file that cannot be read or written (one line naming it), or an unexpected error
-    (one line and the path of a log holding the traceback); 130: interrupted. No traceback
+    (one line and the path of a log holding the traceback); 130 / 143: interrupted by SIGINT /
+    SIGTERM (one line; the finished rounds are checkpointed). No traceback
     reaches the terminal."""
     try:
         return _main(argv)
@@ -422,10 +461,9 @@ def main(argv: list[str] | None = None) -> int:
     except RunFailed as e:
         print(f"raysfl: error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("raysfl: interrupted; finished rounds are in the run directory (resume with --resume)",
-              file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGINT or SIGTERM (raysfl.runtime.interrupts)
+        print(_interrupted(e), file=sys.stderr)
+        return getattr(e, "exit_code", 130)
     except OSError as e:  # a file or directory that cannot be read or written (full disk, permissions)
         if e.filename is not None:
             print(f"raysfl: error: {e.strerror or type(e).__name__}: '{e.filename}'", file=sys.stderr)

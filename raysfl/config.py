@@ -247,23 +247,85 @@ def coerce(cls, name: str, value: Any, where: str) -> Any:
 
 
 def load_file(path: str | Path) -> dict:
-    """Read a YAML or JSON config file into a dict; malformed files raise ConfigError."""
+    """Read a YAML or JSON config file into a dict; a file that is missing, a directory, not
+    UTF-8 text, malformed, empty, or that gives one setting twice raises ConfigError."""
     p = Path(path)
-    if not p.is_file():
+    if p.is_dir():
+        raise ConfigError(f"config file '{path}' is a directory; expected a YAML or JSON file")
+    if not p.exists():
         raise ConfigError(f"config file '{path}' does not exist")
-    text = p.read_text()
+    try:
+        text = p.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file '{path}' is not UTF-8 text (byte {e.start} is 0x{e.object[e.start]:02x}); "
+                          f"expected a YAML or JSON file") from None
+    except OSError as e:
+        raise ConfigError(f"config file '{path}' cannot be read: {e.strerror or e}") from None
+    if "\0" in text:
+        raise ConfigError(f"config file '{path}' holds NUL bytes (a binary file?); expected a YAML or JSON file")
     try:
         if p.suffix.lower() == ".json":
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_no_duplicates)
         else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except Exception as e:  # yaml.YAMLError, json.JSONDecodeError
+            data = _load_yaml(text)
+    except ConfigError as e:
+        raise ConfigError(f"config file '{path}': {e}") from None
+    except Exception as e:  # yaml.YAMLError, json.JSONDecodeError, RecursionError
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"config file '{path}' is malformed: {first}") from None
     if data is None:
-        data = {}
+        raise ConfigError(f"config file '{path}' holds no settings (it is empty or only comments); "
+                          f"give at least one setting, or leave --config out for the defaults")
     if not isinstance(data, dict):
         raise ConfigError(f"config file '{path}' must hold a mapping of settings, got {type(data).__name__}")
+    if any(not isinstance(k, str) for k in _keys(data)):
+        bad = next(k for k in _keys(data) if not isinstance(k, str))
+        raise ConfigError(f"config file '{path}': setting names must be text, got {bad!r}")
     return data
+
+
+def _keys(data: dict, seen: set | None = None):
+    """The keys of a mapping and of the mappings in it (the sections; a YAML alias that refers
+    to its own mapping is walked once)."""
+    seen = set() if seen is None else seen
+    if id(data) in seen:
+        return
+    seen.add(id(data))
+    for k, v in data.items():
+        yield k
+        if isinstance(v, dict):
+            yield from _keys(v, seen)
+
+
+def _no_duplicates(pairs: list) -> dict:
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise ConfigError(f"setting '{k}' is given twice; give each setting once")
+        out[k] = v
+    return out
+
+
+def _load_yaml(text: str):
+    """``yaml.safe_load``, refusing a key given twice in one mapping (PyYAML keeps the last)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            try:
+                dup = key in seen
+            except TypeError:  # an unhashable key: PyYAML refuses it itself
+                continue
+            if dup:
+                line = key_node.start_mark.line + 1
+                raise ConfigError(f"setting '{key}' is given twice (again on line {line}); give each setting once")
+            seen.add(key)
+        return loader.construct_mapping(node, deep=deep)
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return yaml.load(text, Loader=Loader)

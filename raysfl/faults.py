@@ -36,6 +36,10 @@ ACTIONS = ("kill", "delay", "unavailable")
 ROLES = ("client", "edge", "server", "fed")
 CLOCKS = ("sim", "real")
 _KEYS = {"round", "rounds", "step", "p", "seconds", "index", "clock"}
+# The keys each action takes (any other is refused, not silently dropped).
+_APPLIES = {"kill": {"round", "rounds", "step", "p", "index"},
+            "delay": {"round", "rounds", "p", "seconds", "clock"},
+            "unavailable": {"round", "rounds", "index", "p"}}  # p: refused below, with why
 
 
 @dataclass
@@ -104,12 +108,21 @@ def parse_fault(item) -> Fault:
     if role not in ROLES:
         raise ConfigError(f"fault '{text}': unknown role '{role}'; allowed: {', '.join(ROLES)}")
     f = Fault(action, role)
+    seen: set[str] = set()
     for kv in parts[2:]:
         if "=" not in kv:
             raise ConfigError(f"fault '{text}': '{kv}' is not key=value; keys: {', '.join(sorted(_KEYS))}")
         k, v = (s.strip() for s in kv.split("=", 1))
         if k not in _KEYS:
             raise ConfigError(f"fault '{text}': unknown key '{k}'; allowed: {', '.join(sorted(_KEYS))}")
+        if k not in _APPLIES[action]:
+            raise ConfigError(f"fault '{text}': key '{k}' does not apply to {action}; {action} takes "
+                              f"{', '.join(sorted(_APPLIES[action]))}")
+        same = {k} | ({"round", "rounds"} if k in ("round", "rounds") else set())
+        if seen & same:
+            raise ConfigError(f"fault '{text}': '{k}' is given twice (or with {'/'.join(sorted(same - {k}))}); "
+                              f"give each key once")
+        seen.add(k)
         if k in ("round", "rounds"):
             f.rounds = _range(text, k, v, int)
             continue
@@ -221,6 +234,15 @@ def check_rounds(faults: list[Fault], rounds: int) -> None:
         if f.rounds is not None and f.rounds[0] > rounds:
             raise ConfigError(f"fault '{f.text()}' is scheduled after the last round (rounds={rounds}); "
                               f"allowed: rounds 1..{rounds}")
+
+
+def check_steps(faults: list[Fault], steps: int, how: str) -> None:
+    """Refuse a kill at a step the round never reaches (``steps``: the most local steps a client
+    takes in a round; ``how``: where that number comes from)."""
+    for f in faults:
+        if f.step is not None and f.step > steps:
+            raise ConfigError(f"fault '{f.text()}': step={f.step} is past the round's last local step ({steps}, "
+                              f"{how}); allowed: step=0..{steps}")
 
 
 def check_roles(faults: list[Fault], num_servers: int, algo: str, num_client_actors: int) -> None:

@@ -23,6 +23,7 @@ from the rows kept, so a resumed run reads exactly like an uninterrupted one.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import threading
@@ -72,8 +73,13 @@ def _sent(row: dict) -> int:
     return int(row.get("bytes_up", 0) or 0) + int(row.get("bytes_down", 0) or 0)
 
 
+TB_MAX_STEP = 2**62  # TensorBoard's steps are 64-bit integers
+
+
 def _sim_ms(row: dict) -> int:
-    return int(round(1000 * float(row.get("sim_time_total_s", 0.0) or 0.0)))
+    """The simulated time in milliseconds as a TensorBoard step (capped: a step past 2^63 is refused)."""
+    ms = 1000 * float(row.get("sim_time_total_s", 0.0) or 0.0)
+    return int(round(ms)) if math.isfinite(ms) and 0 <= ms < TB_MAX_STEP else (TB_MAX_STEP if ms > 0 else 0)
 
 
 # Settings that are not hyperparameters: where a run writes and how it is kept, resumed, shown and

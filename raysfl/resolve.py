@@ -16,6 +16,7 @@ import difflib
 import math
 import os
 import tempfile
+import unicodedata
 from pathlib import Path
 
 from raysfl.algorithms import ALGORITHMS, get_algorithm
@@ -26,6 +27,15 @@ from raysfl.errors import ConfigError
 from raysfl.data import custom as custom_data
 from raysfl.models import MODELS, model_info
 from raysfl.models import custom as custom_model
+
+
+MAX_ROUNDS = 10_000_000
+MAX_INT = 2**63 - 1
+# What the device profiles may hold: wide enough for any real device, narrow enough that the
+# simulated clock stays finite and fits TensorBoard's integer steps (milliseconds).
+DEVICE_BOUNDS = {"memory_gb": (1e-6, 1e6), "latency_ms": (1e-6, 1e7), "cpu_ghz": (1e-6, 1e6),
+                 "uplink_mbps": (1e-6, 1e9), "downlink_mbps": (1e-6, 1e9), "flops_per_cycle": (1e-6, 1e6),
+                 "server_tflops": (1e-6, 1e9)}
 
 
 def from_dict(data: dict, base: Config | None = None) -> Config:
@@ -41,6 +51,8 @@ def from_dict(data: dict, base: Config | None = None) -> Config:
     top = {f.name for f in dataclasses.fields(Config)} - {"devices", "resources", "algo_params"}
     algo_sections: dict = {}
     for key, value in data.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"setting names must be text, got {key!r}")
         k = key.replace("-", "_")
         if k in SECTIONS:
             if not isinstance(value, dict):
@@ -48,7 +60,7 @@ def from_dict(data: dict, base: Config | None = None) -> Config:
             section = dataclasses.replace(getattr(cfg, k))
             names = {f.name for f in dataclasses.fields(SECTIONS[k])}
             for sk, sv in value.items():
-                sk = sk.replace("-", "_")
+                sk = str(sk).replace("-", "_")
                 if sk not in names:
                     raise ConfigError(f"unknown setting '{k}.{sk}'; allowed: {', '.join(sorted(names))}")
                 setattr(section, sk, coerce(SECTIONS[k], sk, sv, f"{k}."))
@@ -75,7 +87,7 @@ def from_dict(data: dict, base: Config | None = None) -> Config:
             _refuse_section(section_name, values, cfg.algo)
         names = {f.name for f in dataclasses.fields(params)}
         for sk, sv in values.items():
-            sk = sk.replace("-", "_")
+            sk = str(sk).replace("-", "_")
             if sk not in names:
                 raise ConfigError(
                     f"unknown setting '{section_name}.{sk}'; allowed: {', '.join(sorted(names)) or 'none'}")
@@ -152,13 +164,46 @@ def _writable_dir(path: str, what: str) -> None:
                           f"({e.strerror or e})") from None
 
 
+def _plans_own_steps(planner) -> bool:
+    """Whether the algorithm's planner decides the local steps itself (then --local-steps is not the count)."""
+    from raysfl.algorithms.roles import Planner
+
+    return type(planner).plan_steps is not Planner.plan_steps
+
+
+def _check_ints(cfg: Config) -> None:
+    """Every integer setting fits a 64-bit integer (Parquet, NumPy and TensorBoard store them so):
+    --rounds 99999999999999999999999 is refused, not overflowed later."""
+    for obj, where in ((cfg, ""), (cfg.resources, "resources."), (cfg.algo_params, f"{cfg.algo}.")):
+        for f in dataclasses.fields(obj):
+            v = getattr(obj, f.name)
+            if isinstance(v, int) and not isinstance(v, bool) and not -MAX_INT <= v <= MAX_INT:
+                name = f.name.replace("_", "-") if not where else f"{where}{f.name}"
+                raise ConfigError(f"{name} is out of range: {v} (allowed: at most {MAX_INT:,})")
+
+
+def _check_text(value: str, what: str) -> None:
+    """A name or path is text that can be written down: valid UTF-8 (not raw bytes from the
+    command line), no control characters (a newline, a tab, an escape)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raw = os.fsencode(value) if isinstance(value, str) else value
+        raise ConfigError(f"{what} must be valid UTF-8 text, got the bytes {raw!r}") from None
+    bad = sorted({c for c in value if unicodedata.category(c) == "Cc"})
+    _check(not bad, f"{what} must not contain control characters (newline, tab, ...), got {value!r}")
+
+
 def check_name(name: str | None) -> None:
-    """A run name is one directory name inside --out: no path separators, not '.' or '..'."""
+    """A run name is one directory name inside --out: no path separators, not '.' or '..', not
+    blank, printable UTF-8 text."""
     if name is None:
         return
     seps = {"/", os.sep} | ({os.altsep} if os.altsep else set())
     _check(bool(name) and name not in (".", "..") and not any(c in name for c in seps) and "\0" not in name,
            f"name must be one directory name inside --out (no '/', not '.' or '..'), got {name!r}")
+    _check(bool(name.strip()), f"name must not be blank, got {name!r}")
+    _check_text(name, "name")
     _check(len(name.encode()) <= 200, f"name must be at most 200 bytes long, got {len(name.encode())}")
 
 
@@ -196,7 +241,8 @@ def validate(cfg: Config) -> Config:
         _check(cfg.model in MODELS, f"unknown model '{cfg.model}'; allowed: {', '.join(MODELS)}")
     _check(cfg.partition in PARTITIONERS,
            f"unknown partition '{cfg.partition}'; allowed: {', '.join(PARTITIONERS)}")
-    _check(cfg.rounds >= 1, f"rounds must be >= 1, got {cfg.rounds}")
+    _check(1 <= cfg.rounds <= MAX_ROUNDS, f"rounds must be between 1 and {MAX_ROUNDS:,}, got {cfg.rounds}")
+    _check_ints(cfg)
     _check(cfg.clients >= 1, f"clients must be >= 1, got {cfg.clients}")
     if cfg.clients_per_round is not None:
         _check(1 <= cfg.clients_per_round <= cfg.clients,
@@ -244,13 +290,21 @@ def validate(cfg: Config) -> Config:
                            ("cpu_ghz", cfg.devices.cpu_ghz), ("uplink_mbps", cfg.devices.uplink_mbps),
                            ("downlink_mbps", cfg.devices.downlink_mbps)):
         _check(0 < lo <= hi, f"devices.{name} must be a range 0 < low <= high, got ({lo}, {hi})")
+        low, high = DEVICE_BOUNDS[name]
+        _check(low <= lo and hi <= high, f"devices.{name} must lie within [{low:g}, {high:g}] (simulated times stay "
+                                         f"finite and countable), got ({lo:g}, {hi:g})")
+    for name in ("flops_per_cycle", "server_tflops"):
+        low, high = DEVICE_BOUNDS[name]
+        v = getattr(cfg.devices, name)
+        _check(low <= v <= high, f"devices.{name} must be within [{low:g}, {high:g}], got {v:g}")
     r = cfg.resources
     _check(r.client_actors >= 1, f"resources.client_actors must be >= 1, got {r.client_actors}")
     _check(r.clients_per_actor is None or r.clients_per_actor >= 1,
            f"resources.clients_per_actor must be >= 1 (or unset), got {r.clients_per_actor}")
-    for name in ("num_cpus", "num_gpus"):
-        v = getattr(r, name)
-        _check(v is None or v >= 0, f"resources.{name} must be >= 0 (or unset: what the actors need), got {v}")
+    _check(r.num_cpus is None or r.num_cpus >= 1,
+           f"resources.num_cpus must be >= 1 (or unset: what the actors need), got {r.num_cpus}")
+    _check(r.num_gpus is None or r.num_gpus >= 0,
+           f"resources.num_gpus must be >= 0 (or unset: what the actors need), got {r.num_gpus}")
     for name in ("client_cpus", "client_gpus", "server_cpus", "server_gpus", "fed_cpus", "fed_gpus"):
         v = getattr(r, name)
         _check(v is None or v >= 0, f"resources.{name} must be >= 0 (or unset: sized to the cluster), got {v}")
@@ -264,6 +318,8 @@ def validate(cfg: Config) -> Config:
            f"resources.inline_object_kb must be between 0 and 65536 (64 MiB), got {r.inline_object_kb}")
     _check(r.placement_timeout_s > 0, f"resources.placement_timeout_s must be > 0, got {r.placement_timeout_s}")
     check_name(cfg.name)
+    _check(bool(cfg.out.strip()), f"out must name a directory (the runs go inside it), got {cfg.out!r}")
+    _check_text(cfg.out, "out")
     if cfg.resume:
         _check(Path(cfg.resume).is_dir(), f"cannot resume '{cfg.resume}': not a directory")
         _writable_dir(cfg.resume, "run directory")
@@ -295,10 +351,15 @@ def validate(cfg: Config) -> Config:
     planner = algo_cls.make_planner(cfg)  # as the params shape it (FLEX-SFL's edge servers)
     check_roles(faults, planner.servers, cfg.algo, cfg.resources.num_client_actors(cfg.clients))
     check_rounds(faults, cfg.rounds)
+    if cfg.local_steps is not None and not _plans_own_steps(planner):
+        from raysfl.faults import check_steps
+
+        check_steps(faults, cfg.local_steps, "--local-steps")
     exchange = planner.exchange
-    if exchange is not None and exchange.sequential and (cfg.round_deadline_s or cfg.sim_deadline_s):
-        raise ConfigError(f"deadlines (--round-deadline-s, --sim-deadline-s) are not supported for the sequential "
-                          f"algorithm '{cfg.algo}' (its clients take turns within one round)")
+    if exchange is not None and exchange.sequential and (cfg.round_deadline_s or cfg.step_deadline_s
+                                                         or cfg.sim_deadline_s):
+        raise ConfigError(f"deadlines (--round-deadline-s, --step-deadline-s, --sim-deadline-s) are not supported "
+                          f"for the sequential algorithm '{cfg.algo}' (its clients take turns within one round)")
     if cfg.max_restarts == 0 and any(f.action == "kill" for f in faults):
         raise ConfigError("kill faults need --max-restarts >= 1 (with 0, the first kill ends the run)")
     if faults and exchange is None:

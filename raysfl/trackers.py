@@ -59,7 +59,11 @@ def _client(uri: str | None):
 
 
 def check_mlflow(uri: str) -> None:
-    """Before the run: mlflow installed and the tracking store reachable (one-line ConfigError)."""
+    """Before the run: mlflow installed and the tracking store reachable (one-line ConfigError).
+    An empty URI is refused: MLflow would take it for its default store, a database in the
+    current directory."""
+    if not uri.strip():
+        raise ConfigError(f"mlflow must be a tracking URI (e.g. file:./mlruns, http://host:5000), got {uri!r}")
     _client(uri)
 
 

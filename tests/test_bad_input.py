@@ -107,7 +107,8 @@ BAD_FLAGS = [
     (["--seed", "-1"], "seed must be an integer in [0, 2^32), got -1"),
     (["--server-tflops", "0"], "devices.server_tflops must be > 0, got 0"),
     (["--flops-per-cycle", "0"], "devices.flops_per_cycle must be > 0, got 0"),
-    (["--num-cpus", "-1"], "resources.num_cpus must be >= 0"),
+    (["--num-cpus", "-1"], "resources.num_cpus must be >= 1"),
+    (["--num-cpus", "0"], "resources.num_cpus must be >= 1 (or unset"),
     (["--num-gpus", "-1"], "resources.num_gpus must be >= 0"),
     (["--memory-gb", "inf", "inf"], "devices.memory_gb must be a finite number, got (inf, inf)"),
     (["--clients-per-actor", "-1"], "resources.clients_per_actor must be >= 1"),
@@ -119,6 +120,57 @@ BAD_FLAGS = [
     (["--faults", "delay:client:p=nan:seconds=1"], "p must be in (0, 1], got nan"),
     (["--min-included", "2"], "min-included must be a share"),
     (["--round-deadline-s", "inf"], "round-deadline-s must be a finite number"),
+    # issue 35: values that passed validation and then crashed, or were silently taken
+    (["--latency-ms", "1e300", "1e300", "--cpu-ghz", "1e-300", "1e-300"],
+     "devices.latency_ms must lie within [1e-06, 1e+07]"),
+    (["--cpu-ghz", "1e-300", "1e-300"], "devices.cpu_ghz must lie within [1e-06, 1e+06]"),
+    (["--uplink-mbps", "1e-300", "1"], "devices.uplink_mbps must lie within"),
+    (["--server-tflops", "1e300"], "devices.server_tflops must be within [1e-06, 1e+09], got 1e+300"),
+    (["--flops-per-cycle", "1e-300"], "devices.flops_per_cycle must be within"),
+    (["--name", "\udcff"], "name must be valid UTF-8 text, got the bytes b'\\xff'"),
+    (["--name", "a\nb"], "name must not contain control characters"),
+    (["--name", "tab\there"], "name must not contain control characters"),
+    (["--name", "   "], "name must not be blank, got '   '"),
+    (["--name", ""], "name must be one directory name inside --out"),
+    (["--rounds", "99999999999999999999999"], "rounds must be between 1 and 10,000,000, got 99999999999999999999999"),
+    (["--rounds", "0"], "rounds must be between 1 and 10,000,000, got 0"),
+    (["--local-steps", "99999999999999999999999"], "local-steps is out of range"),
+    (["--batch-size", "1e30"], "batch_size: cannot use '1e30'"),
+    (["--algo", "sl", "--step-deadline-s", "5"], "not supported for the sequential algorithm 'sl'"),
+    (["--algo", "sl", "--round-deadline-s", "5"], "not supported for the sequential algorithm 'sl'"),
+    (["--faults", "kill:client:round=1:round=3"], "'round' is given twice"),
+    (["--faults", "kill:client:round=1:rounds=1-2"], "'rounds' is given twice (or with round)"),
+    (["--faults", "delay:client:p=0.5:p=0.2:seconds=1"], "'p' is given twice"),
+    (["--faults", "kill:client:round=1:seconds=5"], "key 'seconds' does not apply to kill"),
+    (["--faults", "kill:client:round=1:clock=real"], "key 'clock' does not apply to kill"),
+    (["--faults", "delay:client:p=0.5:seconds=1:step=2"], "key 'step' does not apply to delay"),
+    (["--faults", "delay:client:p=0.5:seconds=1:index=0"], "key 'index' does not apply to delay"),
+    (["--faults", "unavailable:server:round=1:seconds=3"], "key 'seconds' does not apply to unavailable"),
+    (["--local-steps", "3", "--faults", "kill:client:round=1:step=4"],
+     "step=4 is past the round's last local step (3, --local-steps); allowed: step=0..3"),
+    (["--faults", "kill:client:round=1:step=-1"], "step=S (>= 0)"),
+    (["--faults", "kill:client:round=0"], "rounds are numbered from 1"),
+    (["--faults", "kill:client:round=99999999999999999999999"], "is scheduled after the last round"),
+    (["--faults", "kill:client:p=1e-400"], "p must be in (0, 1], got 0.0"),
+    (["--faults", "kill:client:round=1:index=9"], "index 9 out of range"),
+    (["--faults", "kill:client:round=1:index=x"], "index='x' is not a number"),
+    (["--faults", "delay:client:p=0.5:seconds=-1"], "seconds"),
+    (["--faults", "kill::round=1"], "unknown role ''"),
+    (["--faults", "kill:client:=3"], "unknown key ''"),
+    (["--out", ""], "out must name a directory (the runs go inside it), got ''"),
+    (["--out", "  "], "out must name a directory"),
+    (["--out", "/tmp/x\udcff"], "out must be valid UTF-8 text, got the bytes b'/tmp/x\\xff'"),
+    (["--lr", "1e400"], "lr must be a finite number, got inf"),
+    (["--momentum", "-0.0001"], "momentum must be in [0, 1)"),
+    (["--clients", "0"], "clients must be >= 1"),
+    (["--clients", "100000"], "training samples but clients=100000"),
+    (["--seed", "4294967296"], "seed must be an integer in [0, 2^32)"),
+    (["--transfer-dtype", "int8"], "unknown transfer-dtype 'int8'"),
+    (["--keep-checkpoints", "-1"], "keep-checkpoints must be >= 0"),
+    (["--inline-object-kb", "99999999999"], "inline_object_kb must be between 0 and 65536"),
+    (["--placement-timeout-s", "nan"], "placement_timeout_s must be a finite number"),
+    (["--rounds", "2.5"], "rounds: cannot use '2.5'; expected int"),
+    (["--mlflow", ""], "mlflow must be a tracking URI"),  # MLflow took '' for a database in the current directory
 ]
 
 
@@ -148,14 +200,91 @@ BAD_FILES = [
     ("mu: 0.1\n", "'mu' is a setting of algorithm 'fedprox'"),
     ("algo: fedprox\nfedprox: 3\n", "section 'fedprox' must be a mapping"),
     ("faults:\n  - {action: delay, role: client, p: 0.5, seconds: .inf}\n", "must be finite"),
+    # issue 35
+    ("rounds: 2\nrounds: 500\n", "setting 'rounds' is given twice (again on line 2)"),
+    ("devices:\n  latency_ms: [1, 2]\n  latency_ms: [3, 4]\n", "setting 'latency_ms' is given twice"),
+    ("faults:\n  - {action: kill, role: client, round: 1, round: 2}\n", "setting 'round' is given twice"),
+    ("", "holds no settings (it is empty or only comments)"),
+    ("# only a comment\n\n", "holds no settings"),
+    ("---\n", "holds no settings"),
+    ("1: 2\n", "setting names must be text, got 1"),
+    ("a: &a {b: *a}\n", "is malformed"),
+    ("x: !!python/object/apply:os.system [ls]\n", "is malformed"),
+    ("rounds: 2\n---\nrounds: 3\n", "is malformed"),
+    ("- rounds: 2\n", "must hold a mapping of settings, got list"),
+    ("rounds: .nan\n", "rounds: cannot use nan; expected int"),
+    ("lr: .inf\n", "lr must be a finite number, got inf"),
+    ("rounds: 1e30\n", "rounds: cannot use '1e30'"),
+    ("faults: 3\n", "faults must be a comma-separated string or a list"),
+    ("faults: [3]\n", "must be a string ACTION:ROLE"),
+    ("faults: [{role: client}]\n", "needs 'action' and 'role'"),
+    ("resources: [1, 2]\n", "section 'resources' must be a mapping"),
+    ("name: \"a\\nb\"\n", "name must not contain control characters"),
 ]
 
 
-@pytest.mark.parametrize("text,expected", BAD_FILES, ids=[t.splitlines()[0] for t, _ in BAD_FILES])
+@pytest.mark.parametrize("text,expected", BAD_FILES, ids=[repr(t[:40]) for t, _ in BAD_FILES])
 def test_bad_config_file_is_one_line(text, expected, tmp_path, capsys):
     f = tmp_path / "c.yaml"
     f.write_text(text)
     _one_line(["run", "--config", str(f), "--out", str(tmp_path)], capsys, expected)
+
+
+def test_config_file_that_cannot_be_read_is_one_line(tmp_path, capsys):
+    """A directory, a binary file (not UTF-8, NUL bytes) or duplicate keys in JSON: one line each."""
+    _one_line(["run", "--config", str(tmp_path), "--out", str(tmp_path)], capsys,
+              f"config file '{tmp_path}' is a directory; expected a YAML or JSON file")
+    binary = tmp_path / "c.yaml"
+    binary.write_bytes(b"rounds: 2\n\xff\xfe\x00\x01")
+    _one_line(["run", "--config", str(binary), "--out", str(tmp_path)], capsys, "is not UTF-8 text (byte 10 is 0xff)")
+    nul = tmp_path / "n.yaml"
+    nul.write_bytes(b"rounds: 2\n\x00\x00")
+    _one_line(["run", "--config", str(nul), "--out", str(tmp_path)], capsys, "holds NUL bytes")
+    dup = tmp_path / "c.json"
+    dup.write_text('{"rounds": 2, "rounds": 500}')
+    _one_line(["run", "--config", str(dup), "--out", str(tmp_path)], capsys, "setting 'rounds' is given twice")
+    _one_line(["run", "--config", str(tmp_path / "nope.yaml"), "--out", str(tmp_path)], capsys, "does not exist")
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["run", "--plugin", ""], "--plugin '' is not a module name"),
+    (["run", "--plugin", "../evil"], "--plugin '../evil' is not a module name"),
+    (["export", "{run}", "--out", "/proc/x.pt"], "cannot write '/proc/x.pt'"),
+    (["export", "{run}", "--out", "{tmp}"], "Is a directory"),
+    (["export", "{run}", "--round", "99999999999999999999999"], "has no checkpoint of round 99999999999999999999999"),
+    (["export", "{tmp}"], "is not a run directory (no config.json in it)"),
+], ids=["empty plugin", "path as plugin", "export to /proc", "export onto a directory", "export huge round",
+        "export of no run"])
+def test_other_commands_bad_input_is_one_line(argv, expected, finished_run, tmp_path, capsys):
+    argv = [a.format(run=finished_run, tmp=tmp_path) for a in argv]
+    _one_line(argv, capsys, expected)
+
+
+def test_a_utf8_bom_config_file_is_read(tmp_path):
+    """A file saved by an editor that writes a byte-order mark is still a config file."""
+    from raysfl.config import load_file
+
+    f = tmp_path / "c.yaml"
+    f.write_bytes("\ufeffrounds: 4\n".encode())
+    assert load_file(f) == {"rounds": 4}
+
+
+def test_huge_simulated_time_is_a_capped_tensorboard_step():
+    """Even a simulated clock past 2^63 ms (or infinite) gives TensorBoard a step it can store."""
+    from raysfl.metrics import TB_MAX_STEP, _sim_ms
+
+    assert _sim_ms({"sim_time_total_s": 1e300}) == TB_MAX_STEP
+    assert _sim_ms({"sim_time_total_s": float("inf")}) == TB_MAX_STEP
+    assert _sim_ms({"sim_time_total_s": 1.5}) == 1500
+
+
+def test_fault_step_past_the_rounds_steps_is_refused_with_local_epochs(tmp_path, capsys):
+    """With --local-epochs the round's step count comes from the data split: checked once the data
+    load, before any run directory or Ray."""
+    out = tmp_path / "runs"
+    _one_line(["run", "--out", str(out), "--clients", "4", "--faults", "kill:client:round=1:step=500"], capsys,
+              "step=500 is past the round's last local step")
+    assert not out.exists() or not any(out.iterdir())
 
 
 def test_null_for_a_paper_setting_means_its_default(tmp_path):
@@ -269,6 +398,89 @@ def test_resume_may_change_fault_handling(finished_run, tmp_path):
     assert checkpoint.load_latest(d, cfg.to_dict())["round"] == 2  # the checkpoint accepts them
     with pytest.raises(ConfigError, match="cannot change 'lr'"):
         raysfl.resume_config(d, {"lr": 0.5})
+
+
+def _original(out):
+    """The command line of ``finished_run``, as its user would have typed it."""
+    return ["run", "--algo", "splitfed_v2", "--clients", "4", "--rounds", "2", "--local-steps", "2",
+            "--batch-size", "16", "--out", str(out), "--name", "r", "--no-progress", "--client-actors", "2"]
+
+
+def test_resume_takes_the_original_command_back(finished_run, tmp_path, capsys):
+    """Repeating the original command with --resume works: every setting is compared as the typed
+    value it means ('2' from a flag is the run's 2), with --rounds raised to go on."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from raysfl.cli import build_parser, config_from_args, main
+
+    d = tmp_path / "r"
+    shutil.copytree(finished_run, d)
+    argv = _original(tmp_path) + ["--resume", str(d)]
+    argv[argv.index("--rounds") + 1] = "3"
+    cfg = config_from_args(build_parser().parse_args(argv))
+    assert (cfg.local_steps, cfg.rounds, cfg.resume, cfg.name, cfg.out) == (2, 3, str(d), "r", str(finished_run.parent))
+    # the same values written otherwise: 2.0, a trailing slash on --out, an equal float
+    same = argv + ["--lr", "0.050", "--out", str(tmp_path) + "/", "--latency-ms", "20", "200.0"]
+    assert config_from_args(build_parser().parse_args(same)).lr == 0.05
+    assert main(argv) == 0, capsys.readouterr().err
+    assert [r["round"] for r in pq.read_table(d / "metrics.parquet").to_pylist()] == [1, 2, 3]
+    assert '"out": "' + str(finished_run.parent) + '"' in (d / "config.json").read_text()  # as recorded first
+
+
+@pytest.mark.parametrize("extra,expected", [
+    (["--local-steps", "3"], "cannot change 'local_steps' when resuming (it was 2, asked 3)"),
+    (["--lr", "0.5"], "cannot change 'lr' when resuming (it was 0.05, asked 0.5)"),
+    (["--latency-ms", "20", "201"], "cannot change 'devices.latency_ms'"),
+    (["--algo", "fedprox"], "cannot change 'algo'"),
+    (["--out", "/tmp"], "cannot change 'out' when resuming"),
+    (["--out", ""], "cannot change 'out' when resuming"),
+    (["--name", "other"], "cannot change 'name' when resuming: the run is 'r'"),
+    (["--seed", "1"], "cannot change 'seed'"),
+    (["--seed", "-1"], "cannot change 'seed'"),
+    (["--rounds", "nan"], "rounds: cannot use 'nan'"),
+], ids=lambda x: " ".join(x) if isinstance(x, list) else None)
+def test_resume_refuses_what_would_make_the_record_lie(finished_run, tmp_path, capsys, extra, expected):
+    import shutil
+
+    d = tmp_path / "r"
+    shutil.copytree(finished_run, d)
+    before = (d / "config.json").read_text()
+    _one_line(["run", "--resume", str(d), "--rounds", "3", *extra], capsys, expected)
+    assert (d / "config.json").read_text() == before
+
+
+@pytest.mark.parametrize("target,expected", [
+    (lambda t: t / "nope", "no config.json in it"),
+    (lambda t: t, "no config.json in it"),
+    (lambda t: (t / "f").write_text("x") and t / "f", "no config.json in it"),
+    (lambda t: Path("/proc/self"), "no config.json in it"),
+], ids=["missing", "empty dir", "a file", "/proc/self"])
+def test_resume_targets_that_are_not_runs_are_one_line(tmp_path, capsys, target, expected):
+    _one_line(["run", "--resume", str(target(tmp_path)), "--rounds", "3"], capsys, expected)
+
+
+def test_resume_of_a_finished_run_says_how_to_go_on(finished_run, tmp_path, capsys):
+    d = _copy(finished_run, tmp_path)
+    _one_line(["run", "--resume", str(d)], capsys, "already finished 2 rounds; pass --rounds > 2")
+
+
+def test_export_says_which_round_it_took(finished_run, tmp_path, capsys):
+    """The newest checkpoint unreadable: export takes the one before and says so on stdout; the
+    warning on stderr is whole words."""
+    from raysfl.cli import main
+
+    d = _copy(finished_run, tmp_path)
+    assert main(["export", str(d)]) == 0
+    assert "of round 2 (" in capsys.readouterr().out
+    newest = d / "checkpoints" / "round_0002.pt"
+    newest.write_bytes(newest.read_bytes()[:100])
+    assert main(["export", str(d), "--out", str(tmp_path / "m.pt")]) == 0
+    got = capsys.readouterr()
+    assert "of round 1 (the newest checkpoint, round 2, is unreadable)" in got.out
+    warning = [line for line in got.err.splitlines() if "warning" in line]
+    assert len(warning) == 1 and warning[0].endswith("; trying the one before")
 
 
 def test_old_checkpoint_fingerprints_are_still_accepted(tmp_path):

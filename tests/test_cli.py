@@ -16,7 +16,7 @@ CASES = [
     (["--cut", "7"], "cut 7 is not valid for model 'cnn'; valid cuts: 1..3"),
     (["--clients", "4", "--clients-per-round", "5"], "clients-per-round must be between 1 and clients (4), got 5"),
     (["--clients", "2000"], "has 1437 training samples but clients=2000"),
-    (["--rounds", "0"], "rounds must be >= 1, got 0"),
+    (["--rounds", "0"], "rounds must be between 1 and 10,000,000, got 0"),
     (["--dataset", "mnist"], "dataset 'mnist' needs --data-root"),
     (["--partition", "zipf"], "unknown partition 'zipf'; allowed:"),
     (["--lr", "fast"], "lr: cannot use 'fast'"),

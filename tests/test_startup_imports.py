@@ -45,7 +45,7 @@ def _heavy_after(code: str, args: list[str], cwd) -> tuple[int, str, list[str]]:
     (["reproduce", "gapsl", "--table", "nope"], 2, "gapsl has no table 'nope'; allowed: main, ablations, eta"),
     (["reproduce", "nope"], 2, "unknown paper 'nope'"),
     (["run", "--bogus"], 2, "unrecognized arguments: --bogus"),
-    (["run", "--rounds", "-1"], 2, "rounds must be >= 1, got -1"),
+    (["run", "--rounds", "-1"], 2, "rounds must be between 1 and 10,000,000, got -1"),
     (["run", "--algo", "nope"], 2, "unknown algorithm 'nope'"),
     (["run", "--cut", "9"], 2, "cut 9 is not valid for model 'cnn'; valid cuts: 1..3"),
     (["run", "--alpha", "0"], 2, "alpha must be > 0, got 0.0"),

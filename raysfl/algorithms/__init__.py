@@ -86,6 +86,9 @@ def load_plugin(module: str) -> None:
     classes travel to the actors by value, so the module need not be installed on the nodes."""
     if module in PLUGINS:
         return
+    if not module.strip() or module.startswith(".") or any(not part.isidentifier() for part in module.split(".")):
+        raise ConfigError(f"--plugin {module!r} is not a module name; give one importable from here "
+                          f"(dotted identifiers), e.g. --plugin my_algo")
     try:
         importlib.import_module(module)
     except ImportError as e:

@@ -18,6 +18,7 @@ from raysfl.optim import build_optimizer
 from raysfl.runtime.client_actor import sample_stream
 from raysfl.runtime.placement import configure_torch
 from raysfl.runtime.planning import plan_round
+from raysfl.runtime import interrupts
 from raysfl.runtime.rounds import prune_checkpoints
 from raysfl.runtime.rows import round_row
 from raysfl.transport import state_to_wire, wire_to_state
@@ -75,13 +76,14 @@ def run_centralized(exp, state: dict | None) -> None:
                         sim_total=counters["sim_total"], wall=wall, wall_total=counters["wall_total"], completed=0,
                         fallback_steps=0, events={}, below_min_included=False, sim_compute=sim,
                         sim_compute_total=counters["sim_total"])
-        logger.log_round(row, [])
-        stop = exp.callbacks is not None and exp.callbacks.round(row)  # a callback may end the run here
-        if exp.due(rnd, cfg.checkpoint_every) or (stop and cfg.checkpoint_every):
-            logger.flush()
-            checkpoint.save(exp.run_dir, rnd, cfg_dict=cfg.to_dict(), state={"round": rnd, "counters": counters,
-                                           "model": state_to_wire(model.state_dict()), "opt": opt.state_dict()})
-            prune_checkpoints(exp)
+        with interrupts.held():  # a signal now waits until the round is logged and checkpointed
+            logger.log_round(row, [])
+            stop = exp.callbacks is not None and exp.callbacks.round(row)  # a callback may end the run here
+            if exp.due(rnd, cfg.checkpoint_every) or (stop and cfg.checkpoint_every):
+                logger.flush()
+                checkpoint.save(exp.run_dir, rnd, cfg_dict=cfg.to_dict(), state={"round": rnd, "counters": counters,
+                                               "model": state_to_wire(model.state_dict()), "opt": opt.state_dict()})
+                prune_checkpoints(exp)
         if stop:
             exp.stopped = True
             break

@@ -69,6 +69,7 @@ def run_experiment(cfg, callbacks=None) -> tuple[Path, list[dict], "object", "ob
         run_dir, state = None, None
     stages = StartupClock(None, cfg.progress)  # the run directory is known once the data loads
     ds = _load_data(cfg)
+    check_fault_steps(cfg, ds)
     if run_dir is None:
         run_dir = _new_run_dir(cfg)
     try:
@@ -79,6 +80,30 @@ def run_experiment(cfg, callbacks=None) -> tuple[Path, list[dict], "object", "ob
         except AttributeError:  # an exception type without a __dict__
             pass
         raise
+
+
+def check_fault_steps(cfg, ds) -> None:
+    """A kill at ``step=S`` past the most local steps a client takes in a round is refused before
+    the run starts (it could never fire there). With --local-steps validation did it; with
+    --local-epochs the count comes from the clients' shares of the data, known once it is split.
+    Algorithms that plan their own steps (GAPSL) are not checked."""
+    from raysfl.data import hold_out, partition
+    from raysfl.faults import check_steps, parse_faults
+    from raysfl.runtime.planning import local_steps
+
+    faults = [f for f in parse_faults(cfg.faults) if f.step is not None]
+    if not faults or cfg.local_steps is not None:
+        return
+    from raysfl.algorithms.roles import Planner
+
+    if type(get_algorithm(cfg.algo).make_planner(cfg)).plan_steps is not Planner.plan_steps:
+        return
+    parts = partition(ds.y_train, cfg.clients, cfg.partition, alpha=cfg.alpha,
+                      classes_per_client=cfg.classes_per_client, shards_per_client=cfg.shards_per_client,
+                      quantity_skew=cfg.quantity_skew or None, seed=cfg.seed)
+    parts, _ = hold_out(parts, cfg.local_test_fraction, cfg.seed)
+    most = max(local_steps(cfg, len(p))[0] for p in parts)
+    check_steps(faults, most, f"the most a client takes with --local-epochs {cfg.local_epochs:g}")
 
 
 def _load_data(cfg):
@@ -392,6 +417,9 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
                         save_checkpoint(exp, fed, rnd)
                     break
             ok = True
+        except KeyboardInterrupt:  # SIGINT or SIGTERM (runtime/interrupts.py): keep the rounds that finished
+            checkpoint_finished(exp, fed)
+            raise
         except ray.exceptions.RayError as e:  # an actor died for good, the cluster went away, ...
             from raysfl.runtime.refs import is_death
 
@@ -409,6 +437,32 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
             from raysfl.runtime import pool
 
             pool.destroy(launch.actors)
+
+
+def checkpoint_finished(exp, fed) -> None:
+    """On an interrupt: the newest finished round gets its checkpoint if it has none (between
+    the rounds --checkpoint-every N saves) and its state is at hand (the snapshot taken after
+    it: with retries, the default, or deadlines). --checkpoint-every 0 saves nothing."""
+    from raysfl.runtime import interrupts
+    from raysfl.runtime.rounds import save_checkpoint
+
+    rows = exp.logger.rows
+    if not rows or not exp.cfg.checkpoint_every:
+        return
+    done = rows[-1]["round"]
+    if done in checkpoint.rounds_saved(exp.run_dir) or fed.snapshot_round != done:
+        return
+    with interrupts.held():  # a second signal does not cut the save short
+        try:
+            if fed.snapshot is not None and fed.snapshot_round == done:
+                save_checkpoint(exp, fed, done)
+        except Exception as e:  # noqa: BLE001 - an actor gone with the signal: the older checkpoint stays
+            print(f"raysfl: warning: could not checkpoint round {done} on the way out "
+                  f"({type(e).__name__}: {_first(e)})", file=sys.stderr)
+
+
+def _first(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [""])[0][:200]
 
 
 class StartupClock:

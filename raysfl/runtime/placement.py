@@ -151,6 +151,7 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
     import ray
 
     from raysfl.errors import ConfigError
+    from raysfl.runtime import interrupts
 
     if ray.is_initialized():
         return False
@@ -162,6 +163,7 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
         try:
             # a submitted job brings its own runtime_env (--working-dir); don't override it
             ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
+            interrupts.reinstall()  # ray.init took SIGTERM over (and Ray's C-level stack dump under it)
         except (ConnectionError, ValueError, RuntimeError) as e:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
             raise ConfigError(f"cannot connect to the Ray cluster at RAY_ADDRESS={os.environ['RAY_ADDRESS']!r}: "
@@ -188,15 +190,20 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
         print(f"raysfl: warning: the actors ask for {need_gpus:g} GPUs but this machine has no CUDA GPU; "
               "they run on CPU (Ray is given placeholder GPUs so they can be placed)", file=sys.stderr)
     try:
-        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
-                 runtime_env=env, log_to_driver=True, configure_logging=False)
+        # Ray's processes (and the reaper) start with SIGTERM blocked: `timeout`, a Ctrl-C'd
+        # terminal or Slurm signal the whole process group, and the driver must outlive Ray's GCS
+        # and raylet to record what it has (runtime/interrupts.py)
+        with interrupts.children_spared():
+            ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
+                     runtime_env=env, log_to_driver=True, configure_logging=False)
+            interrupts.reinstall()  # ray.init took SIGTERM over (and Ray's C-level stack dump under it)
+            _start_reaper()
     finally:
         if user_inline is None:
             del os.environ[INLINE_ENV]
     worker_logs.install()  # a crashed worker's noise becomes one line
     if wire_guard.enabled():
         wire_guard.install()
-    _start_reaper()
     _at_exit()
     return True
 
@@ -252,8 +259,23 @@ def shutdown_ray() -> None:
 
     if ray.is_initialized():
         pool.clear()
+        _stop_with_sigkill()
         ray.shutdown()
     reaper.stop()
+
+
+def _stop_with_sigkill() -> None:
+    """The local Ray's processes run with SIGTERM blocked (``interrupts.children_spared``): the
+    SIGTERM that ``ray.shutdown`` sends first would only cost a second per process before its
+    SIGKILL, so it sends SIGKILL at once. A Ray this process joined has no such record: untouched."""
+    import ray
+
+    node = getattr(ray._private.worker, "_global_node", None)
+    for infos in (getattr(node, "all_processes", None) or {}).values():
+        for info in infos:
+            proc = getattr(info, "process", None)
+            if proc is not None and getattr(proc, "pid", None):
+                proc.terminate = proc.kill
 
 
 DEFAULT_CPUS = {"client": 0.5, "server": 1.0, "fed": 0.5}  # per actor, where the user sets none

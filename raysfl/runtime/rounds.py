@@ -20,6 +20,7 @@ from raysfl import checkpoint
 from raysfl.algorithms.roles import FederationContext, Planner
 from raysfl.errors import RunFailed
 from raysfl.faults import plan_faults
+from raysfl.runtime import interrupts
 from raysfl.runtime.federation import Federation, FedServerLost, RoundInFlight, RoundResult
 from raysfl.runtime.planning import plan_round
 from raysfl.runtime.rows import EVENT_COLUMNS, TRAFFIC_COLUMNS, client_row, round_row
@@ -120,24 +121,25 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
     events["dropped"] = len(res.late | {c for c in res.stats if c not in aggregated and c not in res.failed})
     events["fallbacks"] = sum(1 for st in res.stats.values() if st.fallback_steps)
     bad = sorted(c for c, st in res.stats.items() if st.loss_count and not math.isfinite(st.loss_sum))
-    if not bad:  # the state to go back to if a later round fails (a diverged one is not kept)
-        if cfg.max_round_retries or exp.due(rnd, cfg.checkpoint_every) or deadlines(cfg):
-            fed.snapshot_at(rnd)
-    wall = time.perf_counter() - t0  # the whole round, snapshot included (logging runs on its own thread)
-    for c, p in plans.items():
-        exp.counters["stream_pos"][c] = p.stream_pos + p.samples
-    delays = {**sim_delay, **real_delay}
-    row, client_rows = round_metrics(exp, rnd, res, result, wall, sim_delay=sim_delay, included=set(aggregated),
-                                     events=events, delays=delays, selected=selected)
-    logger.log_round(row, client_rows)
-    if row["below_min_included"]:
-        _warn_thin(exp, rnd, res, set(aggregated), selected, events)
-    if bad:  # stop before this round's state reaches a checkpoint; the previous one resumes
-        raise RunFailed(f"training diverged: the loss of client(s) {bad[:5]} became NaN/inf in round {rnd} "
-                        f"(lr {cfg.lr_at(rnd):g}); start a new run with a lower --lr (or --lr-decay); metrics of "
-                        f"rounds 1..{rnd - 1} are in {exp.run_dir}")
-    if exp.due(rnd, cfg.checkpoint_every):
-        save_checkpoint(exp, fed, rnd)
+    with interrupts.held():  # a signal now waits until the round is logged and checkpointed
+        if not bad:  # the state to go back to if a later round fails (a diverged one is not kept)
+            if cfg.max_round_retries or exp.due(rnd, cfg.checkpoint_every) or deadlines(cfg):
+                fed.snapshot_at(rnd)
+        wall = time.perf_counter() - t0  # the whole round, snapshot included (logging runs on its own thread)
+        for c, p in plans.items():
+            exp.counters["stream_pos"][c] = p.stream_pos + p.samples
+        delays = {**sim_delay, **real_delay}
+        row, client_rows = round_metrics(exp, rnd, res, result, wall, sim_delay=sim_delay, included=set(aggregated),
+                                         events=events, delays=delays, selected=selected)
+        logger.log_round(row, client_rows)
+        if row["below_min_included"]:
+            _warn_thin(exp, rnd, res, set(aggregated), selected, events)
+        if bad:  # stop before this round's state reaches a checkpoint; the previous one resumes
+            raise RunFailed(f"training diverged: the loss of client(s) {bad[:5]} became NaN/inf in round {rnd} "
+                            f"(lr {cfg.lr_at(rnd):g}); start a new run with a lower --lr (or --lr-decay); metrics of "
+                            f"rounds 1..{rnd - 1} are in {exp.run_dir}")
+        if exp.due(rnd, cfg.checkpoint_every):
+            save_checkpoint(exp, fed, rnd)
 
 
 def classify(exp: Experiment, fed: Federation, plans: dict, server_of: dict[int, int], res: RoundResult) -> None:

@@ -1,0 +1,164 @@
+"""SIGINT and SIGTERM end a run the same way (docs/reliability.md, "Signals"): the finished rounds
+are checkpointed, one "interrupted" line, exit status 130 / 143, no Ray stack dump, no process of
+the run's Ray left; SIGINT works even when the run inherited it ignored (``cmd &`` in a script);
+and the original command with ``--resume`` continues the run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _command(out: Path) -> list[str]:
+    return [sys.executable, "-m", "raysfl", "run", "--algo", "splitfed_v2", "--clients", "3", "--rounds", "3",
+            "--local-steps", "150", "--batch-size", "16", "--num-cpus", "2", "--out", str(out), "--name", "run"]
+
+
+def _ours(marker: str) -> list[int]:
+    """Processes of the test's Ray: the marker (its RAY_TMPDIR) in their environment or open files."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() in (proc / "environ").read_bytes() or any(
+                    os.readlink(fd).startswith(marker) for fd in (proc / "fd").iterdir()):
+                found.append(int(proc.name))
+        except OSError:
+            pass
+    return found
+
+
+def _start(argv, env, ignore_sigint: bool):
+    def child():
+        if ignore_sigint:  # what a non-interactive shell does to a job started with &
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=child, start_new_session=True)
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read():
+        for line in proc.stderr:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("round    1/3"):
+                seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return proc, lines, seen, reader
+
+
+@pytest.mark.slow  # two runs of 15-80 s each (Ray's start included, on a loaded 2-core machine)
+@pytest.mark.parametrize("sig,code,ignored,group", [
+    (signal.SIGTERM, 143, False, False),
+    (signal.SIGTERM, 143, False, True),  # as `timeout` sends it: to the whole process group, Ray's included
+    (signal.SIGINT, 130, True, False),
+], ids=["SIGTERM", "SIGTERM-to-the-group", "SIGINT-inherited-ignored"])
+def test_signal_keeps_finished_rounds_and_resume_continues(tmp_path, sig, code, ignored, group):
+    marker = tempfile.mkdtemp(prefix="rsfs", dir="/tmp")  # short: Ray's socket paths have a length limit
+    env = {**os.environ, "RAY_TMPDIR": marker, "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    out = tmp_path / "runs"
+    try:
+        proc, lines, seen, reader = _start(_command(out), env, ignored)
+        assert seen.wait(180), "\n".join(lines[-20:])
+        t0 = time.monotonic()
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+        assert proc.wait(timeout=120) == code, "\n".join(lines[-20:])
+        assert time.monotonic() - t0 < 45, "the driver waited on Ray's dead processes"
+        reader.join(timeout=10)
+        text = "\n".join(lines)
+        interrupted = [line for line in lines if "interrupted" in line]
+        assert len(interrupted) == 1 and interrupted[0].startswith(f"raysfl: interrupted ({sig.name})"), text
+        assert "--resume" in interrupted[0]
+        assert "SIGTERM received" not in text and "Traceback" not in text and "logging.cc" not in text, text
+        run = out / "run"
+        saved = sorted(int(p.stem.split("_")[1]) for p in (run / "checkpoints").glob("round_*.pt"))
+        rows = pq.read_table(pa.BufferReader((run / "metrics.parquet").read_bytes())).to_pylist()
+        assert saved and saved[-1] >= 1 and saved[-1] == rows[-1]["round"], (saved, rows)  # no finished round lost
+        deadline = time.time() + 30
+        while time.time() < deadline and _ours(marker):
+            time.sleep(0.5)
+        assert not _ours(marker), "processes of the run's Ray are left"
+        # the original command, repeated with --resume, goes on to the end
+        again = subprocess.run(_command(out) + ["--resume", str(run), "--no-progress"], env=env, cwd=ROOT,
+                               capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr[-2000:]
+        rows = pq.read_table(run / "metrics.parquet").to_pylist()
+        assert [r["round"] for r in rows] == [1, 2, 3]
+    finally:
+        for pid in _ours(marker):  # whatever is left (never `ray stop`: others' Rays)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def test_a_signal_while_a_round_is_recorded_waits_for_its_checkpoint(monkeypatch):
+    """Inside ``held`` a signal is kept and raised after the block: a round whose metrics row was
+    logged always gets its checkpoint; outside, SIGTERM raises Interrupted at once."""
+    from raysfl.runtime import interrupts
+
+    before = signal.getsignal(signal.SIGTERM)  # Python's default, or Ray's when this process runs Ray
+    done = []
+    with pytest.raises(interrupts.Interrupted) as e:
+        with interrupts.handling():
+            with interrupts.held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)  # the handler runs here, and only records the signal
+                done.append("checkpoint")
+    assert done == ["checkpoint"] and e.value.signum == signal.SIGTERM and e.value.exit_code == 143
+    assert isinstance(e.value, KeyboardInterrupt)
+    with pytest.raises(interrupts.Interrupted):
+        with interrupts.handling():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+    assert signal.getsignal(signal.SIGTERM) is before  # put back after the run
+
+
+def test_sigint_ignored_before_the_run_is_handled_during_it():
+    """A run started with SIGINT ignored (``cmd &`` in a script) can still be interrupted; the
+    ignoring is put back after it."""
+    from raysfl.runtime import interrupts
+
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with pytest.raises(interrupts.Interrupted) as e:
+            with interrupts.handling():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)
+        assert e.value.exit_code == 130
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def test_a_handler_of_your_own_is_left_alone():
+    from raysfl.runtime import interrupts
+
+    def mine(signum, frame):
+        pass
+
+    old = signal.signal(signal.SIGTERM, mine)
+    try:
+        with interrupts.handling():
+            assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, old)
