@@ -98,9 +98,11 @@ class Algorithm:
     def facets(cls, cfg: "Config") -> dict[str, str]:
         """What this algorithm does that a comparison must hold equal unless it compares it
         (:mod:`raysfl.reproduce.fairness`): how the server reduces a group's losses, how
-        many local steps each client takes, and the cost model its simulated time uses. The
+        many local steps each client takes, the cost model its simulated time uses, and how
+        many clients train a round. The
         defaults are SplitFed's; an algorithm whose knobs change one says so here."""
-        return {"server_reduction": "mean", "round_steps": "epoch", "cost_model": "profiles"}
+        return {"server_reduction": "mean", "round_steps": "epoch", "cost_model": "profiles",
+                "participation": f"{cfg.clients_per_round or cfg.clients} of {cfg.clients} a round"}
 
     @classmethod
     def make_planner(cls, cfg: "Config") -> Planner:

@@ -141,7 +141,9 @@ def write_results(out: Path, path: Path) -> None:
 
     from raysfl.reproduce import tables_of
 
-    parts = [RESULTS_HEADER]
+    import re
+
+    parts, summary = [RESULTS_HEADER], ["| paper | table | data set | seeds | verdict |", "|---|---|---|---:|---|"]
     for paper in PAPERS:
         parts.append(f"## {paper}\n")
         found = {md.parent.name: md for md in (out / paper).glob("*/table.md")}
@@ -149,13 +151,28 @@ def write_results(out: Path, path: Path) -> None:
             runs = sorted(name for name in found if name == t.name or name.startswith(f"{t.name}-"))
             for name in runs:
                 body = found[name].read_text()
+                verdict = re.search(r"\*\*Verdict: (.*?)\.\*\*", body)
+                seeds = re.search(r"seeds: ([0-9, ]+);", body)
+                data = re.search(r"shared settings: ([^,]+),", body)
+                summary.append(f"| {paper} | [{t.name}](#{_anchor(paper, t.title)}) | {data.group(1) if data else '—'} | "
+                               f"{len(seeds.group(1).split(',')) if seeds else '—'} | "
+                               f"{verdict.group(1) if verdict else '—'} |")
                 parts.append("### " + body[2:] if body.startswith("# ") else body)
             if not runs:
                 parts.append(f"### {paper}: {t.title}\n\n{t.source}. Claim: {t.claim.text}\n\n"
                              f"Not run at this version. Command: `raysfl reproduce {paper} --table {t.name} "
                              f"--seeds 5` (small scale; `--scale paper`: {t.paper_hours or 'a GPU cluster'}).\n")
     path.parent.mkdir(parents=True, exist_ok=True)
+    parts.insert(1, "## Verdicts\n\n" + "\n".join(summary) + "\n")
     path.write_text("\n".join(parts))
+
+
+def _anchor(paper: str, title: str) -> str:
+    """GitHub's anchor of the heading ``### {paper}: {title}``."""
+    import re
+
+    text = f"{paper}: {title}".lower()
+    return re.sub(r"[^a-z0-9 _-]", "", text).replace(" ", "-")
 
 
 RESULTS_HEADER = """# Results: each paper's tables, reproduced at small scale

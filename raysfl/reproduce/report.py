@@ -125,6 +125,8 @@ def markdown(table: Table, scale: str, seeds: list[int], results: list[RowResult
         lines.append(f"| {r.label}{' (reference)' if is_ref else ''} | {_cell(r.values, metric)}{cens} | {diff} | "
                      f"{r.paper or '—'} | {_plain(r.sim_s)} | {_plain(r.compute_s)} | {r.config_diff} |")
     lines += ["", f"**Verdict: {v}.** " + "; ".join(reasons) + "."]
+    lines += ["", f"At the paper's scale: `raysfl reproduce {table.paper} --table {table.name} --scale paper --download`"
+              + (f" ({table.paper_hours})." if table.paper_hours else ".")]
     if table.notes:
         lines += ["", " ".join(table.notes.split())]
     return "\n".join(lines) + "\n"

@@ -89,7 +89,7 @@ def check_fault_steps(cfg, ds) -> None:
     Algorithms that plan their own steps (GAPSL) are not checked."""
     from raysfl.data import hold_out, partition
     from raysfl.faults import check_steps, parse_faults
-    from raysfl.runtime.planning import local_steps
+    from raysfl.runtime.planning import client_schedule
 
     faults = [f for f in parse_faults(cfg.faults) if f.step is not None]
     if not faults or cfg.local_steps is not None:
@@ -102,7 +102,7 @@ def check_fault_steps(cfg, ds) -> None:
                       classes_per_client=cfg.classes_per_client, shards_per_client=cfg.shards_per_client,
                       quantity_skew=cfg.quantity_skew or None, seed=cfg.seed)
     parts, _ = hold_out(parts, cfg.local_test_fraction, cfg.seed)
-    most = max(local_steps(cfg, len(p))[0] for p in parts)
+    most = max(client_schedule(cfg, len(p), 0)[0] for p in parts)  # --epoch: a round from an epoch's start
     check_steps(faults, most, f"the most a client takes with --local-epochs {cfg.local_epochs:g}")
 
 

@@ -59,6 +59,18 @@ class FlexSFL(Algorithm):
                         "cifar100": {"model": "vgg19", "lr": 0.03, "lr_decay": 0.998, "classes_per_client": 20}}
 
     @classmethod
+    def facets(cls, cfg) -> dict[str, str]:
+        """Participation is rho per edge cluster (eq. 16), or a fixed K_n, not a global count."""
+        p, out = cfg.algo_params, super().facets(cfg)
+        if p.clients_per_cluster is not None:
+            out["participation"] = f"{p.clients_per_cluster} per edge cluster"
+        elif p.rho is not None:
+            out["participation"] = f"rho {p.rho:g} of each edge cluster"
+        else:  # rho from --clients-per-round / clients, else the paper's 0.2: about that many a round
+            out["participation"] = f"{cfg.clients_per_round or round(0.2 * cfg.clients)} of {cfg.clients} a round"
+        return out
+
+    @classmethod
     def validate(cls, cfg) -> None:
         p = cfg.algo_params
         if not 1 <= p.edge_servers <= cfg.clients:
