@@ -6,7 +6,7 @@
     python cluster/chaos.py --role fed --no-restart                  # a permanent death (the run fails cleanly)
 
 It connects to the cluster in ``--address`` (default: $RAY_ADDRESS, else ``auto``; on a
-token-auth cluster set RAY_AUTH_MODE=token), finds the actors named ``raysfl:<run>:client-<i>``
+token-auth cluster set RAY_AUTH_MODE=token), finds the actors named ``raysfl:<run>.<tag>:client-<i>``
 / ``server-<j>`` / ``fed`` (in any namespace) and asks each which run it serves now (a
 process that runs several experiments reuses its actors, which keep the name of the run
 that started them), and ``ray.kill``s them. By default Ray restarts them and the run carries

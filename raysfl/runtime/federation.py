@@ -20,6 +20,7 @@ server or fed server back to the last checkpointed state (:meth:`Federation.reco
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -125,12 +126,16 @@ def start_actors(cfg, num_actors: int, num_servers: int, run_name: str) -> Actor
     if warm is not None:
         return warm
     pool.evict(keep=shape)
-    groups = reserve(cfg, num_actors, num_servers, run_name)  # fails here if the cluster is too small
+    # Ray's actor and placement-group names are cluster-wide, and pooled actors keep theirs while
+    # they serve later runs: a suffix keeps a second run of the same name (a sweep's runs at once)
+    # from colliding with them (cluster/chaos.py asks each actor which run it serves)
+    tag = f"{run_name}.{uuid.uuid4().hex[:6]}"
+    groups = reserve(cfg, num_actors, num_servers, tag)  # fails here if the cluster is too small
     names = []
 
     def spawn(cls, role: str, kind: str, pg, bundle: int, *args):
         res = role_resources(cfg, kind)
-        names.append(f"raysfl:{run_name}:{role}")
+        names.append(f"raysfl:{tag}:{role}")
         return ray.remote(cls).options(name=names[-1], max_restarts=cfg.max_restarts, max_task_retries=0,
                                        **actor_options(res, pg, bundle)).remote(*args, res.get("GPU", 0.0))
 

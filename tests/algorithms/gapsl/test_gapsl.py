@@ -186,18 +186,19 @@ def test_runs_differing_only_in_lambda_are_identical(quick):
 
 
 @pytest.mark.slow
-def test_gapsl_learns_and_beats_psl_on_non_iid_data(quick):
+def test_gapsl_learns_on_non_iid_data(quick):
     """A tiny non-IID federation (digits, 10 clients, Dirichlet 0.1, GAPSL's setting and cut),
-    two seeds: GAPSL learns (over 60 %) and ends at least level with PSL in the same setting."""
+    two seeds: GAPSL learns (over 60 %; chance is 10 %). Whether it beats PSL is a claim over
+    paired seeds, measured by ``raysfl reproduce gapsl --table main`` (docs/results.md), not a
+    property of one seed: with one-pass epochs and data-size weights the published PSL ends
+    ahead on seed 0 (0.929 against 0.902 at 30 rounds) and behind on seeds 1-4."""
     import raysfl
 
     for seed in (0, 1):
         kw = dict(clients=10, rounds=15, local_steps=None, batch_size=32, seed=seed,
                   resources={"client_actors": 2})
         g = raysfl.run(quick(algo="gapsl", **kw)).final["test_accuracy"]
-        p = raysfl.run(quick(algo="psl", partition="dirichlet", alpha=0.1, cut=1, lr=0.005, server_lr=0.01,
-                             **kw)).final["test_accuracy"]
-        assert g > 0.6 and g >= p - 1e-9, (seed, g, p)  # level: the same accuracy up to float rounding
+        assert g > 0.6, (seed, g)
 
 
 @pytest.mark.parametrize("params,match", [
