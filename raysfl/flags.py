@@ -206,8 +206,8 @@ ALGO_KNOBS: dict[str, str] = {
     "ea_epistemic": "BESplit eq. 9's U_epi: mutual_info | vacuity | entropy (eq. 4 as printed)",
     "ea_compare": "BESplit eqs. 8-9 compare: per_class (each class among its holders) | pooled (as printed)",
     "ea_samples": "BESplit eq. 10: multiply s by the client's sample count n_k",
-    "ea_sides": "BESplit: which aggregation EA weighs: both (server- and client-side models) | server (the "
-                "server-side models only, App. D.3; client-side models by sample counts)",
+    "ea_sides": "BESplit: which aggregation EA weighs: both (server- and client-side models, Sec. 3.1) | server "
+                "(ours: the server-side models only, App. D.3; client-side models by sample counts)",
     "plain_weights": "BESplit weights without EA: samples (FedAvg's n_k) | uniform (the paper's simple average)",
     "bcc_move": "BESplit eq. 30: lent rows leave the lender's loss (--no-bcc-move: both train on them)",
     "ea": "BESplit: Evidential Aggregation (--no-ea: both sides averaged with --plain-weights, sample counts unless "

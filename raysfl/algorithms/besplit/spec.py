@@ -44,8 +44,9 @@ class BESplitParams:
     ea_epistemic: str = "mutual_info"  # U_epi of eq. (9): mutual_info | vacuity | entropy (eq. 4 as printed, <= 0)
     ea_compare: str = "per_class"   # eqs. (8)-(9) compare each class among its holders | pooled (as printed)
     ea_samples: bool = True         # multiply eq. (10)'s s by the client's sample count n_k
-    ea_sides: str = "server"        # which aggregation EA weighs: server (the main server's W_S_k, whose records
-                                    # it keeps; App. D.3; the fed server averages W_C_k by sample counts) | both
+    ea_sides: str = "both"          # which aggregation EA weighs: both (Sec. 3.1: W_Sg = A({W_Sk}), W_Cg =
+                                    # A({W_Ck})) | server (ours: the main server's W_S_k alone, App. D.3; the fed
+                                    # server averages W_C_k by sample counts); 10 paired seeds did not show server level
     ea_evidence: bool = True        # the evidence-concentration factor Q of eq. (10) (False: "w/o E")
     ea_ale: bool = True             # the aleatoric ratio R_ale (False: "w/o U_ale")
     ea_epi: bool = True             # the epistemic ratio R_epi (False: "w/o U_epi")
