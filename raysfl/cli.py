@@ -464,6 +464,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:  # Ctrl-C, SIGINT or SIGTERM (raysfl.runtime.interrupts)
         print(_interrupted(e), file=sys.stderr)
         return getattr(e, "exit_code", 130)
+    except BrokenPipeError:  # `raysfl list | head`: the reader left; say nothing, as `ls | head` does
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        except OSError:
+            pass
+        return 141
     except OSError as e:  # a file or directory that cannot be read or written (full disk, permissions)
         if e.filename is not None:
             print(f"raysfl: error: {e.strerror or type(e).__name__}: '{e.filename}'", file=sys.stderr)

@@ -191,3 +191,14 @@ def test_help_says_each_default_once():
     run = build_parser()._subparsers._group_actions[0].choices["run"]
     twice = [a.option_strings[0] for a in run._actions if (a.help or "").count("default") > 1]
     assert not twice, twice
+
+
+def test_a_reader_that_leaves_the_pipe_early_gets_no_error():
+    """``raysfl reproduce --list | true``: the reader is gone before raysfl writes (as with
+    ``| head`` on a long listing); raysfl says nothing and exits as ``ls`` would."""
+    import subprocess
+    import sys
+
+    p = subprocess.run(f"{sys.executable} -m raysfl reproduce --list | true; echo rc=${{PIPESTATUS[0]}}",
+                       shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=60)
+    assert p.stderr == "" and p.stdout.strip() in ("rc=141", "rc=0"), (p.stdout, p.stderr)
