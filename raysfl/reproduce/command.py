@@ -154,7 +154,12 @@ def write_results(out: Path, path: Path) -> None:
                 verdict = re.search(r"\*\*Verdict: (.*?)\.\*\*", body)
                 seeds = re.search(r"seeds: ([0-9, ]+);", body)
                 data = re.search(r"shared settings: ([^,]+),", body)
-                summary.append(f"| {paper} | [{t.name}](#{_anchor(paper, t.title)}) | {data.group(1) if data else '—'} | "
+                variant = name[len(t.name) + 1:] if name != t.name else ""  # the data set of a --dataset run
+                title = f"{t.title} ({variant})" if variant else t.title
+                if variant and body.startswith("# "):
+                    first, _, rest = body.partition("\n")
+                    body = f"{first} ({variant})\n{rest}"
+                summary.append(f"| {paper} | [{t.name}](#{_anchor(paper, title)}) | {data.group(1) if data else '—'} | "
                                f"{len(seeds.group(1).split(',')) if seeds else '—'} | "
                                f"{verdict.group(1) if verdict else '—'} |")
                 parts.append("### " + body[2:] if body.startswith("# ") else body)
