@@ -59,8 +59,8 @@ def test_the_reproduce_cache_keys_on_the_resolved_configuration_not_on_the_setti
         return key_of(validate(raysfl.config_from_kwargs(**settings)))
 
     base = dict(algo="besplit", dataset="digits", rounds=3, seed=0, alpha=0.1)
-    assert cache_key(base) == cache_key({**base, "besplit": {"ea_sides": "server"}})  # the default, spelled out
-    assert cache_key(base) != cache_key({**base, "besplit": {"ea_sides": "both"}})
+    assert cache_key(base) == cache_key({**base, "besplit": {"ea_sides": "both"}})  # the default, spelled out
+    assert cache_key(base) != cache_key({**base, "besplit": {"ea_sides": "server"}})
     assert cache_key(base) == cache_key({**base, "out": "elsewhere", "progress": False, "name": "x"})
     assert cache_key(base) != cache_key({**base, "seed": 1})
     # the algorithm's paper setting is part of the key: BESplit's local test split is 0.2 unless asked
