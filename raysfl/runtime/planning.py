@@ -72,7 +72,7 @@ def client_schedule(cfg, n: int, start: int) -> tuple[int, int, int]:
     return len(sizes), batch, sum(sizes)
 
 
-def aggregation_weight(cfg, n: int, plan: ClientPlan) -> float | None:
+def aggregation_weight(cfg, n: int) -> float | None:
     """A client's weight in sample-weighted averages (FedAvg's n_k / n, McMahan et al. 2017,
     Algorithm 1): its data size ``n`` under ``--aggregation-weights data_size``; under
     ``processed`` None, i.e. the samples it trained on this round."""
@@ -96,8 +96,7 @@ def plan_round(cfg, planner, rnd: int, ctx, stream_pos: dict[int, int]) -> tuple
             steps, batch, samples = client_schedule(cfg, n, start)
         plans[c] = ClientPlan(cuts[c], steps, batch, start, cfg.lr_at(rnd),
                               blocks=planner.model_blocks(cuts[c], ctx), round=rnd, samples=samples,
-                              bounded=planned is None and cfg.epoch == "pass")
-        plans[c].weight = aggregation_weight(cfg, n, plans[c])
+                              bounded=planned is None and cfg.epoch == "pass", weight=aggregation_weight(cfg, n))
     for c, data in planner.client_plans(rnd, clients, cuts).items():
         plans[c].role = data
     return plans, server_of
