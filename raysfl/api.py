@@ -46,7 +46,7 @@ class RunResult:
     stopped: bool = False
     _model: object = field(default=None, repr=False)   # the initial SplitModel: the architecture
     _prepared: object = field(default=None, repr=False)  # runtime.experiment.Prepared: the set-up roles
-    _inputs: tuple = field(default=(None, None), repr=False)  # (model, data) given to load_run
+    _inputs: tuple = field(default=(None, None, None), repr=False)  # (model, data, loss) given to load_run
     checkpoint_round: int | None = field(default=None, repr=False)  # the round the last model came from
 
     @property
@@ -269,33 +269,43 @@ def _check_place(run_dir: Path, data: dict, overrides: dict) -> None:
                           f"{data.get('name')!r}, asked {overrides['name']!r}); drop --name")
 
 
-def load_run(run_dir: str | Path, *, model=None, data=None) -> RunResult:
+def load_run(run_dir: str | Path, *, model=None, data=None, loss=None) -> RunResult:
     """The :class:`RunResult` of an existing run directory (finished or not): its config, its
     metrics and, from its checkpoints, its models. A run of your own model needs it again
     (``model=``: the object you gave ``raysfl.run``, its weights need not be the trained ones) for
     :meth:`RunResult.model` to give your module back, trained; :meth:`RunResult.state_dict` gives
     its weights in your model's keys without it. The clients' models of a run of your own data
-    need the data again (``data=``)."""
+    need the data again (``data=``), and a loss of your own with it (``loss=``)."""
     from raysfl.metrics import read_rows
 
     run_dir = Path(run_dir)
     cfg = from_dict(saved_config(run_dir))
-    return RunResult(run_dir, read_rows(run_dir / "metrics.parquet"), config=cfg, _inputs=(model, data))
+    return RunResult(run_dir, read_rows(run_dir / "metrics.parquet"), config=cfg, _inputs=(model, data, loss))
 
 
 @contextmanager
-def custom_objects(cfg: Config, model=None, data=None):
-    """Your own data and model, if given, registered in this process for the block under
-    ``custom-<name>`` (cfg.dataset / cfg.model are set to it; a ``custom-...`` name already in
-    the config, e.g. of a run being resumed, is kept), so validation and the driver find them
-    like built-in ones (:mod:`raysfl.data.custom`, :mod:`raysfl.models.custom`)."""
+def custom_objects(cfg: Config, model=None, data=None, loss=None):
+    """Your own data, model and loss, if given, registered in this process for the block under
+    ``custom-<name>`` (cfg.dataset / cfg.model / cfg.loss are set to them; a ``custom-...`` name
+    already in the config, e.g. of a run being resumed, is kept), so validation and the driver
+    find them like built-in ones (:mod:`raysfl.data.custom`, :mod:`raysfl.models.custom`,
+    :mod:`raysfl.objective`). A built-in loss given by name (``loss="mse"``) is just set."""
+    from raysfl import objective
     from raysfl.data import custom as custom_data
     from raysfl.data import dataset_info
     from raysfl.models import custom as custom_model
 
     with ExitStack() as stack:
+        if loss is not None:
+            own = objective.as_loss(loss)
+            if objective.is_custom(own.name):
+                if objective.is_custom(cfg.loss) and own.name != cfg.loss:
+                    own = dataclasses.replace(own, name=cfg.loss)
+                stack.enter_context(objective.registered(own))
+            cfg.loss = own.name
         if data is not None:
-            ds = custom_data.as_dataset(data)
+            targets = objective.get_loss(cfg.loss).targets
+            ds = custom_data.as_dataset(data, targets=targets)
             if custom_data.is_custom(cfg.dataset) and ds.name != cfg.dataset:
                 ds = dataclasses.replace(ds, name=cfg.dataset)
             cfg.dataset = ds.name
@@ -310,13 +320,16 @@ def custom_objects(cfg: Config, model=None, data=None):
         yield cfg
 
 
-def run(cfg: Config, *, model=None, data=None, callbacks=None) -> RunResult:
+def run(cfg: Config, *, model=None, data=None, loss=None, callbacks=None) -> RunResult:
     """Run (or resume, if ``cfg.resume`` is set) one experiment and return its result.
 
     ``model``: your own model (a SplitModel, a list of blocks or an nn.Sequential) instead of
     ``cfg.model``; ``data``: your own data ((x, y), (x_train, y_train, x_test, y_test), a torch
     Dataset or a (train, test) pair of them) instead of ``cfg.dataset``
-    (docs/custom-model-data.md). ``callbacks``: functions of each round's metrics row, or
+    (docs/custom-model-data.md). ``loss``: the training loss, for tasks other than single-label
+    classification: ``"mse"`` (regression), ``"bce"`` (multi-label), a function ``(outputs,
+    targets) -> mean loss`` or :class:`raysfl.Loss` (:mod:`raysfl.objective`); it decides how
+    ``data``'s targets are read. ``callbacks``: functions of each round's metrics row, or
     :class:`raysfl.callbacks.Callback` objects; one returning True stops the run after that
     round. The config is validated before anything starts; the run itself is
     :func:`raysfl.runtime.experiment.run_experiment`.
@@ -328,11 +341,11 @@ def run(cfg: Config, *, model=None, data=None, callbacks=None) -> RunResult:
     hooks = Callbacks(callbacks)  # a bad callback is refused before anything starts
     # SIGINT and SIGTERM raise interrupts.Interrupted (a KeyboardInterrupt) while the run goes on:
     # the finished rounds are checkpointed on the way out (docs/reliability.md, "Signals")
-    with custom_objects(cfg, model, data), interrupts.handling():
+    with custom_objects(cfg, model, data, loss), interrupts.handling():
         cfg = validate(cfg)
         run_dir, rows, prepared, stopped = run_experiment(cfg, hooks)
     return RunResult(run_dir, rows, config=cfg, stopped=stopped, _model=prepared.model, _prepared=prepared,
-                     _inputs=(model, data))
+                     _inputs=(model, data, loss))
 
 
 def shutdown() -> None:

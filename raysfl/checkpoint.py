@@ -128,10 +128,17 @@ def prune(run_dir: Path, keep: int, best: int | None = None) -> list[int]:
     return gone
 
 
-def best_round(rows: list[dict], saved: list[int], metric: str = "test_accuracy") -> int | None:
-    """The round with the highest ``metric`` among the rounds in ``saved`` (None if none was evaluated)."""
+def best_round(rows: list[dict], saved: list[int], metric: str | None = None) -> int | None:
+    """The round with the highest ``metric`` among the rounds in ``saved`` (None if none was
+    evaluated). By default the test accuracy, or the lowest test loss for a loss without an
+    accuracy (regression, :mod:`raysfl.objective`)."""
     have = set(saved)
-    scored = [(r[metric], r["round"]) for r in rows if r["round"] in have and r.get(metric) == r.get(metric)
+    sign = 1.0
+    if metric is None:
+        metric = "test_accuracy"
+        if not any(r.get(metric) == r.get(metric) and r.get(metric) is not None for r in rows):
+            metric, sign = "test_loss", -1.0
+    scored = [(sign * r[metric], r["round"]) for r in rows if r["round"] in have and r.get(metric) == r.get(metric)
               and r.get(metric) is not None]
     return max(scored, key=lambda t: (t[0], -t[1]))[1] if scored else None
 

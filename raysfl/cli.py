@@ -82,11 +82,12 @@ def _choices() -> dict[str, tuple[str, ...]]:
     from raysfl.config import AGGREGATION_WEIGHTS, EPOCH_RULES, OPTIMIZERS, STRATEGIES, TRANSFER_DTYPES
     from raysfl.data import DATASETS, PARTITIONERS
     from raysfl.models import MODELS
+    from raysfl.objective import BUILT_IN as LOSSES
 
     return {"algo": tuple(ALGORITHMS), "dataset": tuple(DATASETS), "model": tuple(MODELS),
             "partition": tuple(PARTITIONERS), "optimizer": tuple(OPTIMIZERS), "transfer_dtype": TRANSFER_DTYPES,
             "client_placement": STRATEGIES, "server_placement": STRATEGIES, "epoch": EPOCH_RULES,
-            "aggregation_weights": AGGREGATION_WEIGHTS}
+            "aggregation_weights": AGGREGATION_WEIGHTS, "loss": tuple(LOSSES)}
 
 
 def _default_text(cls, f) -> str:

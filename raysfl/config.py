@@ -104,6 +104,8 @@ class Config:
     aggregation_weights: str = "data_size"  # a client's weight in sample-weighted averages: data_size, its
                                             # training set's size n_k (McMahan et al., Flower); processed, the
                                             # samples it trained on this round (raysfl's earlier rule)
+    loss: str = "cross_entropy"  # the training objective (raysfl.objective): cross_entropy (class labels), mse,
+                                 # bce (real-valued targets of your own data), custom-<name> (a loss of yours)
     batch_size: int | None = None      # 32
     lr: float | None = None            # 0.05
     lr_decay: float | None = None      # 1.0; learning rate of round t = lr * lr_decay ** (t - 1)

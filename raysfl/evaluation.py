@@ -1,37 +1,45 @@
 """Test accuracy and loss of a full model on a held-out set (pure PyTorch): overall, and per
-class so that accuracy can be weighted by a client's own label mix."""
+class so that accuracy can be weighted by a client's own label mix. The loss and the accuracy
+are the run's (:mod:`raysfl.objective`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 
 def evaluate(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, to_tensor,
-             batch_size: int = 512, device="cpu") -> tuple[float, float]:
-    """Return (accuracy as a fraction 0..1, mean cross-entropy loss)."""
-    return evaluate_predictions(model, x, y, to_tensor, batch_size, device)[:2]
+             batch_size: int = 512, device="cpu", loss=None) -> tuple[float, float]:
+    """Return (accuracy as a fraction 0..1, mean loss): the run's ``loss``
+    (:mod:`raysfl.objective`; cross-entropy by default). A loss without an accuracy
+    (regression) gives NaN for it."""
+    return evaluate_predictions(model, x, y, to_tensor, batch_size, device, loss)[:2]
 
 
 @torch.no_grad()
 def evaluate_predictions(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, to_tensor,
-                         batch_size: int = 512, device="cpu") -> tuple[float, float, np.ndarray]:
-    """(accuracy, mean cross-entropy loss, the class predicted for each row) in one pass."""
+                         batch_size: int = 512, device="cpu", loss=None) -> tuple[float, float, np.ndarray]:
+    """(accuracy, mean loss, the class predicted for each row) in one pass; the predictions
+    are empty for real-valued targets (no classes)."""
+    from raysfl.objective import BUILT_IN
+
+    loss = loss if loss is not None else BUILT_IN["cross_entropy"]
     was_training = model.training
     model.eval()
-    correct, loss_sum, preds = 0, 0.0, []
+    correct, loss_sum, preds = 0.0, 0.0, []
     for i in range(0, len(y), batch_size):
         xb = to_tensor(x[i:i + batch_size]).to(device)
-        yb = torch.from_numpy(np.array(y[i:i + batch_size], dtype=np.int64)).to(device)
+        yb = torch.from_numpy(np.array(y[i:i + batch_size])).to(device)  # int64 class ids or float32 values
         out = model(xb)
-        loss_sum += float(F.cross_entropy(out, yb, reduction="sum"))
-        pred = out.argmax(1)
-        correct += int((pred == yb).sum())
-        preds.append(pred.cpu().numpy())
+        loss_sum += float(loss.total(out, yb))
+        if loss.has_accuracy:
+            correct += float(loss.hits(out, yb).sum())
+        if loss.targets == "classes":
+            preds.append(out.argmax(1).cpu().numpy())
     model.train(was_training)
     n = max(1, len(y))
-    return correct / n, loss_sum / n, np.concatenate(preds) if preds else np.zeros(0, dtype=np.int64)
+    acc = correct / n if loss.has_accuracy else float("nan")
+    return acc, loss_sum / n, np.concatenate(preds) if preds else np.zeros(0, dtype=np.int64)
 
 
 @torch.no_grad()

@@ -51,6 +51,9 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "aggregation_weights": ("training", "a client's weight in every sample-weighted average: data_size, its "
                                         "training set's size n_k (FedAvg, McMahan et al.; Flower); processed, the "
                                         "samples it trained on this round (raysfl's earlier rule)"),
+    "loss": ("training", "training loss: cross_entropy (class labels: every built-in data set); mse (regression) "
+                         "and bce (multi-label) take real-valued targets of your own data, "
+                         "raysfl.run(cfg, data=..., loss=...)"),
     "batch_size": ("training", "mini-batch size"),
     "lr": ("training", "learning rate of every optimizer (client and server side)"),
     "lr_decay": ("training", "round t uses lr * lr_decay^(t-1) (1 = constant)"),
@@ -66,7 +69,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "eval_every": ("evaluation", "evaluate every K rounds (and at the last)"),
     "checkpoint_every": ("evaluation", "checkpoint every K rounds (and at the last; 0 = never)"),
     "keep_checkpoints": ("evaluation", "keep the newest N checkpoints (0 = every one)"),
-    "keep_best": ("evaluation", "also keep the checkpoint of the best test accuracy"),
+    "keep_best": ("evaluation", "also keep the checkpoint of the best test accuracy (the lowest test loss for a "
+                                "loss without an accuracy, e.g. mse)"),
     "mlflow": ("evaluation", "log params, per-round metrics and the run's files to this MLflow tracking URI "
                              "(e.g. sqlite:///mlflow.db or file:./mlruns; pip install 'raysfl[mlflow]')"),
     "out": ("evaluation", "parent directory of run directories"),

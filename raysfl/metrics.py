@@ -238,8 +238,10 @@ class RunLogger:
 
         last = self.rows[-1]
         evaluated = [r["test_accuracy"] for r in self.rows if r["test_accuracy"] == r["test_accuracy"]]
+        losses = [r["test_loss"] for r in self.rows if r["test_loss"] == r["test_loss"]]
         final = {"hparams/final_test_accuracy": evaluated[-1] if evaluated else float("nan"),
                  "hparams/best_test_accuracy": max(evaluated) if evaluated else float("nan"),
+                 "hparams/final_test_loss": losses[-1] if losses else float("nan"),
                  "hparams/rounds": float(last["round"]),
                  "hparams/bytes_sent_mb": sum(_sent(r) for r in self.rows) / 1e6,
                  "hparams/sim_time_total_s": float(last["sim_time_total_s"])}
@@ -274,9 +276,11 @@ def progress_line(row: dict, total: int, eta_s: float | None = None) -> str:
     width = 20
     done = int(width * row["round"] / max(1, total))
     bar = "#" * done + "-" * (width - done)
-    acc = row.get("test_accuracy")
-    acc_s = f"{acc:.4f}" if acc == acc else "  -   "
-    line = (f"round {row['round']:>4}/{total} [{bar}] acc {acc_s} loss {row['train_loss']:.4f} "
+    acc, test_loss = row.get("test_accuracy"), row.get("test_loss")
+    # a loss without an accuracy (regression, raysfl.objective) shows its test loss instead
+    score = (f"acc {acc:.4f}" if acc == acc else f"test loss {test_loss:.4f}" if test_loss == test_loss
+             and test_loss is not None else "acc   -   ")
+    line = (f"round {row['round']:>4}/{total} [{bar}] {score} loss {row['train_loss']:.4f} "
             f"up {_mb(row['bytes_up'])} down {_mb(row['bytes_down'])} "
             f"sim {row['sim_time_s']:8.2f}s wall {row['wall_time_s']:6.2f}s")
     if eta_s is not None and row["round"] < total:
@@ -288,14 +292,19 @@ def progress_line(row: dict, total: int, eta_s: float | None = None) -> str:
 def summary_table(rows: list[dict], run_dir: Path | None = None, stopped: bool = False) -> str:
     last = rows[-1]
     evaluated = [r for r in rows if r["test_accuracy"] == r["test_accuracy"]]
-    best = max(evaluated, key=lambda r: r["test_accuracy"]) if evaluated else last
     totals = {key: sum(int(r.get(key, 0) or 0) for r in rows) for key, _ in EVENTS}
+    if evaluated or last["test_loss"] != last["test_loss"]:
+        best = max(evaluated, key=lambda r: r["test_accuracy"]) if evaluated else last
+        scores = [f"{'final test accuracy':<22}{last['test_accuracy']:.4f}",
+                  f"{'best test accuracy':<22}{best['test_accuracy']:.4f} (round {best['round']})"]
+    else:  # a loss without an accuracy (regression, raysfl.objective): judged by the test loss
+        best = min((r for r in rows if r["test_loss"] == r["test_loss"]), key=lambda r: r["test_loss"])
+        scores = [f"{'best test loss':<22}{best['test_loss']:.4f} (round {best['round']})"]
     lines = [
         "",
         f"{'algorithm':<22}{last['algo']}",
         f"{'rounds':<22}{last['round']}",
-        f"{'final test accuracy':<22}{last['test_accuracy']:.4f}",
-        f"{'best test accuracy':<22}{best['test_accuracy']:.4f} (round {best['round']})",
+        *scores,
         f"{'final test loss':<22}{last['test_loss']:.4f}",
         f"{'bytes up / down':<22}{sum(r['bytes_up'] for r in rows) / 1e6:.2f} MB / "
         f"{sum(r['bytes_down'] for r in rows) / 1e6:.2f} MB",

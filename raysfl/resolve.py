@@ -221,6 +221,38 @@ def resolve_defaults(cfg: Config) -> Config:
     return cfg
 
 
+def _check_loss(cfg: Config, algo_cls, info) -> None:
+    """The run's loss (raysfl.objective) exists, fits the data's targets and the algorithm."""
+    from raysfl import objective
+
+    if objective.is_custom(cfg.loss):
+        _check(objective.lookup(cfg.loss) is not None, str(objective.missing(cfg.loss)))
+    else:
+        _check(cfg.loss in objective.BUILT_IN,
+               f"unknown loss '{cfg.loss}'; allowed: {', '.join(objective.BUILT_IN)} (or your own: "
+               f"raysfl.run(cfg, data=..., loss=fn))")
+    targets = objective.get_loss(cfg.loss).targets
+    if targets != info.targets:
+        words = {"classes": "class labels", "values": "real-valued targets"}
+        hint = ("built-in data sets have class labels: give your own data, raysfl.run(cfg, data=(x, y), "
+                f"loss='{cfg.loss}')" if info.targets == "classes" else
+                "give the loss that fits them (mse, bce or a function of yours), or class labels")
+        _check(False, f"loss '{cfg.loss}' trains on {words[targets]} but data set '{cfg.dataset}' has "
+                      f"{words[info.targets]}; {hint}")
+    _check(algo_cls.losses is None or cfg.loss in algo_cls.losses,
+           f"{cfg.algo} trains with {' or '.join(algo_cls.losses or ())} only (its steps are written for it), "
+           f"got loss '{cfg.loss}'")
+    _check(targets in algo_cls.targets,
+           f"{cfg.algo} needs class labels (it reads them itself); loss '{cfg.loss}' trains on real-valued targets")
+    if targets == "values":
+        _check(cfg.partition == "iid", f"partition '{cfg.partition}' splits by class label, and loss '{cfg.loss}' "
+                                       f"trains on real-valued targets: use partition iid (quantity-skew still "
+                                       f"applies)")
+        _check(cfg.local_test_fraction == 0, f"local-test-fraction {cfg.local_test_fraction:g} reports a "
+                                             f"per-client accuracy, which needs class labels; loss '{cfg.loss}' "
+                                             f"trains on real-valued targets: leave it 0")
+
+
 def validate(cfg: Config) -> Config:
     """Check every value before Ray starts; returns cfg with its defaults and algo_params resolved."""
     algo_cls = get_algorithm(cfg.algo)
@@ -327,6 +359,7 @@ def validate(cfg: Config) -> Config:
         _writable_dir(cfg.out, "out")
     check_dataset_args(cfg.dataset, cfg.data_root, cfg.download)
     info = dataset_info(cfg.dataset)
+    _check_loss(cfg, algo_cls, info)
     _check(info.num_train >= cfg.clients,
            f"dataset '{cfg.dataset}' has {info.num_train} training samples but clients={cfg.clients}; "
            f"each client needs at least one sample")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from raysfl.models import SplitModel
@@ -33,28 +32,38 @@ def _forward_from(model: SplitModel, x: torch.Tensor, cut: int) -> torch.Tensor:
     return x
 
 
+def _loss(loss):
+    """The run's loss (:mod:`raysfl.objective`); cross-entropy where none is given."""
+    if loss is None:
+        from raysfl.objective import BUILT_IN
+
+        return BUILT_IN["cross_entropy"]
+    return loss
+
+
 def shared_server_step(model: SplitModel, opt: torch.optim.Optimizer,
-                       batches: list[tuple[int, int, torch.Tensor, torch.Tensor]],
+                       batches: list[tuple[int, int, torch.Tensor, torch.Tensor]], loss=None,
                        ) -> tuple[dict[int, torch.Tensor], dict[int, float]]:
     """One optimizer step of a shared server-side model on a group.
 
-    ``batches``: (client, cut, smashed activations, labels). Returns the gradient of each
+    ``batches``: (client, cut, smashed activations, labels); ``loss``: the run's
+    :class:`raysfl.objective.Loss` (cross-entropy by default). Returns the gradient of each
     client's own mean loss w.r.t. its activations, and each client's mean loss.
     """
+    loss = _loss(loss)
     opt.zero_grad(set_to_none=True)
     by_cut: dict[int, list[int]] = {}
     for i, (_, cut, _, _) in enumerate(batches):
         by_cut.setdefault(cut, []).append(i)
     n_total = sum(int(b[3].shape[0]) for b in batches)
     inputs: dict[int, torch.Tensor] = {}
-    per_sample: dict[int, torch.Tensor] = {}
+    means: dict[int, list[torch.Tensor]] = {}
     total = None
     for cut, idx in sorted(by_cut.items()):
         x = torch.cat([batches[i][2] for i in idx]).requires_grad_(True)
         y = torch.cat([batches[i][3] for i in idx])
-        losses = F.cross_entropy(_forward_from(model, x, cut), y, reduction="none")
-        inputs[cut], per_sample[cut] = x, losses
-        s = losses.sum()
+        s, means[cut] = loss.group(_forward_from(model, x, cut), y, [int(batches[i][3].shape[0]) for i in idx])
+        inputs[cut] = x
         total = s if total is None else total + s
     (total / n_total).backward()
     opt.step()
@@ -62,30 +71,31 @@ def shared_server_step(model: SplitModel, opt: torch.optim.Optimizer,
     losses_out: dict[int, float] = {}
     for cut, idx in by_cut.items():
         offset = 0
-        for i in idx:
+        for i, mean in zip(idx, means[cut]):
             client, n = batches[i][0], int(batches[i][3].shape[0])
             g = inputs[cut].grad[offset:offset + n]
             grads[client] = g * (n_total / n)
-            losses_out[client] = per_sample[cut][offset:offset + n].detach().mean().item()
+            losses_out[client] = mean.item()
             offset += n
     return grads, losses_out
 
 
 def per_client_server_step(models: dict[int, SplitModel], opts: dict[int, torch.optim.Optimizer],
-                           batches: list[tuple[int, int, torch.Tensor, torch.Tensor]],
+                           batches: list[tuple[int, int, torch.Tensor, torch.Tensor]], loss=None,
                            ) -> tuple[dict[int, torch.Tensor], dict[int, float]]:
     """One step of each client's own server-side model on its own batch (SplitFed V1)."""
+    loss = _loss(loss)
     grads: dict[int, torch.Tensor] = {}
     losses: dict[int, float] = {}
     for client, cut, x, y in batches:
         opt = opts[client]
         opt.zero_grad(set_to_none=True)
         x = x.requires_grad_(True)
-        loss = F.cross_entropy(_forward_from(models[client], x, cut), y)
-        loss.backward()
+        value = loss(_forward_from(models[client], x, cut), y)
+        value.backward()
         opt.step()
         grads[client] = x.grad
-        losses[client] = loss.item()
+        losses[client] = value.item()
     return grads, losses
 
 
@@ -105,7 +115,7 @@ def _batch_stats_only(module: nn.Module):
             m.track_running_stats, m.running_mean, m.running_var, m.num_batches_tracked = track, mean, var, count
 
 
-def per_client_gradients(model: SplitModel, batches: list[tuple[int, int, torch.Tensor, torch.Tensor]]):
+def per_client_gradients(model: SplitModel, batches: list[tuple[int, int, torch.Tensor, torch.Tensor]], loss=None):
     """Each client's gradient of its own mean loss, for the whole group in one batched call.
 
     ``torch.func.grad`` of a functional forward of the server-side blocks, ``vmap``-ed over
@@ -128,9 +138,11 @@ def per_client_gradients(model: SplitModel, batches: list[tuple[int, int, torch.
     names = [n for n, _ in part.named_parameters()]
     params = {n: p.detach() for n, p in part.named_parameters()}
 
+    objective = _loss(loss)  # the run's loss; a function of tensors, so vmap can batch it
+
     def loss_fn(p, x, y):
-        loss = F.cross_entropy(functional_call(part, p, (x,)), y)
-        return loss, loss
+        value = objective(functional_call(part, p, (x,)), y)
+        return value, value
 
     grad_fn = vmap(grad(loss_fn, argnums=(0, 1), has_aux=True), in_dims=(None, 0, 0))
     by_size: dict[int, list[int]] = {}
@@ -188,8 +200,8 @@ class StackedCopies:
     :func:`stackable`.
     """
 
-    def __init__(self, model: SplitModel, cut: int, clients: list[int], make_optimizer):
-        self.model, self.cut = model, cut
+    def __init__(self, model: SplitModel, cut: int, clients: list[int], make_optimizer, loss=None):
+        self.model, self.cut, self.loss = model, cut, _loss(loss)
         self.part = model.part(cut, model.num_blocks)
         self.rows = {c: i for i, c in enumerate(sorted(clients))}
         n = len(self.rows)
@@ -216,8 +228,11 @@ class StackedCopies:
             x = torch.stack([batches[j][2] for j in js]).requires_grad_(True)
             y = torch.stack([batches[j][3] for j in js])
             out = vmap(lambda p, xx: functional_call(self.part, p, (xx,)))(sub, x)
-            per = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction="none").reshape(len(js), -1)
-            loss = per.mean(dim=1)
+            if self.loss.rows is not None:  # every copy's rows in one call
+                per = self.loss.rows(out.reshape(-1, *out.shape[2:]), y.reshape(-1, *y.shape[2:]))
+                loss = per.reshape(len(js), -1).mean(dim=1)
+            else:
+                loss = torch.stack([self.loss(out[k], y[k]) for k in range(len(js))])
             loss.sum().backward()
             for k, j in enumerate(js):
                 grads[batches[j][0]] = x.grad[k]

@@ -16,6 +16,7 @@ LAYERS = [
     ("core", ["raysfl.transport", "raysfl.aggregation", "raysfl.angles", "raysfl.matching", "raysfl.optim",
               "raysfl.evaluation", "raysfl.devices", "raysfl.simclock", "raysfl.server_steps", "raysfl.models",
               "raysfl.data", "raysfl.config", "raysfl.run_registry", "raysfl.faults", "raysfl.checkpoint",
+              "raysfl.objective",
               "raysfl.callbacks", "raysfl.metrics", "raysfl.trackers",
               "raysfl.reproduce.tables"]),  # what a paper's table is: data the algorithms' packages declare
     ("algorithms", ["raysfl.algorithms"]),

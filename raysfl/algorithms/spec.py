@@ -84,6 +84,12 @@ class Algorithm:
     # ... and where the paper's setting depends on the data set (FLEX-SFL's Table 2: VGG-16 and
     # lr 0.03 on CIFAR-10): {dataset: {setting: value}}, applied before ``config_defaults``.
     dataset_defaults: ClassVar[dict] = {}
+    # The targets its roles can train on (raysfl.objective): "classes" (class ids) and "values"
+    # (real-valued, any loss). An algorithm that reads class labels itself (per-class counts, an
+    # evidential or softmax-specific step) keeps "classes" only; validation refuses the others.
+    targets: ClassVar[tuple[str, ...]] = ("classes", "values")
+    # The losses it trains with, where its steps are written for one (None: any of those targets)
+    losses: ClassVar[tuple[str, ...] | None] = None
     # SplitFed's roles (raysfl.algorithms.roles): a class, or role("package.module:Class")
     planner: ClassVar = role("raysfl.algorithms.roles.planner:Planner")
     client: ClassVar = role("raysfl.algorithms.roles.client:ClientSide")

@@ -16,7 +16,9 @@ class DatasetArrays:
     """A whole data set in memory.
 
     ``x_train``/``x_test`` are NCHW numpy arrays of raw values (``uint8``); ``y_*`` are
-    ``int64``. ``to_tensor`` maps raw values to normalised float32: ``(x/scale - mean)/std``
+    ``int64`` class ids, or with ``targets="values"`` (your own data for a loss of real-valued
+    targets, :mod:`raysfl.objective`) float32 ``(N, k)`` with ``num_classes`` = k, the model's
+    outputs per sample. ``to_tensor`` maps raw values to normalised float32: ``(x/scale - mean)/std``
     per channel.
     """
 
@@ -30,6 +32,7 @@ class DatasetArrays:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     scale: float
+    targets: str = "classes"   # classes: y are class ids; values: y are (N, k) real targets
 
     @property
     def num_train(self) -> int:

@@ -17,6 +17,7 @@ class DatasetInfo:
     num_classes: int
     num_train: int
     num_test: int
+    targets: str = "classes"  # classes: class ids; values: real (N, num_classes) targets (raysfl.objective)
 
 
 _CATALOG = {
@@ -37,7 +38,7 @@ def dataset_info(name: str) -> DatasetInfo:
         ds = custom.lookup(name)
         if ds is None:
             raise custom.missing(name)
-        return DatasetInfo(name, ds.input_shape, ds.num_classes, ds.num_train, ds.num_test)
+        return DatasetInfo(name, ds.input_shape, ds.num_classes, ds.num_train, ds.num_test, ds.targets)
     if name not in _CATALOG:
         raise ConfigError(f"unknown dataset '{name}'; allowed: {', '.join(DATASETS)}")
     return _CATALOG[name]

@@ -11,9 +11,11 @@
   and can normalise it).
 
 Samples may have any shape (``(features,)`` rows for an MLP, ``(C, H, W)`` images, ...);
-labels are integers ``0 .. num_classes - 1``. Like every raysfl data set the samples are
-held whole in memory (a Dataset is read once, item by item) and shipped to the actors once,
-as one object. Your data are used as given: no normalisation unless you ask
+labels are integers ``0 .. num_classes - 1``, or, for a loss of real-valued targets
+(``raysfl.run(..., loss="mse")``, :mod:`raysfl.objective`), numbers of shape ``(N,)`` or
+``(N, k)`` (``targets="values"``: held as float32 ``(N, k)``, the model outputs k per sample).
+Like every raysfl data set the samples are held whole in memory (a Dataset is read once, item
+by item) and shipped to the actors once, as one object. Your data are used as given: no normalisation unless you ask
 :func:`custom_dataset` for one.
 
 While a run with your data is going on, its name (``custom-<name>``) is registered in this
@@ -51,6 +53,19 @@ def _labels(y, what: str) -> np.ndarray:
     return y
 
 
+def _values(y, what: str) -> np.ndarray:
+    """Real-valued targets as float32 ``(N, k)``."""
+    y = np.asarray(y.numpy() if hasattr(y, "numpy") else y)
+    if y.ndim not in (1, 2):
+        raise ConfigError(f"{what} must be targets of shape (N,) or (N, k) for this loss, got shape {y.shape}")
+    if y.size and not (np.issubdtype(y.dtype, np.number) or y.dtype == bool):
+        raise ConfigError(f"{what} must be numeric targets for this loss, got dtype {y.dtype}")
+    y = np.ascontiguousarray(y, dtype=np.float32).reshape(len(y), -1)
+    if y.size and not np.all(np.isfinite(y)):
+        raise ConfigError(f"{what} holds NaN or infinite targets")
+    return y
+
+
 def _samples(x, what: str) -> np.ndarray:
     x = np.asarray(x.numpy() if hasattr(x, "numpy") else x)
     if x.ndim < 2:
@@ -66,18 +81,25 @@ def _name(name: str) -> str:
 
 
 def custom_dataset(x_train, y_train, x_test=None, y_test=None, *, name: str = "data",
-                   num_classes: int | None = None, mean=None, std=None, scale: float = 1.0):
+                   num_classes: int | None = None, mean=None, std=None, scale: float = 1.0,
+                   targets: str = "classes"):
     """Arrays as a raysfl data set named ``custom-<name>``.
 
-    Without ``x_test``/``y_test`` a fixed stratified 20 % of the samples is the test set.
+    ``targets``: ``"classes"`` (integer labels, the default) or ``"values"`` (real-valued
+    targets ``(N,)`` or ``(N, k)`` for a loss such as ``mse`` or ``bce``; ``num_classes`` is
+    then k, the outputs per sample). Without ``x_test``/``y_test`` a fixed 20 % of the samples
+    is the test set (stratified by class for class labels, at random for values).
     ``num_classes`` defaults to the largest label + 1. ``mean``/``std`` (one value per
     channel, i.e. per entry of the samples' first axis) and ``scale`` normalise every batch
     as ``(x / scale - mean) / std``, like the built-in image sets; by default samples are
     used as given.
     """
 
+    if targets not in ("classes", "values"):
+        raise ConfigError(f"targets must be 'classes' or 'values', got {targets!r}")
+    read_y = _labels if targets == "classes" else _values
     x = _samples(x_train, "x_train" if x_test is not None else "x")
-    y = _labels(y_train, "y_train" if x_test is not None else "y")
+    y = read_y(y_train, "y_train" if x_test is not None else "y")
     if len(x) != len(y):
         raise ConfigError(f"data has {len(x)} samples but {len(y)} labels")
     if (x_test is None) != (y_test is None):
@@ -86,22 +108,41 @@ def custom_dataset(x_train, y_train, x_test=None, y_test=None, *, name: str = "d
         if len(y) < 2:
             raise ConfigError(f"data needs at least 2 samples to split into train and test, got {len(y)}")
         is_test = np.zeros(len(y), dtype=bool)
-        is_test[stratified_test_indices(y, _TEST_FRACTION, _SPLIT_SEED)] = True
+        if targets == "classes":
+            is_test[stratified_test_indices(y, _TEST_FRACTION, _SPLIT_SEED)] = True
+        else:
+            n_test = min(len(y) - 1, int(np.ceil(_TEST_FRACTION * len(y))))
+            is_test[np.random.default_rng(_SPLIT_SEED).permutation(len(y))[:n_test]] = True
         x, y, xt, yt = x[~is_test], y[~is_test], x[is_test], y[is_test]
     else:
-        xt, yt = _samples(x_test, "x_test"), _labels(y_test, "y_test")
+        xt, yt = _samples(x_test, "x_test"), read_y(y_test, "y_test")
         if len(xt) != len(yt):
             raise ConfigError(f"test data has {len(xt)} samples but {len(yt)} labels")
         if xt.shape[1:] != x.shape[1:]:
             raise ConfigError(f"test samples have shape {xt.shape[1:]} but training samples {x.shape[1:]}")
     if not len(y) or not len(yt):
         raise ConfigError(f"data needs training and test samples, got {len(y)} and {len(yt)}")
+    if targets == "values":
+        if yt.shape[1] != y.shape[1]:
+            raise ConfigError(f"test targets have {yt.shape[1]} values per sample but training targets {y.shape[1]}")
+        if num_classes is not None and int(num_classes) != y.shape[1]:
+            raise ConfigError(f"num_classes is {num_classes} but the targets have {y.shape[1]} values per sample "
+                              f"(for real-valued targets it is the model's outputs per sample: leave it out)")
+        classes = int(y.shape[1])
+        return DatasetArrays(_name(name), x, y, xt, yt, classes, tuple(int(s) for s in x.shape[1:]),
+                             *_normalisation(x, mean, std, scale), targets="values")
     top = int(max(y.max(), yt.max())) + 1
     classes = top if num_classes is None else int(num_classes)
     if classes < 2:
         raise ConfigError(f"data needs at least 2 classes, got {classes}")
     if top > classes:
         raise ConfigError(f"labels go up to {top - 1} but num_classes is {classes}")
+    return DatasetArrays(_name(name), x, y, xt, yt, classes, tuple(int(s) for s in x.shape[1:]),
+                         *_normalisation(x, mean, std, scale))
+
+
+def _normalisation(x: np.ndarray, mean, std, scale) -> tuple[tuple, tuple, float]:
+    """(mean, std, scale) of custom_dataset's normalisation, checked against the samples."""
     if (mean is None) != (std is None):
         raise ConfigError("give both mean and std (one value per channel), or neither")
     mean = tuple(float(v) for v in np.atleast_1d(mean)) if mean is not None else ()
@@ -111,11 +152,10 @@ def custom_dataset(x_train, y_train, x_test=None, y_test=None, *, name: str = "d
                           f"{len(mean)}/{len(std)} values for samples of shape {x.shape[1:]}")
     if not scale > 0:
         raise ConfigError(f"scale must be > 0, got {scale}")
-    return DatasetArrays(_name(name), x, y, xt, yt, classes, tuple(int(s) for s in x.shape[1:]),
-                         mean, std, float(scale))
+    return mean, std, float(scale)
 
 
-def _from_torch(ds, what: str) -> tuple[np.ndarray, np.ndarray]:
+def _from_torch(ds, what: str, targets: str = "classes") -> tuple[np.ndarray, np.ndarray]:
     """Every (x, y) item of a torch Dataset, stacked."""
     try:
         n = len(ds)
@@ -128,11 +168,14 @@ def _from_torch(ds, what: str) -> tuple[np.ndarray, np.ndarray]:
             raise ConfigError(f"{what}[{i}] must be an (x, y) pair, got {type(item).__name__}")
         x, y = item
         xs.append(np.asarray(x.numpy() if hasattr(x, "numpy") else x, dtype=np.float32))
-        ys.append(int(y.item() if hasattr(y, "item") else y))
+        if targets == "classes":
+            ys.append(int(y.item() if hasattr(y, "item") else y))
+        else:
+            ys.append(np.asarray(y.numpy() if hasattr(y, "numpy") else y, dtype=np.float32))
     if not xs:
         raise ConfigError(f"{what} is empty")
     try:
-        return np.stack(xs), np.asarray(ys, dtype=np.int64)
+        return np.stack(xs), (np.asarray(ys, dtype=np.int64) if targets == "classes" else np.stack(ys))
     except ValueError as e:
         raise ConfigError(f"{what}'s samples do not all have the same shape ({e})") from None
 
@@ -145,21 +188,22 @@ def _is_torch_dataset(obj) -> bool:
     return isinstance(obj, Dataset)
 
 
-def as_dataset(data, name: str = "data"):
-    """``data`` in any of the accepted forms (module docstring) as a DatasetArrays."""
+def as_dataset(data, name: str = "data", targets: str = "classes"):
+    """``data`` in any of the accepted forms (module docstring) as a DatasetArrays, its labels
+    read as ``targets`` (the run's loss says which, :mod:`raysfl.objective`)."""
 
     if isinstance(data, DatasetArrays):
         if not data.name.startswith(PREFIX):
             raise ConfigError(f"data set '{data.name}' is built in: use dataset='{data.name}' instead of data=")
         return data
     if _is_torch_dataset(data):
-        return custom_dataset(*_from_torch(data, "data"), name=name)
+        return custom_dataset(*_from_torch(data, "data", targets), name=name, targets=targets)
     if isinstance(data, (tuple, list)):
         if len(data) == 2 and all(_is_torch_dataset(d) for d in data):
-            return custom_dataset(*_from_torch(data[0], "train dataset"), *_from_torch(data[1], "test dataset"),
-                                  name=name)
+            return custom_dataset(*_from_torch(data[0], "train dataset", targets),
+                                  *_from_torch(data[1], "test dataset", targets), name=name, targets=targets)
         if len(data) in (2, 4):
-            return custom_dataset(*data, name=name)
+            return custom_dataset(*data, name=name, targets=targets)
     raise ConfigError(f"data must be (x, y), (x_train, y_train, x_test, y_test), a torch Dataset, a pair of "
                       f"Datasets (train, test) or raysfl.data.custom_dataset(...); got {type(data).__name__}"
                       + (f" of {len(data)}" if isinstance(data, (tuple, list)) else ""))

@@ -49,6 +49,8 @@ def cache_key(cfg) -> str:
     """A run's cache name: a hash of everything it computes (its resolved config without the
     bookkeeping and resources; the seed included)."""
     d = {k: v for k, v in cfg.to_dict().items() if k not in BOOKKEEPING and k != "resources"}
+    if d.get("loss") == "cross_entropy":  # the one loss before --loss existed: runs cached then stay found
+        del d["loss"]
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 

@@ -14,6 +14,7 @@ import torch
 
 from raysfl import checkpoint
 from raysfl.evaluation import evaluate
+from raysfl.objective import objective_of
 from raysfl.optim import build_optimizer
 from raysfl.runtime.client_actor import sample_stream
 from raysfl.runtime.placement import configure_torch
@@ -31,7 +32,7 @@ POOLED_STREAM = 2**31 - 1
 def run_centralized(exp, state: dict | None) -> None:
     """Train ``exp``'s model on the pooled data round by round (resuming from ``state``)."""
     cfg, planner, ds, ctx, logger = exp.cfg, exp.planner, exp.ds, exp.ctx, exp.logger
-    loss_fn = exp.spec.client(cfg, ctx).loss  # the client role's loss (cross-entropy by default)
+    loss_fn = exp.spec.client(cfg, ctx).loss  # the client role's loss (the run's: raysfl.objective)
     configure_torch(cfg, cfg.resources.num_cpus or torch.get_num_threads())
     model = copy.deepcopy(exp.model)  # the run's initial model (a zoo model from the seed, or yours)
     model.train()
@@ -65,7 +66,7 @@ def run_centralized(exp, state: dict | None) -> None:
             loss_sum += loss.detach().item() * b
             seen += b
         evaluate_now = exp.due(rnd, cfg.eval_every)
-        acc, test_loss = (evaluate(model, ds.x_test, ds.y_test, ds.to_tensor) if evaluate_now
+        acc, test_loss = (evaluate(model, ds.x_test, ds.y_test, ds.to_tensor, loss=objective_of(ctx)) if evaluate_now
                           else (float("nan"), float("nan")))
         wall = time.perf_counter() - t0
         sim = samples * flops_per_sample / (cfg.devices.server_tflops * 1e12)

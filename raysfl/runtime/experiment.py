@@ -87,7 +87,7 @@ def check_fault_steps(cfg, ds) -> None:
     the run starts (it could never fire there). With --local-steps validation did it; with
     --local-epochs the count comes from the clients' shares of the data, known once it is split.
     Algorithms that plan their own steps (GAPSL) are not checked."""
-    from raysfl.data import hold_out, partition
+    from raysfl.data import hold_out
     from raysfl.faults import check_steps, parse_faults
     from raysfl.runtime.planning import client_schedule
 
@@ -98,10 +98,7 @@ def check_fault_steps(cfg, ds) -> None:
 
     if type(get_algorithm(cfg.algo).make_planner(cfg)).plan_steps is not Planner.plan_steps:
         return
-    parts = partition(ds.y_train, cfg.clients, cfg.partition, alpha=cfg.alpha,
-                      classes_per_client=cfg.classes_per_client, shards_per_client=cfg.shards_per_client,
-                      quantity_skew=cfg.quantity_skew or None, seed=cfg.seed)
-    parts, _ = hold_out(parts, cfg.local_test_fraction, cfg.seed)
+    parts, _ = hold_out(split_clients(cfg, ds), cfg.local_test_fraction, cfg.seed)
     most = max(client_schedule(cfg, len(p), 0)[0] for p in parts)  # --epoch: a round from an epoch's start
     check_steps(faults, most, f"the most a client takes with --local-epochs {cfg.local_epochs:g}")
 
@@ -140,27 +137,39 @@ def _check_recorded(run_dir: Path, done: int) -> None:
                               f"without the {name.split('.')[0]} of rounds 1..{done}") from None
 
 
+def split_clients(cfg, ds) -> list[np.ndarray]:
+    """The clients' training indices (``--partition``, seeded). Real-valued targets have no
+    classes to split by: validation allows them ``iid`` only, which reads no label."""
+    from raysfl.data import partition
+
+    labels = ds.y_train if ds.targets == "classes" else np.zeros(ds.num_train, dtype=np.int64)
+    return partition(labels, cfg.clients, cfg.partition, alpha=cfg.alpha,
+                     classes_per_client=cfg.classes_per_client, shards_per_client=cfg.shards_per_client,
+                     quantity_skew=cfg.quantity_skew or None, seed=cfg.seed)
+
+
 def prepare(cfg, ds=None) -> Prepared:
     """Load (unless given) and partition the data, sample the device profiles, build the model
     once (its shapes and FLOPs) and set the algorithm's planner up (``planner.setup``), as the
     run does; also used to rebuild a finished run's roles (``raysfl.api.load_run``)."""
-    from raysfl.data import hold_out, label_histograms, partition
+    from raysfl.data import hold_out, label_histograms
     from raysfl.devices import sample_profiles
     from raysfl.models import build_model
+    from raysfl.objective import get_loss
 
     if ds is None:
         ds = _load_data(cfg)
-    parts = partition(ds.y_train, cfg.clients, cfg.partition, alpha=cfg.alpha,
-                      classes_per_client=cfg.classes_per_client, shards_per_client=cfg.shards_per_client,
-                      quantity_skew=cfg.quantity_skew or None, seed=cfg.seed)
-    parts, local_tests = hold_out(parts, cfg.local_test_fraction, cfg.seed)  # --local-test-fraction
+    parts, local_tests = hold_out(split_clients(cfg, ds), cfg.local_test_fraction, cfg.seed)  # --local-test-fraction
     profiles = sample_profiles(cfg.clients, cfg.devices, cfg.seed)
     model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
+    # real-valued targets have no classes: one column, every sample (raysfl.objective)
+    histograms = (label_histograms(ds.y_train, parts, ds.num_classes) if ds.targets == "classes"
+                  else np.array([[len(p)] for p in parts], dtype=np.int64))
     ctx = FederationContext(num_clients=cfg.clients, num_blocks=model.num_blocks, valid_cuts=model.valid_cuts(),
                             sizes=np.array([len(p) for p in parts]),
-                            histograms=label_histograms(ds.y_train, parts, ds.num_classes), profiles=profiles,
+                            histograms=histograms, profiles=profiles,
                             block_flops=model.block_flops(), conv_blocks=model.leading_conv_blocks(),
-                            num_classes=ds.num_classes)
+                            num_classes=ds.num_classes, loss=get_loss(cfg.loss))
     spec = get_algorithm(cfg.algo)
     planner = spec.make_planner(cfg)
     planner.setup(ctx)
@@ -319,16 +328,26 @@ def calibrate(exp, fed) -> None:
     write_clients(exp.run_dir, exp.ctx, exp.planner)
 
 
-def ship_by_value(spec) -> None:
-    """An algorithm from your own code (a ``--plugin`` module, a module your script imports)
-    reaches the actors by value, so the nodes need not have it installed; raysfl's own and a
-    script's ``__main__`` classes travel as Ray ships them anyway."""
+def ship_by_value(spec, loss=None) -> None:
+    """An algorithm or a loss from your own code (a ``--plugin`` module, a module your script
+    imports, a test module) reaches the actors by value, so the nodes need not have it
+    installed; raysfl's own, an installed package's (``nn.SmoothL1Loss``) and a script's
+    ``__main__`` objects travel as Ray ships them anyway."""
+    import sysconfig
+
     from ray import cloudpickle
 
-    for cls in (spec, spec.params_cls, *spec.roles().values()):
-        top = (getattr(cls, "__module__", "") or "").split(".")[0]
-        if top and top not in ("raysfl", "builtins", "__main__") and top in sys.modules:
-            cloudpickle.register_pickle_by_value(sys.modules[top])
+    installed = {Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "purelib", "platlib")}
+    fn = getattr(loss, "fn", None)
+    for obj in (spec, spec.params_cls, *spec.roles().values(), *([fn] if fn is not None else [])):
+        name = getattr(obj, "__module__", None) or type(obj).__module__ or ""
+        top = name.split(".")[0]
+        if not top or top in ("raysfl", "builtins", "__main__") or top not in sys.modules:
+            continue
+        where = getattr(sys.modules[top], "__file__", None)
+        if where is None or any(Path(where).resolve().is_relative_to(d) for d in installed):
+            continue
+        cloudpickle.register_pickle_by_value(sys.modules[top])
 
 
 @dataclass
@@ -384,7 +403,7 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
     fed = None
     ok = False
     try:
-        ship_by_value(exp.spec)
+        ship_by_value(exp.spec, exp.ctx.loss)
         fed = stages.timed("actors", f"starting {num_actors + num_servers + 1} actors", lambda: Federation(
             cfg, exp.spec, planner, exp.ctx, planner.shared(), exp.ds, exp.parts, num_actors,
             run_name=exp.run_dir.name, local_tests=exp.local_tests, model=exp.model, actors=launch.actors,

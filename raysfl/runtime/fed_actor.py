@@ -17,6 +17,7 @@ import numpy as np
 
 from raysfl.evaluation import evaluate, evaluate_by_class, evaluate_predictions, mix_weighted_accuracy
 from raysfl.algorithms.roles.aggregator import block_of
+from raysfl.objective import objective_of
 from raysfl.runtime.placement import configure_torch, device_for_actor
 from raysfl.runtime.refs import fetch, require_run
 from raysfl.transport import state_to_wire, wire_to_state
@@ -54,6 +55,7 @@ class FedActor:
         self.model = initial_model(model, cfg, dataset.input_shape, dataset.num_classes).to(self.device)  # the run's model object
         # a copy: state_to_wire gives views of the model's tensors, and evaluation loads other
         # states into the model -- the initial global model must not change with them
+        self.loss = objective_of(ctx)  # the run's loss (raysfl.objective): the test loss and accuracy
         self.role = spec.aggregator(cfg, ctx, shared, {k: v.copy() for k, v in state_to_wire(self.model.state_dict()).items()})
         return self.incarnation
 
@@ -144,7 +146,7 @@ class FedActor:
         local test splits also ``test_accuracy_local``: the mean over clients of the model each
         would run (``Aggregator.client_model``) on its own split."""
         require_run(self)
-        ev = Evaluator(self.model, self.ds, self.device, self.views)
+        ev = Evaluator(self.model, self.ds, self.device, self.views, self.loss)
         acc, loss, extras = self.role.evaluate(ev)
         if ev.has_local_tests and "test_accuracy_local" not in extras:
             extras = {**extras, "test_accuracy_local": self._local_accuracy(ev)}
@@ -185,8 +187,11 @@ class Evaluator:
     * ``ev.for_client(m, client)``: all of the above on the global test set in one pass.
     """
 
-    def __init__(self, model, ds, device, views: ClientViews | None = None):
+    def __init__(self, model, ds, device, views: ClientViews | None = None, loss=None):
+        from raysfl.objective import BUILT_IN
+
         self.model, self.ds, self.device = model, ds, device
+        self.loss = loss if loss is not None else BUILT_IN["cross_entropy"]
         self.num_classes = ds.num_classes
         self.views = views or ClientViews([], None)
 
@@ -204,7 +209,8 @@ class Evaluator:
         return self.model
 
     def module(self, m) -> tuple[float, float]:
-        return evaluate(m.to(self.device), self.ds.x_test, self.ds.y_test, self.ds.to_tensor, device=self.device)
+        return evaluate(m.to(self.device), self.ds.x_test, self.ds.y_test, self.ds.to_tensor, device=self.device,
+                        loss=self.loss)
 
     def local(self, m, client: int) -> float:
         """Accuracy of ``m`` on ``client``'s local test split (NaN if it has none)."""
@@ -212,12 +218,14 @@ class Evaluator:
         if not len(idx):
             return float("nan")
         return evaluate(m.to(self.device), self.ds.x_train[idx], self.ds.y_train[idx], self.ds.to_tensor,
-                        device=self.device)[0]
+                        device=self.device, loss=self.loss)[0]
 
     def on_label_mix(self, m, client: int) -> float:
         """Accuracy of ``m`` on the global test set, each class weighted by ``client``'s share of it."""
         if self.views.histograms is None:
             raise ValueError("no label histograms were given to this evaluator")
+        if self.ds.targets != "classes":  # real-valued targets: no classes to weigh
+            return float("nan")
         correct, total = evaluate_by_class(m.to(self.device), self.ds.x_test, self.ds.y_test, self.ds.to_tensor,
                                            self.num_classes, device=self.device)
         return mix_weighted_accuracy(correct, total, self.views.histograms[client])
@@ -234,7 +242,9 @@ class Evaluator:
             raise ValueError("no label histograms were given to this evaluator")
         mix = np.asarray(self.views.histograms[client])
         acc, loss, pred = evaluate_predictions(m.to(self.device), self.ds.x_test, self.ds.y_test, self.ds.to_tensor,
-                                               device=self.device)
+                                               device=self.device, loss=self.loss)
+        if self.ds.targets != "classes":  # real-valued targets: no classes, no label mix
+            return {"accuracy": acc, "loss": loss, "label_mix": float("nan"), "own_class_share": float("nan")}
         y = np.asarray(self.ds.y_test, dtype=np.int64)
         correct = np.bincount(y[pred == y], minlength=self.num_classes)[:self.num_classes]
         total = np.bincount(y, minlength=self.num_classes)[:self.num_classes]

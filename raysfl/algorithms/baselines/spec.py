@@ -124,6 +124,7 @@ class EPSLParams(PSLParams):
 
 class EPSL(_MatchableFacets, Algorithm):
     name = "epsl"
+    losses = ("cross_entropy",)  # its last-layer aggregation is the softmax cross-entropy's gradient
     summary = "EPSL: parallel split learning with last-layer gradient aggregation across clients"
     params_cls = EPSLParams
     client = role(f"{_BASE}.splitfed:KeepsOwnModel")

@@ -39,7 +39,7 @@ class PSLServer(ServerSide):
     def step(self, batches):
         if self.params.server_reduction == "mean":
             return super().step(batches)
-        grads, act_grads, losses, names, has_bn = per_client_gradients(self.model, batches)
+        grads, act_grads, losses, names, has_bn = per_client_gradients(self.model, batches, self.objective)
         if has_bn:
             refresh_batch_norm_stats(self.model, batches)
         apply_flat_gradient(self.model, self.opt, batches[0][1], names, grads.sum(dim=0))

@@ -30,7 +30,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
 from raysfl.aggregation import weighted_average
 from raysfl.algorithms.roles import Aggregator, ClientRound, ClientSide, ClientUpdate
@@ -109,7 +108,7 @@ class PeerClient(ClientSide):
             a.stats.steps += 1
             partner = a.plan.partner
             if partner is None:  # trains alone (odd number of clients)
-                loss = F.cross_entropy(a.part(x), y)
+                loss = self.objective(a.part(x), y)
                 (a.plan.weight * loss).backward()
                 a.state.own_flow = range(0, host.model.num_blocks)
                 self._step(a)
@@ -157,7 +156,7 @@ class PeerClient(ClientSide):
                 if a is None or a.pending is None:
                     continue
                 z = unpack(sm.activations, host.device).requires_grad_(True)
-                loss = F.cross_entropy(z, a.y)
+                loss = self.objective(z, a.y)
                 (a.plan.weight * loss).backward()
                 reply = GradReply(pack(z.grad, self.cfg.transfer_dtype))
                 out[routes[c]][a.plan.partner] = reply

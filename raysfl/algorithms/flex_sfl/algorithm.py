@@ -41,9 +41,9 @@ class EdgeServer(ServerSide):
     gradients (Sec. 3.3, step 3)."""
 
     def step(self, batches):
-        grads, losses = shared_server_step(self.model, self.opt, batches)
+        grads, losses = shared_server_step(self.model, self.opt, batches, self.objective)
         for _ in range(self.params.tau_r - 1):
-            shared_server_step(self.model, self.opt, batches)
+            shared_server_step(self.model, self.opt, batches, self.objective)
         return StepResult(grads, losses)
 
     def updates_per_step(self) -> int:

@@ -70,7 +70,7 @@ class GAPSLServer(ServerSide):
 
     def step(self, batches):
         st, prm = self.state, self.params
-        grads, act_grads, losses, names, has_bn = per_client_gradients(self.model, batches)
+        grads, act_grads, losses, names, has_bn = per_client_gradients(self.model, batches, self.objective)
         calls = st.calls
         st.calls = calls + 1
         everyone = list(range(len(batches)))
@@ -93,7 +93,7 @@ class GAPSLServer(ServerSide):
         update = gda.loss_gradient(grads, selected, prm.gda_reduction)
         reg_act: dict[int, torch.Tensor] = {}
         if coeffs is not None:
-            reg, reg_act = regularizer_gradients(self.model, batches, names, coeffs)
+            reg, reg_act = regularizer_gradients(self.model, batches, names, coeffs, self.objective)
             reg = reg if prm.gda_reduction == "sum" or not selected else reg / len(selected)
             self.record("gda_reg_rel", float(reg.norm() / update.norm().clamp_min(1e-30)))  # |eq. 7's part| / |sum g_i|
             update = update + reg

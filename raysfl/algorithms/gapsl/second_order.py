@@ -16,13 +16,13 @@ reverse-over-reverse pass per client (``torch.func.grad`` of the inner product o
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from raysfl.models import SplitModel
+from raysfl.objective import BUILT_IN
 from raysfl.server_steps import _batch_stats_only
 
 
-def regularizer_gradients(model: SplitModel, batches, names: list[str], coeffs: torch.Tensor):
+def regularizer_gradients(model: SplitModel, batches, names: list[str], coeffs: torch.Tensor, loss=None):
     """(flat gradient of sum_j <g_j, c_j> over the server-side parameters, {client: its
     gradient at the cut}) for ``coeffs`` = (clients, P) rows c_j in ``batches`` order and the
     parameter order ``names`` of ``per_client_gradients``. Clients whose c_j is zero are skipped."""
@@ -34,8 +34,10 @@ def regularizer_gradients(model: SplitModel, batches, names: list[str], coeffs: 
     shapes = [params[n].shape for n in names]
     sizes = [params[n].numel() for n in names]
 
+    objective = loss if loss is not None else BUILT_IN["cross_entropy"]  # the run's loss (raysfl.objective)
+
     def loss_fn(p, x, y):
-        return F.cross_entropy(functional_call(part, p, (x,)), y)
+        return objective(functional_call(part, p, (x,)), y)
 
     def contracted(p, x, y, c):
         g = grad(loss_fn)(p, x, y)

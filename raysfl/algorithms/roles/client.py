@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
-import torch.nn.functional as F
 
 from raysfl.algorithms.roles.context import ClientUpdate, FederationContext
+from raysfl.objective import objective_of
 from raysfl.transport import ClientRoundStats, state_nbytes, state_to_wire
 
 
@@ -82,6 +82,7 @@ class ClientSide:
 
     def __init__(self, cfg, ctx: FederationContext, shared=None):
         self.cfg, self.ctx, self.shared = cfg, ctx, shared
+        self.objective = objective_of(ctx)  # the run's loss (raysfl.objective)
         self.params = cfg.algo_params
 
     @property
@@ -133,8 +134,8 @@ class ClientSide:
         return False
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Loss of a client that runs the whole model (FedAvg)."""
-        return F.cross_entropy(logits, labels)
+        """Loss of a client that runs the whole model (FedAvg): the run's (:mod:`raysfl.objective`)."""
+        return self.objective(logits, labels)
 
     def local_step(self, c: ClientRound, x: torch.Tensor, y: torch.Tensor) -> float:
         """One local step of a whole-model client; returns its loss."""

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from raysfl.objective import BUILT_IN, Loss
+
 
 @dataclass
 class FederationContext:
@@ -16,11 +18,12 @@ class FederationContext:
     num_blocks: int
     valid_cuts: list[int]
     sizes: np.ndarray          # samples per client
-    histograms: np.ndarray     # (clients, classes) label counts
+    histograms: np.ndarray     # (clients, classes) label counts (real-valued targets: (clients, 1) sizes)
     profiles: list             # raysfl.devices.DeviceProfile per client
     block_flops: list[int]     # forward FLOPs per sample of each model block (measured once)
     conv_blocks: int = 0       # leading convolutional blocks of the model (SplitModel.leading_conv_blocks)
-    num_classes: int = 0
+    num_classes: int = 0       # classes, or outputs per sample for real-valued targets
+    loss: Loss = field(default_factory=lambda: BUILT_IN["cross_entropy"])  # the run's loss (raysfl.objective)
 
 
 @dataclass

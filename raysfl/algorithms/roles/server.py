@@ -25,6 +25,7 @@ import torch
 from raysfl.aggregation import weighted_average
 from raysfl.angles import mean_pairwise_angle
 from raysfl.algorithms.roles.context import FederationContext
+from raysfl.objective import objective_of
 from raysfl.optim import build_optimizer
 from raysfl.server_steps import (StackedCopies, per_client_gradients, per_client_server_step, shared_server_step,
                                  stackable)
@@ -58,6 +59,7 @@ class ServerSide:
 
     def __init__(self, cfg, ctx: FederationContext, shared, model, device):
         self.cfg, self.ctx, self.shared, self.params = cfg, ctx, shared, cfg.algo_params
+        self.objective = objective_of(ctx)  # the run's loss (raysfl.objective)
         self.model, self.device = model, device
         self.lr = cfg.server_lr if cfg.server_lr is not None else cfg.lr
         self.opt = self.optimizer(model.parameters())
@@ -92,8 +94,8 @@ class ServerSide:
         """One step on the group's batches (client, cut, smashed activations, labels), sorted by
         client: the concatenated forward/backward of :func:`raysfl.server_steps.shared_server_step`."""
         if self.cfg.grad_angles and len({b[1] for b in batches}) == 1:
-            record_gradient_angle(self, per_client_gradients(self.model, batches)[0])
-        return StepResult(*shared_server_step(self.model, self.opt, batches))
+            record_gradient_angle(self, per_client_gradients(self.model, batches, self.objective)[0])
+        return StepResult(*shared_server_step(self.model, self.opt, batches, self.objective))
 
     def updates_per_step(self) -> int:
         """Optimiser updates per received batch (FLOP accounting; FLEX-SFL's tau_r)."""
@@ -149,7 +151,8 @@ class PerClientServer(ServerSide):
         self.client_opts: dict[int, torch.optim.Optimizer] = {}
         self.stack = None
         if self.stacked_copies and cuts and stackable(self.model, cuts, self.cfg.optimizer):
-            self.stack = StackedCopies(self.model, next(iter(cuts.values())), list(cuts), self.optimizer)
+            self.stack = StackedCopies(self.model, next(iter(cuts.values())), list(cuts), self.optimizer,
+                                       self.objective)
             return
         spare = getattr(self, "_spare", [])
         state = self.model.state_dict() if spare else None
@@ -168,7 +171,8 @@ class PerClientServer(ServerSide):
         if self.stack is not None:
             out = StepResult(*self.stack.step(batches))
         else:
-            out = StepResult(*per_client_server_step(self.client_models, self.client_opts, batches))
+            out = StepResult(*per_client_server_step(self.client_models, self.client_opts, batches,
+                                                                 self.objective))
         if self.cfg.grad_angles:  # each client's own copy holds its gradient right after its step
             record_gradient_angle(self, torch.stack([self.client_gradient(c, cut) for c, cut, _, _ in batches]))
         return out

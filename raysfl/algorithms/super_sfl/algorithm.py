@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from raysfl.algorithms.roles import HEAD, Aggregator, ClientRound, ClientUpdate, OwnModuleClient, ServerSide
 from raysfl.algorithms.super_sfl.collaborative_aggregation import client_weights, consensus_average
@@ -96,7 +95,7 @@ class TPGFClient(OwnModuleClient):
     def forward(self, c: ClientRound, acts, y) -> None:
         """Phase 1 (Alg. 2, lines 4-8): local loss, classifier step, clipped encoder gradient."""
         enc, head = list(c.part.parameters()), list(c.head.parameters())
-        loss = F.cross_entropy(c.head(acts), y)
+        loss = self.objective(c.head(acts), y)
         grads = torch.autograd.grad(loss, enc + head, retain_graph=not c.local, allow_unused=True)
         grads = [torch.zeros_like(p) if g is None else g for p, g in zip(enc + head, grads)]
         for p, g in zip(head, grads[len(enc):]):
