@@ -101,6 +101,19 @@ def test_rounds_to_target_counts_a_run_that_never_reaches_it_as_censored():
     assert math.isclose(Metric("mean_last", k=2).value(rows)[0], 0.65)
 
 
+def test_bytes_to_target_sums_what_was_sent_up_and_down_until_the_target_round():
+    """Table I of SuperSFL: megabytes sent before the target accuracy (an unevaluated round's
+    bytes count too)."""
+    m = Metric("bytes_to", target=0.6)
+    rows = [{"round": 1, "test_accuracy": 0.1, "bytes_up": 1e6, "bytes_down": 2e6},
+            {"round": 2, "test_accuracy": math.nan, "bytes_up": 1e6, "bytes_down": 0.0},
+            {"round": 3, "test_accuracy": 0.65, "bytes_up": 0.5e6, "bytes_down": 0.5e6},
+            {"round": 4, "test_accuracy": 0.9, "bytes_up": 9e6, "bytes_down": 9e6}]
+    assert m.value(rows) == (5.0, False)
+    assert m.value(rows[:2]) == (4.0, True)  # never reached: everything sent, flagged
+    assert not m.higher_is_better and m.label == "MB sent (up + down) to test_accuracy 0.6"
+
+
 @pytest.mark.usefixtures("ray_session")
 def test_a_table_runs_once_writes_its_diffs_and_reads_its_runs_back_from_the_cache(tmp_path):
     from raysfl.reproduce.command import run_one, write_results

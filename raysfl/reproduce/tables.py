@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 SCALES = ("small", "paper")
-READS = ("final", "mean_last", "best", "rounds_to", "sim_time_to", "compute_time_to")
+READS = ("final", "mean_last", "best", "rounds_to", "sim_time_to", "compute_time_to", "bytes_to")
 
 
 @dataclass(frozen=True)
@@ -23,9 +23,10 @@ class Metric:
 
     ``read``: ``final`` (test accuracy after the last round), ``mean_last`` (mean test
     accuracy of the last ``k`` evaluated rounds), ``best``, ``rounds_to`` / ``sim_time_to`` /
-    ``compute_time_to`` (the round, simulated seconds on the table's cost model, or simulated
-    compute-only seconds when test accuracy first reaches ``target``; a run that never reaches
-    it counts as its whole length, flagged in the table)."""
+    ``compute_time_to`` / ``bytes_to`` (the round, simulated seconds on the table's cost model,
+    simulated compute-only seconds, or megabytes sent up and down so far, when test accuracy
+    first reaches ``target``; a run that never reaches it counts as its whole length, flagged
+    in the table)."""
 
     read: str = "final"
     k: int = 5
@@ -52,7 +53,7 @@ class Metric:
         if self.read == "best":
             return f"best {self.column}"
         what = {"rounds_to": "rounds", "sim_time_to": "simulated s (the table's cost model)",
-                "compute_time_to": "simulated compute-only s"}[self.read]
+                "compute_time_to": "simulated compute-only s", "bytes_to": "MB sent (up + down)"}[self.read]
         return f"{what} to {self.column} {self.target:g}"
 
     def value(self, rows: list[dict]) -> tuple[float, bool]:
@@ -65,11 +66,20 @@ class Metric:
             return (sum(r[self.column] for r in last) / len(last) if last else math.nan), False
         if self.read == "best":
             return (max(r[self.column] for r in ev) if ev else math.nan), False
-        clock = {"rounds_to": "round", "sim_time_to": "sim_time_total_s", "compute_time_to": "sim_compute_total_s"}
+        if self.read == "bytes_to":  # megabytes sent up and down up to and including the round
+            sent, at = 0.0, {}
+            for r in rows:
+                sent += float(r.get("bytes_up", 0) or 0) + float(r.get("bytes_down", 0) or 0)
+                at[r["round"]] = sent / 1e6
+            clock = lambda r: at[r["round"]]  # noqa: E731
+        else:
+            column = {"rounds_to": "round", "sim_time_to": "sim_time_total_s",
+                      "compute_time_to": "sim_compute_total_s"}[self.read]
+            clock = lambda r: float(r[column])  # noqa: E731
         for r in ev:
             if r[self.column] >= self.target:
-                return float(r[clock[self.read]]), False
-        return (float(rows[-1][clock[self.read]]) if rows else math.nan), True
+                return clock(r), False
+        return (clock(rows[-1]) if rows else math.nan), True
 
 
 def _finite(v) -> bool:
