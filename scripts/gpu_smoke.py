@@ -17,7 +17,9 @@ Steps, each printed as ``PASS`` / ``FAIL`` with its time:
 5. resume: 2 rounds, then ``--resume`` to 3, against 3 rounds straight (``--deterministic``);
 6. CUDA against CPU, TF32 off: the per-client gradients of the server side (GAPSL's), and
    BESplit's evidential server step, agree to 1e-4;
-7. ``pytest -m "not slow"`` (skipped with ``--skip-tests``, and in ``--dry-run`` unless ``--with-tests``).
+7. your own data and loss on fractional GPUs: a regression (``loss="mse"``, SplitFed V2) and a
+   multi-label task (``loss="bce"``, GAPSL: the loss under ``vmap`` on CUDA) learn;
+8. ``pytest -m "not slow"`` (skipped with ``--skip-tests``, and in ``--dry-run`` unless ``--with-tests``).
 
 Exit status 1 when a step fails. ``--out DIR`` keeps the runs (default: a temporary directory).
 """
@@ -207,6 +209,36 @@ def agreement(dry: bool) -> str:
     return f"largest difference {worst:.2e} ({dev} against cpu)"
 
 
+def own_loss(out: Path, dry: bool) -> str:
+    import numpy as np
+    import torch
+    from torch import nn
+
+    import raysfl
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(800, 8)).astype(np.float32)
+    w = rng.normal(size=(8, 2))
+    tasks = {"mse": ("splitfed_v2", (np.tanh(x @ w) + 0.5 * x[:, :2] ** 2).astype(np.float32)),
+             "bce": ("gapsl", (x @ w > 0).astype(np.float32))}
+    done = []
+    for loss, (algo, y) in tasks.items():
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 2))
+        cfg = raysfl.config_from_kwargs(algo=algo, out=str(out), name=f"gpu-loss-{loss}", resources=shares(),
+                                        partition="iid", cut=1, lr=0.2, server_lr=0.2,
+                                        **{**QUICK, "rounds": 4, "local_steps": 10, "batch_size": 32})
+        res = raysfl.run(cfg, model=net, data=(x, y), loss=loss)
+        first, last = res.metrics[0]["test_loss"], res.final["test_loss"]
+        assert last < 0.8 * first, f"{algo} with {loss}: test loss {first:.3f} -> {last:.3f}"
+        placement = out / f"gpu-loss-{loss}" / "placement.json"
+        if placement.exists() and not dry:
+            devices = {p["role"]: p["device"] for p in json.loads(placement.read_text())}
+            assert all(d.startswith("cuda") for d in devices.values()), f"{algo}: {devices}"
+        done.append(f"{algo} {loss}: test loss {first:.3f} -> {last:.3f}")
+    return "; ".join(done)
+
+
 def tests() -> str:
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider"],
                           cwd=ROOT, capture_output=True, text=True, timeout=3600)
@@ -233,6 +265,7 @@ def main() -> int:
     steps.run("--transfer-dtype bfloat16", lambda: bfloat16(out))
     steps.run("resume, --deterministic", lambda: resume(out))
     steps.run("CUDA against CPU, TF32 off", lambda: agreement(ns.dry_run))
+    steps.run("your own data and loss, fractional GPUs", lambda: own_loss(out, ns.dry_run))
     if not ns.skip_tests and (not ns.dry_run or ns.with_tests):
         steps.run('pytest -m "not slow"', tests)
     failed = [r for r in steps.results if not r[1]]
