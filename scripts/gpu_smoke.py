@@ -86,6 +86,14 @@ def versions(dry: bool) -> str:
     return json.dumps(info)
 
 
+def check_on_cuda(run_dir: Path, algo: str, dry: bool) -> None:
+    """Every actor of the run placed on a CUDA device (its placement.json; not in a dry run)."""
+    placement = run_dir / "placement.json"
+    if placement.exists() and not dry:
+        devices = {p["role"]: p["device"] for p in json.loads(placement.read_text())}
+        assert all(d.startswith("cuda") for d in devices.values()), f"{algo}: {devices}"
+
+
 def every_algorithm(out: Path, dry: bool) -> str:
     import raysfl
 
@@ -97,10 +105,7 @@ def every_algorithm(out: Path, dry: bool) -> str:
                                         **{**QUICK, **extra})
         res = raysfl.run(cfg)
         assert len(res.metrics) == cfg.rounds, f"{algo}: {len(res.metrics)} rounds"
-        placement = out / f"gpu-{algo}" / "placement.json"
-        if placement.exists() and not dry:
-            devices = {p["role"]: p["device"] for p in json.loads(placement.read_text())}
-            assert all(d.startswith("cuda") for d in devices.values()), f"{algo}: {devices}"
+        check_on_cuda(out / f"gpu-{algo}", algo, dry)
         done.append(f"{algo} {res.final['test_accuracy']:.3f}")
     return "; ".join(done)
 
@@ -231,10 +236,7 @@ def own_loss(out: Path, dry: bool) -> str:
         res = raysfl.run(cfg, model=net, data=(x, y), loss=loss)
         first, last = res.metrics[0]["test_loss"], res.final["test_loss"]
         assert last < 0.8 * first, f"{algo} with {loss}: test loss {first:.3f} -> {last:.3f}"
-        placement = out / f"gpu-loss-{loss}" / "placement.json"
-        if placement.exists() and not dry:
-            devices = {p["role"]: p["device"] for p in json.loads(placement.read_text())}
-            assert all(d.startswith("cuda") for d in devices.values()), f"{algo}: {devices}"
+        check_on_cuda(out / f"gpu-loss-{loss}", algo, dry)
         done.append(f"{algo} {loss}: test loss {first:.3f} -> {last:.3f}")
     return "; ".join(done)
 

@@ -26,13 +26,20 @@ SCALES = {
 DEVIATION = ("Small scale: 10 clients, a deviation from the paper's 50 and 100 (every client every round; run "
              "--scale paper for 50).")
 
+
+def table_i_rows(supersfl: str, sfl: str) -> dict:
+    """Table I's rows (the same runs for its rounds, MB and seconds), with the paper's figures
+    of one column: SuperSFL the reference, SFL the compared row, SplitFed V2 and FedAvg shown."""
+    return {"reference": Row("SuperSFL", {"algo": "super_sfl"}, paper=supersfl),
+            "rows": (Row("SFL (SplitFed V1)", {"algo": "splitfed_v1"}, paper=sfl),
+                     Row("SplitFed V2 (ours)", {"algo": "splitfed_v2"}),
+                     Row("FedAvg (ours)", {"algo": "fedavg"}, compares=("server_reduction",)))}
+
+
 COMPARE = Table(
     paper="super_sfl", name="compare", title="Rounds to 70 % against SFL (SplitFed) and FedAvg",
     source="Table I (CIFAR-10, 50 clients, target 70 %), Sec. III-B",
-    reference=Row("SuperSFL", {"algo": "super_sfl"}, paper="5"),
-    rows=(Row("SFL (SplitFed V1)", {"algo": "splitfed_v1"}, paper="11"),
-          Row("SplitFed V2 (ours)", {"algo": "splitfed_v2"}),
-          Row("FedAvg (ours)", {"algo": "fedavg"}, compares=("server_reduction",))),
+    **table_i_rows("5", "11"),
     metric=Metric(read="rounds_to", target=0.7),
     claim=Claim("SuperSFL needs fewer rounds than SFL to reach the target accuracy (2-5x fewer; Table I, CIFAR-10 "
                 "with 50 clients: 5 rounds against 11)", rows=("SFL (SplitFed V1)",)),
@@ -45,10 +52,7 @@ COMPARE = Table(
 COMPARE_BYTES = Table(
     paper="super_sfl", name="compare_bytes", title="Megabytes sent to 70 % against SFL (SplitFed) and FedAvg",
     source="Table I (CIFAR-10, 50 clients, target 70 %: communication cost), Sec. III-C",
-    reference=Row("SuperSFL", {"algo": "super_sfl"}, paper="466 MB"),
-    rows=(Row("SFL (SplitFed V1)", {"algo": "splitfed_v1"}, paper="9075 MB"),
-          Row("SplitFed V2 (ours)", {"algo": "splitfed_v2"}),
-          Row("FedAvg (ours)", {"algo": "fedavg"}, compares=("server_reduction",))),
+    **table_i_rows("466 MB", "9075 MB"),
     metric=Metric(read="bytes_to", target=0.7),
     claim=Claim("SuperSFL sends less data than SFL before reaching the target accuracy (up to 20x less; Table I, "
                 "CIFAR-10 with 50 clients: 466 MB against 9075 MB)", rows=("SFL (SplitFed V1)",)),
@@ -61,10 +65,7 @@ COMPARE_BYTES = Table(
 COMPARE_TIME = Table(
     paper="super_sfl", name="compare_time", title="Simulated seconds to 70 % against SFL (SplitFed) and FedAvg",
     source="Table I (CIFAR-10, 50 clients, target 70 %: training time), Sec. III-C",
-    reference=Row("SuperSFL", {"algo": "super_sfl"}, paper="595 s"),
-    rows=(Row("SFL (SplitFed V1)", {"algo": "splitfed_v1"}, paper="6127 s"),
-          Row("SplitFed V2 (ours)", {"algo": "splitfed_v2"}),
-          Row("FedAvg (ours)", {"algo": "fedavg"}, compares=("server_reduction",))),
+    **table_i_rows("595 s", "6127 s"),
     metric=Metric(read="sim_time_to", target=0.7),
     claim=Claim("SuperSFL trains to the target accuracy in less time than SFL (up to 13x less; Table I, CIFAR-10 "
                 "with 50 clients: 595 s against 6127 s)", rows=("SFL (SplitFed V1)",)),
