@@ -154,3 +154,18 @@ def test_row_results_pair_by_seed():
                   [{"round": 1, "test_accuracy": 0.4, "sim_time_total_s": 2.0}]]}
     res = {r.label: r for r in row_results(t, [0, 1], runs, {"B": {"lr": (0.005, 0.01)}})}
     assert res["B"].diffs == pytest.approx([0.2, -0.1]) and res["B"].config_diff == "lr=0.01"
+
+
+def test_docs_results_md_is_what_the_committed_tables_give(tmp_path):
+    """docs/results.md is generated, never edited: rewriting it from docs/results/reproduce must
+    change nothing (a table committed without ``--results`` would leave it stale)."""
+    from pathlib import Path
+
+    from raysfl.reproduce.command import write_results
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    fresh = tmp_path / "results.md"
+    write_results(docs / "results" / "reproduce", fresh)
+    assert fresh.read_text() == (docs / "results.md").read_text(), (
+        "docs/results.md is stale: rewrite it with `raysfl reproduce ... --out docs/results/reproduce "
+        "--results docs/results.md`")
