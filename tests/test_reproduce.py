@@ -169,3 +169,24 @@ def test_docs_results_md_is_what_the_committed_tables_give(tmp_path):
     assert fresh.read_text() == (docs / "results.md").read_text(), (
         "docs/results.md is stale: rewrite it with `raysfl reproduce ... --out docs/results/reproduce "
         "--results docs/results.md`")
+
+
+def test_a_row_that_names_a_column_is_read_there_and_paired_with_the_reference():
+    """BESplit-A is another column of BESplit's run: the reference reads ``acc_aux_local``,
+    the baselines the table's column, each the table's way, and the cell says what it reads."""
+    t = table([Row("FedAvg", {"algo": "fedavg"})],
+              reference=Row("BESplit-A", {"algo": "besplit"}, column="acc_aux_local"))
+    clock = {"round": 1, "sim_time_total_s": 1.0}
+    runs = {"BESplit-A": [[{**clock, "test_accuracy": 0.2, "acc_aux_local": 0.9}]] * 2,
+            "FedAvg": [[{**clock, "test_accuracy": 0.7, "acc_aux_local": 0.1}], [{**clock, "test_accuracy": 0.6}]]}
+    res = {r.label: r for r in row_results(t, [0, 1], runs, {"FedAvg": {"algo": ("besplit", "fedavg")}})}
+    assert res["BESplit-A"].values == [0.9, 0.9] and res["BESplit-A"].config_diff == "reference; reads acc_aux_local"
+    assert res["FedAvg"].values == [0.7, 0.6] and res["FedAvg"].diffs == pytest.approx([-0.2, -0.3])
+    assert t.metric_of(t.reference).column == "acc_aux_local" and t.metric_of(t.rows[0]) is t.metric
+
+
+def test_besplit_a_tables_read_the_auxiliary_models_of_a_run_that_trains_them():
+    from raysfl.algorithms.besplit.tables import MAIN, MAIN_A
+
+    assert MAIN_A.reference.column == "acc_aux_local" and MAIN_A.reference.settings["besplit"]["dtd"] is True
+    assert [r.settings for r in MAIN_A.rows] == [r.settings for r in MAIN.rows]  # the same baseline runs

@@ -44,17 +44,16 @@ class RowResult:
 
 
 def row_results(table: Table, seeds: list[int], runs: dict[str, list[list[dict]]], diffs: dict[str, dict]) -> list[RowResult]:
-    metric = table.metric
-    ref_vals = [metric.value(rows)[0] for rows in runs[table.reference.label]]
+    ref_vals = [table.metric_of(table.reference).value(rows)[0] for rows in runs[table.reference.label]]
     out = []
     for row in table.all_rows:
-        vals = [metric.value(rows) for rows in runs[row.label]]
+        vals = [table.metric_of(row).value(rows) for rows in runs[row.label]]
         values = [v for v, _ in vals]
         out.append(RowResult(
             row.label, values, sum(1 for _, c in vals if c), [v - r for v, r in zip(values, ref_vals)],
             [rows[-1]["sim_time_total_s"] if rows else math.nan for rows in runs[row.label]],
             [rows[-1].get("sim_compute_total_s", math.nan) if rows else math.nan for rows in runs[row.label]],
-            row.paper, describe(diffs.get(row.label, {}), row)))
+            row.paper, describe(diffs.get(row.label, {}), row) + (f"; reads {row.column}" if row.column else "")))
     return out
 
 

@@ -91,13 +91,16 @@ class Row:
     """One row: ``settings`` are its deltas from the table's reference row (``algo``, an
     algorithm's knobs under its name, any shared setting); ``compares`` names the facets of an
     algorithm (:meth:`raysfl.algorithms.spec.Algorithm.facets`: server reduction, step
-    schedule, cost model) the row changes on purpose; ``paper``: the paper's figure for it."""
+    schedule, cost model) the row changes on purpose; ``paper``: the paper's figure for it;
+    ``column``: the metric's column for this row where it is not the table's (BESplit-A is
+    another column of BESplit's run, ``acc_aux_local``), read the table's way."""
 
     label: str
     settings: dict = field(default_factory=dict)
     compares: tuple[str, ...] = ()
     paper: str | None = None
     note: str = ""
+    column: str | None = None
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,12 @@ class Table:
     @property
     def all_rows(self) -> tuple[Row, ...]:
         return (self.reference, *self.rows)
+
+    def metric_of(self, row: Row) -> Metric:
+        """The metric as ``row`` reads it: the table's, on the row's own column if it names one."""
+        from dataclasses import replace
+
+        return replace(self.metric, column=row.column) if row.column else self.metric
 
     def compared(self) -> tuple[str, ...]:
         """The rows the claim is about (default: every row but the reference)."""
