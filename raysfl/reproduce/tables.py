@@ -11,7 +11,7 @@ list of tables is instant.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 SCALES = ("small", "paper")
 READS = ("final", "mean_last", "best", "rounds_to", "sim_time_to", "compute_time_to", "bytes_to")
@@ -157,8 +157,6 @@ class Table:
 
     def metric_of(self, row: Row) -> Metric:
         """The metric as ``row`` reads it: the table's, on the row's own column if it names one."""
-        from dataclasses import replace
-
         return replace(self.metric, column=row.column) if row.column else self.metric
 
     def compared(self) -> tuple[str, ...]:
