@@ -43,7 +43,9 @@ def from_dict(data: dict, base: Config | None = None) -> Config:
 
     Settings the dict leaves out stay as in ``base`` (default: a fresh :class:`Config`); those
     still None then take the algorithm's paper setting or raysfl's default
-    (:func:`resolve_defaults`, which :func:`validate` applies to a ``Config(...)`` too).
+    (:func:`resolve_defaults`, which :func:`validate` applies to a ``Config(...)`` too). The
+    algorithm's settings go under its name (``gapsl: {...}``) or under ``algo_params``, as
+    :meth:`Config.to_dict` writes them: a run's ``config.json`` is a config file.
     """
     cfg = dataclasses.replace(base) if base else Config()
     if not isinstance(data, dict):
@@ -81,6 +83,8 @@ def from_dict(data: dict, base: Config | None = None) -> Config:
                     f"--{k.replace('_', '-')})") if owner else _suggest(k, top | set(SECTIONS))
             raise ConfigError(f"unknown setting '{key}'{hint}; allowed: {', '.join(sorted(top | set(SECTIONS)))}")
     algo_cls = get_algorithm(cfg.algo)
+    if "algo_params" in algo_sections:  # as Config.to_dict and every run's config.json write it
+        algo_sections[algo_cls.name] = {**algo_sections.pop("algo_params"), **algo_sections.get(algo_cls.name, {})}
     params = cfg.algo_params if isinstance(cfg.algo_params, algo_cls.params_cls) else algo_cls.params_cls()
     for section_name, values in algo_sections.items():
         if section_name != algo_cls.name:
