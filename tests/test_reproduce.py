@@ -190,3 +190,16 @@ def test_besplit_a_tables_read_the_auxiliary_models_of_a_run_that_trains_them():
 
     assert MAIN_A.reference.column == "acc_aux_local" and MAIN_A.reference.settings["besplit"]["dtd"] is True
     assert [r.settings for r in MAIN_A.rows] == [r.settings for r in MAIN.rows]  # the same baseline runs
+
+
+def test_a_row_reading_a_column_its_run_does_not_write_is_refused_before_any_run():
+    """BESplit-A's column without DTD (no auxiliary models) would read NaN for every seed."""
+    from raysfl.algorithms.besplit.tables import MAIN_A
+    from raysfl.reproduce.engine import plan
+
+    assert plan(MAIN_A, "small", [0]).configs["BESplit-A"][0].algo_params.dtd is True
+    broken = Table(**{**MAIN_A.__dict__, "reference": Row("BESplit-A", {"algo": "besplit", "besplit": {"dtd": False}},
+                                                            column="acc_aux_local")})
+    with pytest.raises(ConfigError, match="reads column 'acc_aux_local', which a besplit run with these settings "
+                                          "does not write"):
+        plan(broken, "small", [0])

@@ -42,7 +42,26 @@ def plan(table: Table, scale: str, seeds: list[int], overrides: dict | None = No
             cfg = resolve(table, row, scale, seed, overrides)
             out.diffs[row.label] = check_row(table, row, ref, cfg)
             out.configs.setdefault(row.label, []).append(cfg)
+    for row in table.all_rows:
+        check_column(table, row, out.configs[row.label][0])
     return out
+
+
+def check_column(table: Table, row, cfg) -> None:
+    """A row that reads a column of its own (``Row.column``) reads one its run writes: its
+    algorithm's roles' columns, or the test accuracy and loss (on the local splits too, when
+    the run holds them); else one line, before anything runs."""
+    if row.column is None:
+        return
+    from raysfl.algorithms import get_algorithm
+    from raysfl.errors import ConfigError
+
+    spec = get_algorithm(cfg.algo)
+    written = {"test_accuracy", "test_loss"} | ({"test_accuracy_local"} if cfg.local_test_fraction else set())
+    written |= {k for role in (spec.server, spec.client, spec.aggregator) for k in role.columns(cfg)}
+    if row.column not in written:
+        raise ConfigError(f"{table.paper}/{table.name}, row '{row.label}' reads column '{row.column}', which a "
+                          f"{cfg.algo} run with these settings does not write; it writes: {', '.join(sorted(written))}")
 
 
 def cache_key(cfg) -> str:
