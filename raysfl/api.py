@@ -188,7 +188,7 @@ def _load(model, state: dict):
 
 def saved_config(run_dir: str | Path) -> dict:
     """A run directory's ``config.json`` as settings for :func:`raysfl.resolve.from_dict`
-    (its ``algo_params`` under the algorithm's own section)."""
+    (which reads its ``algo_params`` as the algorithm's own section)."""
     path = Path(run_dir) / "config.json"
     if not path.is_file():
         raise ConfigError(f"'{run_dir}' is not a run directory (no config.json in it)")
@@ -200,10 +200,9 @@ def saved_config(run_dir: str | Path) -> dict:
     if not isinstance(data, dict) or not isinstance(data.get("algo"), str):
         raise ConfigError(f"'{run_dir}': its config.json is not a raysfl run configuration "
                           f"(a mapping with 'algo')")
-    algo_params = data.pop("algo_params", {}) or {}
-    if not isinstance(algo_params, dict):
+    if not isinstance(data.get("algo_params") or {}, dict):
         raise ConfigError(f"cannot resume '{run_dir}': 'algo_params' in its config.json is not a mapping")
-    data[data["algo"]] = algo_params
+    data["algo_params"] = data.get("algo_params") or {}
     # a run recorded before --epoch and --aggregation-weights existed ran under the earlier rules
     data.setdefault("epoch", "stream")
     data.setdefault("aggregation_weights", "processed")
