@@ -1,4 +1,5 @@
-"""Command line: ``raysfl run``, ``compare``, ``plot``, ``export``, ``list`` (also ``python -m raysfl``).
+"""Command line: ``raysfl run``, ``compare``, ``tune``, ``reproduce``, ``plot``, ``export``, ``list`` (also
+``python -m raysfl``).
 
 Flags are generated from the config dataclasses, so every field is a flag
 (``clients_per_round`` -> ``--clients-per-round``; ``resources.client_actors`` ->
@@ -219,8 +220,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_plugin_flag(sub.add_parser("list", help="list algorithms, data sets, models (with their valid cuts) and "
                                                  "partitioners"))
     from raysfl.reproduce.command import add_parser as add_reproduce
+    from raysfl.tuning.command import add_parser as add_tune
 
     add_reproduce(sub)
+    add_tune(sub, _add_run_flags, _add_plugin_flag)
     return p
 
 
@@ -350,6 +353,16 @@ def _compare(ns: argparse.Namespace) -> int:
     print((out_dir / "results.md").read_text())
     print(f"comparison directory: {out_dir} ({len(rows)} algorithms)")
     return 0
+
+
+def _tune(ns: argparse.Namespace) -> int:
+    """``raysfl tune``: the run the flags describe (defaults < --config FILE < flags), searched."""
+    from raysfl.resolve import from_dict
+    from raysfl.tuning.command import FLAGS, run
+
+    flat = _flags(ns, skip=("command", "config_file", "plugin", *FLAGS))
+    data = _merge(load_file(ns.config_file) if ns.config_file else {}, flat)
+    return run(ns, from_dict(route_knobs(data, [str(data.get("algo") or Config().algo)])))
 
 
 def config_from_args(ns: argparse.Namespace) -> Config:
@@ -515,6 +528,8 @@ def _main(argv: list[str] | None = None) -> int:
         from raysfl.reproduce.command import run as reproduce
 
         return reproduce(ns)
+    if ns.command == "tune":
+        return _tune(ns)
     if ns.command != "run":
         parser.print_help()
         return 2

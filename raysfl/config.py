@@ -122,6 +122,8 @@ class Config:
     cut: int | None = None             # 2
     local_test_fraction: float | None = None  # 0.0; each client's seeded local test split, held out of
                                               # training (BESplit Sec. 3.1); reported as the *_local metrics
+    validation: float = 0.0  # share of the training split held out as a validation split (ours): the run trains on
+                             # the rest and evaluates on it instead of the test split, which it never loads (tuning)
     seed: int = 0
     transfer_dtype: str = "float32"
     deterministic: bool = False  # deterministic kernels (torch.use_deterministic_algorithms): GPU runs reproducible
@@ -180,7 +182,7 @@ NONE_MEANS = ("clients_per_round", "local_steps", "server_lr")
 # The settings that define the data and the federation: every run of a comparison shares them
 # (raysfl.compare), and a figure's caption states them (raysfl.plots).
 DATA_DEFINING = ("dataset", "model", "cut", "clients", "clients_per_round", "rounds", "partition", "alpha",
-                 "classes_per_client", "shards_per_client", "quantity_skew", "local_test_fraction", "local_epochs",
+                 "classes_per_client", "shards_per_client", "quantity_skew", "local_test_fraction", "validation", "local_epochs",
                  "local_steps", "batch_size", "epoch", "aggregation_weights")
 TRANSFER_DTYPES = ("float32", "float16", "bfloat16")
 EPOCH_RULES = ("pass", "stream")  # --epoch (runtime/planning.py)

@@ -36,6 +36,9 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "quantity_skew": ("data", "power-law exponent of client sample counts (0 = off)"),
     "local_test_fraction": ("data", "share of each client's samples held out as its local test split "
                                     "(reported as test_accuracy_local; 0 = none)"),
+    "validation": ("data", "share of the training split held out as a validation split (ours; stratified, the same "
+                           "samples whatever the seed): the run trains on the rest and evaluates on it instead of "
+                           "the test split, which it never loads; what raysfl tune reads (0 = none)"),
     "seed": ("data", "fixes the data partition, device profiles, selection and model initialisation"),
     # model
     "model": ("model", "network to train (`raysfl list` shows each model's valid cuts)"),
@@ -142,6 +145,8 @@ ALGO_KNOBS: dict[str, str] = {
     "tau_c": "FLEX-SFL eq. 23: rounds between intra-cluster client aggregations",
     "tau_e": "FLEX-SFL eq. 26: rounds between edge-server aggregations",
     "tau_r": "FLEX-SFL Sec. 3.3: server updates per received batch of smashed data",
+    "server_updates": "SplitFed: server updates per received batch of smashed data (ours: FLEX-SFL's tau_r, for a "
+                      "comparison that holds the server's updates equal; 1 = SplitFed)",
     "das_mode": "FLEX-SFL DAS: paper (eq. 5 as written) | spread (raysfl's: cluster cuts spread over the range)",
     "min_cut": "FLEX-SFL: shallowest client-side cut",
     "max_cut": "FLEX-SFL: deepest client-side cut",
@@ -228,6 +233,8 @@ ALGO_KNOBS: dict[str, str] = {
     "kd_c_distance": "BESplit eq. 16: KD-C's relational matrices: mean (normalised) | raw (as printed)",
     "keep_aux_optimizer": "BESplit DTD: the auxiliary model keeps its optimiser state (momentum) across rounds "
                           "(--no-keep-aux-optimizer: restarted every round)",
+    "aux_head": "BESplit: the auxiliary model's head: pooled (global average pool + linear) or spatial (ours: "
+                "pooled to at most 4x4 and flattened into the linear layer, scaled to a shallow CNN prefix)",
     "evidential_clip": "BESplit: L2 clip of each evidential step's gradient (server-side and auxiliary models; "
                        "not in the paper, whose lr is 500x smaller; 0: none)",
 }

@@ -33,7 +33,7 @@ MAX_ROUNDS = 10_000_000
 MAX_INT = 2**63 - 1
 # What the device profiles may hold: wide enough for any real device, narrow enough that the
 # simulated clock stays finite and fits TensorBoard's integer steps (milliseconds).
-DEVICE_BOUNDS = {"memory_gb": (1e-6, 1e6), "latency_ms": (1e-6, 1e7), "cpu_ghz": (1e-6, 1e6),
+DEVICE_BOUNDS = {"memory_gb": (1e-6, 1e6), "latency_ms": (0.0, 1e7), "cpu_ghz": (1e-6, 1e6),
                  "uplink_mbps": (1e-6, 1e9), "downlink_mbps": (1e-6, 1e9), "flops_per_cycle": (1e-6, 1e6),
                  "server_tflops": (1e-6, 1e9)}
 
@@ -300,6 +300,8 @@ def validate(cfg: Config) -> Config:
     _check(cfg.quantity_skew >= 0, f"quantity-skew must be >= 0 (0 = off), got {cfg.quantity_skew}")
     _check(0 <= cfg.local_test_fraction < 1,
            f"local-test-fraction must be in [0, 1) (0 = no local test splits), got {cfg.local_test_fraction}")
+    _check(0 <= cfg.validation <= 0.5, f"validation must be a share of the training split in [0, 0.5] (0 = none: "
+                                       f"the run evaluates on the test split), got {cfg.validation}")
     _check(cfg.epoch in EPOCH_RULES, f"unknown epoch rule '{cfg.epoch}'; allowed: {', '.join(EPOCH_RULES)}")
     _check(cfg.aggregation_weights in AGGREGATION_WEIGHTS,
            f"unknown aggregation-weights '{cfg.aggregation_weights}'; allowed: {', '.join(AGGREGATION_WEIGHTS)}")
@@ -325,7 +327,10 @@ def validate(cfg: Config) -> Config:
     for name, (lo, hi) in (("memory_gb", cfg.devices.memory_gb), ("latency_ms", cfg.devices.latency_ms),
                            ("cpu_ghz", cfg.devices.cpu_ghz), ("uplink_mbps", cfg.devices.uplink_mbps),
                            ("downlink_mbps", cfg.devices.downlink_mbps)):
-        _check(0 < lo <= hi, f"devices.{name} must be a range 0 < low <= high, got ({lo}, {hi})")
+        if name == "latency_ms":  # 0: no latency (the clock of papers that model none)
+            _check(0 <= lo <= hi, f"devices.latency_ms must be a range 0 <= low <= high, got ({lo}, {hi})")
+        else:
+            _check(0 < lo <= hi, f"devices.{name} must be a range 0 < low <= high, got ({lo}, {hi})")
         low, high = DEVICE_BOUNDS[name]
         _check(low <= lo and hi <= high, f"devices.{name} must lie within [{low:g}, {high:g}] (simulated times stay "
                                          f"finite and countable), got ({lo:g}, {hi:g})")

@@ -22,7 +22,8 @@ LAYERS = [
     ("algorithms", ["raysfl.algorithms"]),
     ("runtime", ["raysfl.runtime"]),
     ("configuration", ["raysfl.flags", "raysfl.resolve", "raysfl.api"]),
-    ("entry points", ["raysfl.compare", "raysfl.plots", "raysfl.cli", "raysfl.__main__", "raysfl.reproduce"]),
+    ("entry points", ["raysfl.compare", "raysfl.plots", "raysfl.cli", "raysfl.__main__", "raysfl.reproduce",
+                      "raysfl.tuning"]),
 ]
 
 

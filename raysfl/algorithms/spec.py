@@ -104,11 +104,12 @@ class Algorithm:
     def facets(cls, cfg: "Config") -> dict[str, str]:
         """What this algorithm does that a comparison must hold equal unless it compares it
         (:mod:`raysfl.reproduce.fairness`): how the server reduces a group's losses, how
-        many local steps each client takes, the cost model its simulated time uses, and how
-        many clients train a round. The
+        many local steps each client takes, the cost model its simulated time uses, how many
+        clients train a round and how many updates the server makes per received batch. The
         defaults are SplitFed's; an algorithm whose knobs change one says so here."""
         return {"server_reduction": "mean", "round_steps": "epoch", "cost_model": "profiles",
-                "participation": f"{cfg.clients_per_round or cfg.clients} of {cfg.clients} a round"}
+                "participation": f"{cfg.clients_per_round or cfg.clients} of {cfg.clients} a round",
+                "server_updates": "1 per batch"}
 
     @classmethod
     def make_planner(cls, cfg: "Config") -> Planner:

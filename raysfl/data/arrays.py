@@ -72,3 +72,32 @@ def stratified_test_indices(y: np.ndarray, test_fraction: float, seed: int) -> n
     alloc[order[:rest]] += 1
     picks = [rng.permutation(np.flatnonzero(y == c))[:k] for c, k in zip(classes, alloc)]
     return np.sort(np.concatenate(picks)).astype(np.int64)
+
+
+VALIDATION_SPLIT_SEED = 1  # fixed: every tuning run validates on the same samples, whatever its seed
+
+
+def with_validation(ds: DatasetArrays, fraction: float) -> DatasetArrays:
+    """``ds`` with ``fraction`` of its training split held out as a validation split that takes
+    the test split's place: training on the rest, evaluation on the held-out samples, and the
+    test split dropped, so nothing the run does can read it (``--validation``, ours; what
+    ``raysfl tune`` and ``raysfl reproduce``'s tuning read). Stratified by class (at random for
+    real-valued targets) with a fixed seed, like the embedded sets' test split."""
+    import dataclasses
+
+    if not fraction:
+        return ds
+    n = ds.num_train
+    if ds.targets == "classes":
+        held = stratified_test_indices(ds.y_train, fraction, VALIDATION_SPLIT_SEED)
+    else:
+        rng = np.random.default_rng(VALIDATION_SPLIT_SEED)
+        held = np.sort(rng.permutation(n)[: int(math.ceil(fraction * n))])
+    if len(held) == 0 or len(held) >= n:
+        raise ConfigError(f"validation {fraction:g} of the {n} training samples of '{ds.name}' leaves "
+                          f"{n - len(held)} to train on and {len(held)} to validate on; allowed: a share that "
+                          f"leaves both non-empty")
+    keep = np.ones(n, dtype=bool)
+    keep[held] = False
+    return dataclasses.replace(ds, x_train=ds.x_train[keep], y_train=ds.y_train[keep], x_test=ds.x_train[held],
+                               y_test=ds.y_train[held])

@@ -10,7 +10,10 @@ from pathlib import Path
 
 from raysfl.errors import ConfigError
 from raysfl.flags import seed_list
+from raysfl.reproduce.engine import plan, tuning_configs
 from raysfl.reproduce.tables import SCALES
+
+MOST_SEEDS = 10
 
 
 def add_parser(sub) -> None:
@@ -37,6 +40,12 @@ def add_parser(sub) -> None:
     rep.add_argument("--parallel", type=int, default=1, metavar="N", help="runs at once (default: 1)")
     rep.add_argument("--results", default=None, metavar="FILE",
                      help="then write FILE (e.g. docs/results.md) from every table.md under --out")
+    rep.add_argument("--no-tune", dest="tune", action="store_false",
+                     help="run every row at the table's shared settings instead of tuning each (no verdict then: "
+                          "a verdict needs the same tuning budget for every row)")
+    rep.add_argument("--most-seeds", type=int, default=MOST_SEEDS, metavar="N",
+                     help=f"where the seeds leave a compared row undecided and up to N would decide a difference "
+                          f"of its size and spread, run seeds up to N (default {MOST_SEEDS}; 0: never)")
 
 
 def _seeds_text(seeds: list[int]) -> str:
@@ -96,34 +105,101 @@ def run(ns) -> int:
                 raise ConfigError(f"{paper} has no table '{ns.table}'; allowed: "
                                   f"{', '.join(t.name for t in tables_of(paper))}")
         chosen += tables
-    from raysfl.reproduce.engine import plan
-
     planned = [plan(t, ns.scale, seeds, overrides) for t in chosen]  # every fairness check before any run
+    if ns.tune:
+        from raysfl.tuning.rules import check_seeds_apart, tuning_seeds
+
+        for t in chosen:
+            if t.tuning is not None:
+                check_seeds_apart(tuning_seeds(t.tuning.seeds), seeds)
+                tuning_configs(t, ns.scale, overrides)  # every row's tuning reads the validation split, or one line
+    if ns.most_seeds < 0:
+        raise ConfigError(f"--most-seeds must be >= 0, got {ns.most_seeds}")
     out = Path(ns.out)
     cache = Path(ns.cache) if ns.cache else out / "cache"
     extra = "".join(f" --{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in overrides.items()
-                    if k != "download") + (" --download" if ns.download else "")
+                    if k != "download") + (" --download" if ns.download else "") + ("" if ns.tune else " --no-tune")
     for p in planned:
         command = (f"raysfl reproduce {p.table.paper} --table {p.table.name} --seeds {_seeds_text(seeds)} "
                    f"--scale {ns.scale}{extra}")
-        print(run_one(p, cache, out, ns.parallel, command, suffix=f"-{ns.dataset}" if ns.dataset else ""))
+        print(run_one(p, cache, out, ns.parallel, command, suffix=f"-{ns.dataset}" if ns.dataset else "",
+                      tune=ns.tune, most_seeds=ns.most_seeds))
     if ns.results:
         write_results(out, Path(ns.results))
         print(ns.results)
     return 0
 
 
-def run_one(planned, cache: Path, out: Path, parallel: int, command: str, suffix: str = "") -> Path:
-    """Run one planned table and write it to ``out/PAPER/TABLE{suffix}/``."""
+def run_one(planned, cache: Path, out: Path, parallel: int, command: str, suffix: str = "", tune: bool = False,
+            most_seeds: int = 0, say=None) -> Path:
+    """Tune (where the table is tuned and ``tune``), run and decide one planned table, with more
+    seeds (up to ``most_seeds``) where its seeds leave a compared row undecided and that many
+    would decide it; write it to ``out/PAPER/TABLE{suffix}/``."""
+    import time
+
+    from raysfl.data import dataset_info
     from raysfl.reproduce import report
-    from raysfl.reproduce.engine import run_planned
+    from raysfl.reproduce.engine import plan, run_planned, tune_table
 
     t = planned.table
-    runs = run_planned(planned, cache, parallel)
-    results = report.row_results(t, planned.seeds, runs, planned.diffs)
+    started = time.perf_counter()
+    tuned = {}
+    if tune and t.tuning is not None:
+        tuned = tune_table(t, planned.scale, planned.overrides, cache, say=say)
+        planned = plan(t, planned.scale, planned.seeds, planned.overrides, tuned=tuned)
     ref = planned.configs[t.reference.label][0]
-    return report.write(t, planned.scale, planned.seeds, results, out / t.paper / f"{t.name}{suffix}", command, machine(),
-                        settings_line(ref))
+    classes = dataset_info(ref.dataset).num_classes
+    while True:
+        runs = run_planned(planned, cache, parallel, say=say)
+        results = report.row_results(planned.table, planned.seeds, runs, planned.diffs, classes, tuned)
+        decision = report.decide(planned.table, results, len(planned.seeds))
+        target = min(max(decision.settle.values(), default=0), most_seeds)
+        if target <= len(planned.seeds) or decision.verdict.startswith(("inconclusive", "too few")):
+            break
+        nxt = max(planned.seeds) + 1
+        seeds = planned.seeds + list(range(nxt, nxt + target - len(planned.seeds)))
+        (say or _say)(f"reproduce {t.paper}/{t.name}: {', '.join(decision.settle)} undecided at "
+                      f"{len(planned.seeds)} seeds; running {len(seeds)}")
+        planned = plan(t, planned.scale, seeds, planned.overrides, tuned=tuned)
+    untuned = not tune and t.tuning is not None
+    if untuned:
+        note = "none (--no-tune): every row at the table's shared settings; no verdict without tuning"
+    else:
+        note = tuning_line(planned) if tuned else f"none: {t.untuned}"
+    (say or _say)(f"reproduce {t.paper}/{t.name}: {time.perf_counter() - started:.0f} s")
+    return report.write(planned.table, planned.scale, planned.seeds, results, out / t.paper / f"{t.name}{suffix}",
+                        _with_seeds(command, planned.seeds), machine(), settings_line(ref), note, untuned)
+
+
+def _say(text: str) -> None:
+    import sys
+
+    print(text, file=sys.stderr, flush=True)
+
+
+def _with_seeds(command: str, seeds: list[int]) -> str:
+    import re
+
+    return re.sub(r"--seeds \S+", f"--seeds {_seeds_text(seeds)}", command, count=1)
+
+
+def tuning_line(planned) -> str:
+    """What tuning did, in one line: the grid (the reference's; every row the same factors),
+    the seeds, the split, the metric, the search and its trials."""
+    from raysfl.tuning.rules import tuning_seeds
+    from raysfl.tuning.search import REDUCTION, grace
+
+    t = planned.table
+    tuning = t.tuning
+    ref = planned.tuned.get(t.reference.label)
+    grid = "; ".join(f"{k} in {{{', '.join(f'{v:g}' for v in vals)}}}" for k, vals in (ref.grid if ref else {}).items())
+    trials = sorted({r.trials for r in planned.tuned.values()})
+    rounds = planned.configs[t.reference.label][0].rounds
+    return (f"each row's {grid} (its own value first; a knob its algorithm does not read left out), on tuning seeds "
+            f"{', '.join(map(str, tuning_seeds(tuning.seeds)))} and a validation split of "
+            f"{100 * tuning.validation:g} % of the training data (never the test split), judged by "
+            f"{t.tuning_metric.label}; Ray Tune's ASHA per row (reduction {REDUCTION}, first rung at round "
+            f"{grace(rounds)}), a choice at a grid's edge widened once; {'-'.join(map(str, trials))} trials per row")
 
 
 def settings_line(cfg) -> str:

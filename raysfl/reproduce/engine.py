@@ -7,7 +7,6 @@ where the cluster holds them.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import tempfile
@@ -15,62 +14,110 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from raysfl.reproduce.fairness import BOOKKEEPING, check_row, resolve
+from raysfl.reproduce.fairness import cache_key, check_row, resolve
 from raysfl.reproduce.tables import Table
 
 
 @dataclass
 class Planned:
-    """A table's runs, resolved: {label: [Config per seed]} and {label: diff vs the reference}."""
+    """A table's runs, resolved: {label: [Config per seed]} and {label: diff vs the reference};
+    ``tuned``: {label: the tuning of that row} where the rows were tuned."""
 
     table: Table
     scale: str
     seeds: list[int]
     configs: dict[str, list] = field(default_factory=dict)
     diffs: dict[str, dict] = field(default_factory=dict)
+    tuned: dict = field(default_factory=dict)
+    overrides: dict = field(default_factory=dict)
 
 
-def plan(table: Table, scale: str, seeds: list[int], overrides: dict | None = None) -> Planned:
+def plan(table: Table, scale: str, seeds: list[int], overrides: dict | None = None, tuned: dict | None = None) -> Planned:
     """Resolve every row for every seed and check each against its reference (raises
-    :class:`~raysfl.reproduce.fairness.ConfoundedRow` before anything runs)."""
-    out = Planned(table, scale, list(seeds))
+    :class:`~raysfl.reproduce.fairness.ConfoundedRow` before anything runs). ``tuned``
+    {label: TuneResult}: each row runs with the values its tuning chose, which its diff may
+    show besides what it declares."""
+    from raysfl.tuning.grid import apply
+
+    table = table.at_scale(scale)
+    tuned = tuned or {}
+    knobs = {k for t in tuned.values() for k in t.chosen}
+    out = Planned(table, scale, list(seeds), tuned=dict(tuned), overrides=dict(overrides or {}))
+
+    def resolved(row, seed):
+        cfg = resolve(table, row, scale, seed, overrides)
+        return apply(cfg, tuned[row.label].chosen) if row.label in tuned else cfg
+
     for seed in seeds:
-        ref = resolve(table, table.reference, scale, seed, overrides)
+        ref = resolved(table.reference, seed)
         out.configs.setdefault(table.reference.label, []).append(ref)
         out.diffs[table.reference.label] = {}
         for row in table.rows:
-            cfg = resolve(table, row, scale, seed, overrides)
-            out.diffs[row.label] = check_row(table, row, ref, cfg)
+            cfg = resolved(row, seed)
+            out.diffs[row.label] = check_row(table, row, ref, cfg, tuned=knobs)
             out.configs.setdefault(row.label, []).append(cfg)
     for row in table.all_rows:
         check_column(table, row, out.configs[row.label][0])
     return out
 
 
-def check_column(table: Table, row, cfg) -> None:
-    """A row that reads a column of its own (``Row.column``) reads one its run writes: its
-    algorithm's roles' columns, or the test accuracy and loss (on the local splits too, when
-    the run holds them); else one line, before anything runs."""
-    if row.column is None:
-        return
+def tuning_configs(table: Table, scale: str, overrides: dict | None = None) -> dict[str, list]:
+    """Every row at ``scale`` on the table's tuning seeds, evaluating on the validation split:
+    {label: [Config per tuning seed]}."""
+    import dataclasses
+
+    from raysfl.resolve import validate
+    from raysfl.tuning.rules import check_reads_validation, tuning_seeds
+
+    table = table.at_scale(scale)
+    out = {}
+    for row in table.all_rows:
+        out[row.label] = [validate(dataclasses.replace(resolve(table, row, scale, seed, overrides),
+                                                       validation=table.tuning.validation))
+                          for seed in tuning_seeds(table.tuning.seeds)]
+        check_reads_validation(out[row.label][0], row.label)
+    return out
+
+
+def tune_table(table: Table, scale: str, overrides: dict | None, cache: Path, say=None) -> dict:
+    """Each row of ``table`` tuned the same way (its ``Tuning``) on the validation split and the
+    tuning seeds, judged by the table's metric (on the row's own column where it reads one):
+    {label: TuneResult}. Cached per row (:mod:`raysfl.tuning.search`)."""
+    from dataclasses import replace
+
+    from raysfl.tuning.search import row_grid, tune_rows
+
+    table = table.at_scale(scale)
+    rows = tuning_configs(table, scale, overrides)
+    grids = {label: row_grid(cfgs[0], table.tuning.grid(cfgs[0])) for label, cfgs in rows.items()}
+    metric = table.tuning_metric
+    metrics = {row.label: replace(metric, column=row.column) if row.column else metric
+               for row in table.all_rows}
+    return tune_rows(rows, grids, metrics, cache=cache, say=say)
+
+
+def columns_written(cfg) -> set[str]:
+    """The metrics columns a run of ``cfg`` writes that a table or a tuning may read: the test
+    accuracy and loss (on the local splits too, when the run holds them) and its algorithm's
+    roles' columns."""
     from raysfl.algorithms import get_algorithm
-    from raysfl.errors import ConfigError
 
     spec = get_algorithm(cfg.algo)
     written = {"test_accuracy", "test_loss"} | ({"test_accuracy_local"} if cfg.local_test_fraction else set())
-    written |= {k for role in (spec.server, spec.client, spec.aggregator) for k in role.columns(cfg)}
+    return written | {k for role in (spec.server, spec.client, spec.aggregator) for k in role.columns(cfg)}
+
+
+def check_column(table: Table, row, cfg) -> None:
+    """A row that reads a column of its own (``Row.column``) reads one its run writes
+    (:func:`columns_written`); else one line, before anything runs."""
+    if row.column is None:
+        return
+    from raysfl.errors import ConfigError
+
+    written = columns_written(cfg)
     if row.column not in written:
         raise ConfigError(f"{table.paper}/{table.name}, row '{row.label}' reads column '{row.column}', which a "
                           f"{cfg.algo} run with these settings does not write; it writes: {', '.join(sorted(written))}")
-
-
-def cache_key(cfg) -> str:
-    """A run's cache name: a hash of everything it computes (its resolved config without the
-    bookkeeping and resources; the seed included)."""
-    d = {k: v for k, v in cfg.to_dict().items() if k not in BOOKKEEPING and k != "resources"}
-    if d.get("loss") == "cross_entropy":  # the one loss before --loss existed: runs cached then stay found
-        del d["loss"]
-    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
 def run_cached(cfg, cache: Path) -> list[dict]:

@@ -11,12 +11,30 @@ a table holds those equal in its ``shared`` settings, or the row declares them.
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 from raysfl.errors import ConfigError
 from raysfl.reproduce.tables import Row, Table
 
 # where and how a run is written and shown, and where its actors run: not what it computes
 BOOKKEEPING = ("out", "name", "progress", "mlflow", "keep_checkpoints", "keep_best", "checkpoint_every", "resume",
                "max_restarts", "max_round_retries", "min_included")
+
+
+# settings added after runs were cached, at the value every earlier run had: left out of the key
+LATER_SETTINGS = {"loss": "cross_entropy", "validation": 0.0}
+
+
+def cache_key(cfg) -> str:
+    """A run's cache name (``raysfl reproduce``'s run cache, the tuning cache's keys): a hash of
+    everything it computes (its resolved config without the bookkeeping and resources; the seed
+    included)."""
+    d = {k: v for k, v in cfg.to_dict().items() if k not in BOOKKEEPING and k != "resources"}
+    for name, default in LATER_SETTINGS.items():  # runs cached before a setting existed stay found
+        if d.get(name) == default:
+            del d[name]
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
 class ConfoundedRow(ConfigError):
@@ -99,11 +117,12 @@ def config_diff(ref_cfg, cfg) -> dict[str, tuple]:
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
-def check_row(table: Table, row: Row, ref_cfg, cfg) -> dict[str, tuple]:
+def check_row(table: Table, row: Row, ref_cfg, cfg, tuned: set[str] | frozenset = frozenset()) -> dict[str, tuple]:
     """The row's diff against its reference; :class:`ConfoundedRow` (one line) when it holds a
-    difference the row does not declare."""
+    difference the row does not declare (``tuned``: the knobs tuning chose per row, which
+    every row may differ in)."""
     diff = config_diff(ref_cfg, cfg)
-    allowed = declared(row)
+    allowed = declared(row) | set(tuned) | {f"algo_params.{k}" for k in tuned}
     other_algo = ref_cfg.algo != cfg.algo
     confounds = [k for k in diff if k not in allowed and not (other_algo and k.startswith("algo_params."))]
     if confounds:

@@ -121,6 +121,51 @@ class Claim:
     min_seeds: int = 5
 
 
+HALF_DECADES = (1.0, 10 ** -0.5, 0.1, 10 ** 0.5)  # multiples of a row's own lr: 1.5 decades, its own value first
+
+
+def _sig(v: float) -> float:
+    """Three significant digits: grid values that read as they are (0.00158, not 0.0015811388)."""
+    return float(f"{v:.3g}")
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """How every row of a table is tuned (:mod:`raysfl.tuning`), the same way for each row.
+
+    ``factors``: knob -> multiples of the row's own resolved value (``lr``; ``server_lr``: its
+    server lr, else its lr), searched on a log scale; ``values``: knob -> values (``momentum``);
+    ``paper``: knob -> the paper's own value where the scale runs another (BESplit's lr 1e-4),
+    added to the grid. A knob a row's algorithm does not read is left out of its grid (FedAvg
+    has no server lr). ``metric``: what the choice is judged by, where not the table's (a table
+    that reads other figures of another table's runs is tuned as that table is); ``seeds``
+    tuning seeds (1000, 1001, ...), ``validation`` the share of the training split they
+    evaluate on."""
+
+    factors: dict = field(default_factory=lambda: {"lr": HALF_DECADES})
+    values: dict = field(default_factory=dict)
+    paper: dict = field(default_factory=dict)
+    metric: Metric | dict | None = None  # a Metric, or {scale: Metric}
+    seeds: int = 2
+    validation: float = 0.2
+
+    def grid(self, cfg) -> dict[str, tuple[float, ...]]:
+        """The grid for a row resolved as ``cfg``: its own value of each knob first."""
+        out = {}
+        for knob, factors in self.factors.items():
+            own = cfg.server_lr if knob == "server_lr" and cfg.server_lr is not None else (
+                cfg.lr if knob in ("lr", "server_lr") else getattr(cfg, knob))
+            vals = [_sig(own * f) for f in factors]
+            out[knob] = tuple(vals)
+        for knob, vals in self.values.items():
+            own = getattr(cfg, knob, None)
+            out[knob] = tuple(sorted(vals, key=lambda v: v != own))
+        for knob, v in self.paper.items():
+            if v not in out.get(knob, ()):
+                out[knob] = (*out.get(knob, ()), v)
+        return out
+
+
 @dataclass(frozen=True)
 class Table:
     """A paper's table. The settings of a row at a scale are ``scales[scale]``, then
@@ -139,6 +184,10 @@ class Table:
     scales: dict = field(default_factory=dict)  # {"small": {...}, "paper": {...}}
     paper_hours: str = ""             # the paper scale's cost on a GPU node, in words
     notes: str = ""
+    tuning: Tuning | None = field(default_factory=Tuning)  # None: not tuned (``untuned`` says why)
+    untuned: str = ""                 # why a table is not tuned (its metric does not depend on the lr)
+    shown: tuple[Metric, ...] = ()    # figures shown beside the metric, not deciding (SuperSFL's final accuracy)
+    scale_metric: dict = field(default_factory=dict)  # {scale: Metric} where a scale reads another (a target)
 
     def __post_init__(self):
         labels = [self.reference.label, *(r.label for r in self.rows)]
@@ -150,6 +199,20 @@ class Table:
         unknown = [r for r in self.claim.rows if r not in labels]
         if unknown:
             raise ValueError(f"{self.paper}/{self.name}: the claim names unknown rows {unknown}")
+        if self.tuning is None and not self.untuned:
+            raise ValueError(f"{self.paper}/{self.name}: a table that is not tuned says why (untuned=...)")
+
+    def at_scale(self, scale: str) -> "Table":
+        """The table as ``scale`` reads it: its metric there (where the scale has its own), and
+        its tuning's (a tuning metric given per scale)."""
+        out = replace(self, metric=self.scale_metric[scale]) if scale in self.scale_metric else self
+        if out.tuning is not None and isinstance(out.tuning.metric, dict):
+            out = replace(out, tuning=replace(out.tuning, metric=out.tuning.metric.get(scale)))
+        return out
+
+    @property
+    def tuning_metric(self) -> Metric:
+        return (self.tuning.metric if self.tuning is not None and self.tuning.metric is not None else self.metric)
 
     @property
     def all_rows(self) -> tuple[Row, ...]:

@@ -104,12 +104,14 @@ def check_fault_steps(cfg, ds) -> None:
 
 
 def _load_data(cfg):
-    """The data set, or a one-line ConfigError when its files cannot be read (a truncated
-    download, random bytes under --data-root)."""
+    """The data set (with ``--validation``: its training split's held-out share in place of the
+    test split), or a one-line ConfigError when its files cannot be read (a truncated download,
+    random bytes under --data-root)."""
     from raysfl.data import load_dataset
+    from raysfl.data.arrays import with_validation
 
     try:
-        return load_dataset(cfg.dataset, cfg.data_root, cfg.download)
+        return with_validation(load_dataset(cfg.dataset, cfg.data_root, cfg.download), cfg.validation)
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - whatever the reader raised: it names no value the user can fix

@@ -51,13 +51,35 @@ class SplitLearning(Algorithm):
     planner = role(f"{_BASE}.planner:TakingTurns")
 
 
-class SplitFedV1(Algorithm):
+@dataclass
+class SplitFedParams:
+    # Server updates per received batch of smashed data (ours, not SplitFed's: FLEX-SFL's tau_r,
+    # Sec. 3.3, so that a comparison with FLEX-SFL can hold the server's updates equal); the
+    # clients get the first update's gradients. 1: SplitFed.
+    server_updates: int = 1
+
+
+class _SplitFed(Algorithm):
+    params_cls = SplitFedParams
+
+    @classmethod
+    def facets(cls, cfg) -> dict[str, str]:
+        return {**super().facets(cfg), "server_updates": f"{cfg.algo_params.server_updates} per batch"}
+
+    @classmethod
+    def validate(cls, cfg) -> None:
+        n = cfg.algo_params.server_updates
+        if not isinstance(n, int) or n < 1:
+            raise ConfigError(f"server_updates must be an integer >= 1 (1: SplitFed), got {n}")
+
+
+class SplitFedV1(_SplitFed):
     name = "splitfed_v1"
     summary = "SplitFed V1: per-client server-side models, both sides averaged every round"
     server = role("raysfl.algorithms.roles.server:PerClientServer")
 
 
-class SplitFedV2(Algorithm):
+class SplitFedV2(_SplitFed):
     name = "splitfed_v2"
     summary = "SplitFed V2: one shared server-side model, client-side models averaged"
 

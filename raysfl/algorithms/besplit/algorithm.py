@@ -199,7 +199,7 @@ class DTDClient(OwnModuleClient):
         return self.params.keep_aux_optimizer
 
     def own_module(self, cut, model, num_classes):
-        return auxiliary_model(model, cut, num_classes)
+        return auxiliary_model(model, cut, num_classes, self.params.aux_head)
 
     def backward(self, c: ClientRound, acts, reply) -> None:
         """The split step (back-propagate the server's gradient), then the auxiliary model's
@@ -271,7 +271,7 @@ class EvidentialAggregator(Aggregator):
             return acc, loss, extras
         accs, local = [], []
         for c in sorted(self.own):
-            aux = auxiliary_model(ev.model, self.cfg.cut, ev.num_classes)
+            aux = auxiliary_model(ev.model, self.cfg.cut, ev.num_classes, self.params.aux_head)
             aux.load_state_dict(wire_to_state({k[len(HEAD):]: v for k, v in self.own[c].items() if k.startswith(HEAD)}))
             accs.append(ev.module(aux)[0])
             a = ev.local(aux, c) if ev.has_local_tests else nan

@@ -52,13 +52,18 @@ class AuxiliaryModel(nn.Module):
         return self.classifier(self.extractor(x))
 
 
-def auxiliary_model(model, cut: int, num_classes: int) -> AuxiliaryModel:
-    """A fresh auxiliary model for a client holding blocks [0, ``cut``) of ``model``."""
+def auxiliary_model(model, cut: int, num_classes: int, head: str = "pooled") -> AuxiliaryModel:
+    """A fresh auxiliary model for a client holding blocks [0, ``cut``) of ``model``; its head
+    (``--aux-head``): ``pooled``, global average pooling and one linear layer (the default), or
+    ``spatial`` (ours), feature maps pooled to at most 4x4 and flattened into the linear layer,
+    a head scaled to a shallow CNN prefix whose class information is mostly in the layout
+    (:func:`raysfl.models.heads.client_classifier`)."""
     extractor = copy.deepcopy(model.part(0, cut))
     for m in extractor.modules():
         if m is not extractor and hasattr(m, "reset_parameters"):
             m.reset_parameters()
-    return AuxiliaryModel(extractor, client_classifier(model.activation_shape(cut), num_classes))
+    return AuxiliaryModel(extractor, client_classifier(model.activation_shape(cut), num_classes,
+                                                       spatial=head == "spatial"))
 
 
 def dtd_loss(aux: AuxiliaryModel, x: torch.Tensor, y: torch.Tensor, z_client: torch.Tensor,

@@ -19,6 +19,7 @@ PLAIN_WEIGHTS = ("samples", "uniform")
 CSR_MODELS = ("round_start", "training")
 CSR_ROWS = ("all", "first")
 EA_SIDES = ("both", "server")
+AUX_HEADS = ("pooled", "spatial")
 
 
 @dataclass
@@ -56,6 +57,8 @@ class BESplitParams:
     bcc_move: bool = True           # eq. (30): lent rows leave the lender's loss (False: trained on by both)
     bcc_max_ratio: float = 1.0      # upper bound on rho (the paper's "up to rho%"); 1: eqs. 31-32 alone
     dtd: bool = True                # train the auxiliary models (BESplit-A)
+    aux_head: str = "pooled"        # the auxiliary model's head: pooled (global average pool + linear) | spatial
+                                    # (ours: pooled to <= 4x4 + linear, scaled to a shallow CNN prefix)
     kd_tau: float = 5.0             # distillation temperature tau (eqs. 15, 17)
     kd_lambda_c: float = 0.2        # lambda_C of eq. (18)
     kd_lambda_g: float = 0.3        # lambda_G of eq. (18)
@@ -91,7 +94,8 @@ class BESplit(Algorithm):
                               f"got {p.anneal_rounds}")
         for name, allowed in (("ea_average", AVERAGES), ("ea_q_average", ("same",) + AVERAGES),
                               ("ea_epistemic", EPISTEMIC), ("csr_model", CSR_MODELS), ("csr_rows", CSR_ROWS),
-                              ("ea_sides", EA_SIDES), ("ea_compare", COMPARES), ("plain_weights", PLAIN_WEIGHTS)):
+                              ("ea_sides", EA_SIDES), ("ea_compare", COMPARES), ("plain_weights", PLAIN_WEIGHTS),
+                              ("aux_head", AUX_HEADS)):
             if getattr(p, name) not in allowed:
                 raise ConfigError(f"unknown {name} '{getattr(p, name)}'; allowed: {', '.join(allowed)}")
         if not (math.isfinite(p.csr_beta) and 0 <= p.csr_beta < 1):

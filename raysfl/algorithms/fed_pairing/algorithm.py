@@ -18,7 +18,11 @@
 * Aggregation: the server averages the client models (the weights are already in the
   gradients, Sec. II-A.3).
 * Simulated time: compute from each client's FLOPs and CPU frequency, transfers over r_ij
-  between partners and over the client-server link r_i0 for the model.
+  between partners and over the client-server link r_i0 for the model. On the runtime's cost
+  model (``link_model "profiles"``) every byte a client sends or receives is charged to its
+  links, and a latency per hop of its own flow: the two flows of a pair run at once, so a
+  step's critical path is four hops (smashed data, outputs, their gradient, the gradient at
+  the cut), not the eight messages a client handles.
 
 The spec (knobs, their choices, paper setting, checks) is in :mod:`raysfl.algorithms.fed_pairing.spec`,
 the planner in :mod:`raysfl.algorithms.fed_pairing.planner`; this module holds the roles that
@@ -141,8 +145,8 @@ class PeerClient(ClientSide):
                 out[i][sm.client] = reply
                 a.stats.client_flops += 3.0 * len(x) * float(sum(host.flops[sm.cut:]))
                 a.stats.traffic.other_down += sm.nbytes   # the partner's activations in,
-                a.stats.traffic.other_up += reply.nbytes  # their outputs out
-                a.stats.traffic.messages += 2
+                a.stats.traffic.other_up += reply.nbytes  # their outputs out (two hops of the partner's flow:
+                # their latency is the partner's, which counts them: the two flows run at once)
         return out if len(out) != 1 else out[0]
 
     def pair_loss(self, host, step: int, dests: list[int], routes: dict[int, int], logit_refs: list):
@@ -188,8 +192,8 @@ class PeerClient(ClientSide):
                 reply = GradReply(pack(x.grad, self.cfg.transfer_dtype))
                 out[i][owner] = reply
                 a.stats.traffic.other_down += r.nbytes    # d(loss)/d(outputs) in,
-                a.stats.traffic.other_up += reply.nbytes  # the gradient at the owner's cut out
-                a.stats.traffic.messages += 2
+                a.stats.traffic.other_up += reply.nbytes  # the gradient at the owner's cut out (the partner's
+                # flow again: latency charged to it, not here)
         return out if len(out) != 1 else out[0]
 
 

@@ -31,20 +31,13 @@ import numpy as np
 
 from raysfl.aggregation import weighted_average
 from raysfl.algorithms.flex_sfl.hilo import data_weights, global_period, schedule
-from raysfl.algorithms.roles import Aggregator, ClientUpdate, ServerSide, StepResult
+from raysfl.algorithms.roles import Aggregator, ClientUpdate, ServerSide
 from raysfl.algorithms.roles.aggregator import block_of
-from raysfl.server_steps import shared_server_step
 
 
 class EdgeServer(ServerSide):
     """Edge server n: tau_r updates of w_e^n on each cached batch; the clients get the first one's
-    gradients (Sec. 3.3, step 3)."""
-
-    def step(self, batches):
-        grads, losses = shared_server_step(self.model, self.opt, batches, self.objective)
-        for _ in range(self.params.tau_r - 1):
-            shared_server_step(self.model, self.opt, batches, self.objective)
-        return StepResult(grads, losses)
+    gradients (Sec. 3.3, step 3; the shared step repeats ``updates_per_step`` times)."""
 
     def updates_per_step(self) -> int:
         return self.params.tau_r

@@ -61,7 +61,8 @@ class FlexSFL(Algorithm):
 
     @classmethod
     def facets(cls, cfg) -> dict[str, str]:
-        """Participation is rho per edge cluster (eq. 16), or a fixed K_n, not a global count."""
+        """Participation is rho per edge cluster (eq. 16), or a fixed K_n, not a global count; the
+        edge servers make tau_r updates per received batch."""
         p, out = cfg.algo_params, super().facets(cfg)
         if p.clients_per_cluster is not None:
             out["participation"] = f"{p.clients_per_cluster} per edge cluster"
@@ -69,6 +70,7 @@ class FlexSFL(Algorithm):
             out["participation"] = f"rho {p.rho:g} of each edge cluster"
         else:  # rho from --clients-per-round / clients, else the paper's 0.2: about that many a round
             out["participation"] = f"{cfg.clients_per_round or round(0.2 * cfg.clients)} of {cfg.clients} a round"
+        out["server_updates"] = f"{p.tau_r} per batch"  # tau_r (Sec. 3.3)
         return out
 
     @classmethod

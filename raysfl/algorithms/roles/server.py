@@ -95,11 +95,15 @@ class ServerSide:
         client: the concatenated forward/backward of :func:`raysfl.server_steps.shared_server_step`."""
         if self.cfg.grad_angles and len({b[1] for b in batches}) == 1:
             record_gradient_angle(self, per_client_gradients(self.model, batches, self.objective)[0])
-        return StepResult(*shared_server_step(self.model, self.opt, batches, self.objective))
+        out = StepResult(*shared_server_step(self.model, self.opt, batches, self.objective))
+        for _ in range(self.updates_per_step() - 1):  # more updates on the same batch: the clients have theirs
+            shared_server_step(self.model, self.opt, batches, self.objective)
+        return out
 
     def updates_per_step(self) -> int:
-        """Optimiser updates per received batch (FLOP accounting; FLEX-SFL's tau_r)."""
-        return 1
+        """Optimiser updates per received batch (FLEX-SFL's tau_r; SplitFed's ``server_updates``,
+        ours, 1 by default): the step repeats on the same batch, and the FLOPs are counted so."""
+        return int(getattr(self.params, "server_updates", 1) or 1)
 
     def weights(self, weights: dict[int, float]) -> dict[int, float] | None:
         """At the end of a round: each client's aggregation weight (``weights``: their sample
@@ -168,14 +172,16 @@ class PerClientServer(ServerSide):
             self.client_opts[c] = self.optimizer(m.parameters())
 
     def step(self, batches):
-        if self.stack is not None:
-            out = StepResult(*self.stack.step(batches))
-        else:
-            out = StepResult(*per_client_server_step(self.client_models, self.client_opts, batches,
-                                                                 self.objective))
+        updates = [self._update(batches) for _ in range(self.updates_per_step())]
+        out = updates[0]  # the clients get the first update's gradients
         if self.cfg.grad_angles:  # each client's own copy holds its gradient right after its step
             record_gradient_angle(self, torch.stack([self.client_gradient(c, cut) for c, cut, _, _ in batches]))
         return out
+
+    def _update(self, batches) -> StepResult:
+        if self.stack is not None:
+            return StepResult(*self.stack.step(batches))
+        return StepResult(*per_client_server_step(self.client_models, self.client_opts, batches, self.objective))
 
     def client_gradient(self, client: int, cut: int) -> torch.Tensor:
         """The flat server-side gradient client ``client``'s copy holds after its step."""

@@ -8,11 +8,16 @@ of memory (with the paper's 2-16 GB eq. 1 gives nearly every client of a 4-block
 deepest slice), and **10 clients: a deviation** from the paper's 50 and 100. The paper scale
 runs the paper's ViT on CIFAR-10 with 50 clients and the paper's device ranges (the paper
 names no lr: 0.01, ours).
+
+Every row's lr and momentum are tuned the same way (the paper names neither: four lrs over
+1.5 decades around the scale's, momentum 0.9 or none). On digits the paper's 70 % is reached
+in a few rounds by every method, so Table I's rounds, megabytes and seconds are read to 90 %
+at the small scale (70 % at the paper's), with the final accuracy beside them.
 """
 
 from __future__ import annotations
 
-from raysfl.reproduce.tables import Claim, Metric, Row, Table
+from raysfl.reproduce.tables import Claim, Metric, Row, Table, Tuning
 
 SHARED = {"partition": "dirichlet", "alpha": 0.5, "clients_per_round": None, "local_epochs": 1.0, "batch_size": 32,
           "optimizer": "sgd", "momentum": 0.9, "cut": 2}
@@ -23,6 +28,17 @@ SCALES = {
     "paper": {"dataset": "cifar10", "model": "vit", "clients": 50, "lr": 0.01, "rounds": 100, "download": True,
               "devices": {"memory_gb": (2.0, 16.0), "latency_ms": (20.0, 200.0)}},
 }
+TUNING = Tuning(values={"momentum": (0.9, 0.0)})
+FINAL = Metric(read="final")
+TARGET = {"small": 0.9, "paper": 0.7}  # the paper's 70 % is reached in 2-7 rounds by every method on digits
+
+
+def to_target(read: str) -> dict:
+    """Table I's read at each scale's target."""
+    return {scale: Metric(read=read, target=t) for scale, t in TARGET.items()}
+
+
+COMPARE_TUNING = Tuning(values={"momentum": (0.9, 0.0)}, metric=to_target("rounds_to"))  # Table I's runs: one tuning
 DEVIATION = ("Small scale: 10 clients, a deviation from the paper's 50 and 100 (every client every round; run "
              "--scale paper for 50).")
 
@@ -37,23 +53,26 @@ def table_i_rows(supersfl: str, sfl: str) -> dict:
 
 
 COMPARE = Table(
-    paper="super_sfl", name="compare", title="Rounds to 70 % against SFL (SplitFed) and FedAvg",
+    paper="super_sfl", name="compare", title="Rounds to the target accuracy against SFL (SplitFed) and FedAvg",
     source="Table I (CIFAR-10, 50 clients, target 70 %), Sec. III-B",
     **table_i_rows("5", "11"),
-    metric=Metric(read="rounds_to", target=0.7),
+    metric=Metric(read="rounds_to", target=0.7), scale_metric=to_target("rounds_to"), shown=(FINAL,),
+    tuning=COMPARE_TUNING,
     claim=Claim("SuperSFL needs fewer rounds than SFL to reach the target accuracy (2-5x fewer; Table I, CIFAR-10 "
                 "with 50 clients: 5 rounds against 11)", rows=("SFL (SplitFed V1)",)),
     shared=SHARED, scales=SCALES,
     paper_hours="4 rows x 5 seeds of the ViT on CIFAR-10, 50 clients, 100 rounds: about 40 GPU-hours",
-    notes=DEVIATION + " The target is the paper's 70 % at both scales (one target per table); on digits it is "
-          "reached in a few rounds. Table I's megabytes and seconds to the target are the tables compare_bytes "
-          "and compare_time (the same runs). Every accuracy is the super-network's (all blocks).")
+    notes=DEVIATION + " The target is 90 % at the small scale (the paper's 70 % is reached in 2-7 rounds by every "
+          "method on digits: the rounds could not separate them) and the paper's 70 % at its scale; the final "
+          "accuracy is shown beside it. Table I's megabytes and seconds to the target are the tables "
+          "compare_bytes and compare_time (the same runs). Every accuracy is the super-network's (all blocks).")
 
 COMPARE_BYTES = Table(
-    paper="super_sfl", name="compare_bytes", title="Megabytes sent to 70 % against SFL (SplitFed) and FedAvg",
+    paper="super_sfl", name="compare_bytes", title="Megabytes sent to the target accuracy against SFL (SplitFed) and FedAvg",
     source="Table I (CIFAR-10, 50 clients, target 70 %: communication cost), Sec. III-C",
     **table_i_rows("466 MB", "9075 MB"),
-    metric=Metric(read="bytes_to", target=0.7),
+    metric=Metric(read="bytes_to", target=0.7), scale_metric=to_target("bytes_to"), shown=(FINAL,),
+    tuning=COMPARE_TUNING,
     claim=Claim("SuperSFL sends less data than SFL before reaching the target accuracy (up to 20x less; Table I, "
                 "CIFAR-10 with 50 clients: 466 MB against 9075 MB)", rows=("SFL (SplitFed V1)",)),
     shared=SHARED, scales=SCALES,
@@ -63,10 +82,11 @@ COMPARE_BYTES = Table(
           "runtime's byte counters.")
 
 COMPARE_TIME = Table(
-    paper="super_sfl", name="compare_time", title="Simulated seconds to 70 % against SFL (SplitFed) and FedAvg",
+    paper="super_sfl", name="compare_time", title="Simulated seconds to the target accuracy against SFL (SplitFed) and FedAvg",
     source="Table I (CIFAR-10, 50 clients, target 70 %: training time), Sec. III-C",
     **table_i_rows("595 s", "6127 s"),
-    metric=Metric(read="sim_time_to", target=0.7),
+    metric=Metric(read="sim_time_to", target=0.7), scale_metric=to_target("sim_time_to"), shown=(FINAL,),
+    tuning=COMPARE_TUNING,
     claim=Claim("SuperSFL trains to the target accuracy in less time than SFL (up to 13x less; Table I, CIFAR-10 "
                 "with 50 clients: 595 s against 6127 s)", rows=("SFL (SplitFed V1)",)),
     shared=SHARED, scales=SCALES,
@@ -89,7 +109,7 @@ AVAILABILITY = Table(
               {"super_sfl": {"server_availability": 0.2, "availability_mode": "server"}}, paper="91.03"),
           Row("0 %, serverless (the server off)",
               {"super_sfl": {"server_availability": 0.0, "availability_mode": "server"}}, paper="86.36")),
-    metric=Metric(read="final"),
+    metric=FINAL, tuning=TUNING,
     claim=Claim("the server's gradients help, and accuracy degrades gradually without them: full availability is "
                 "more accurate than 10 % and than serverless training (95.58 against 89.77 and 86.36)",
                 rows=("10 %", "0 %, serverless (the server off)")),
@@ -108,7 +128,7 @@ ABLATION = Table(
     rows=(Row("without the loss term", {"super_sfl": {"fusion": "no_loss"}}, paper="91.47"),
           Row("without the depth term", {"super_sfl": {"fusion": "no_depth"}}, paper="88.66"),
           Row("equal weights (0.5)", {"super_sfl": {"fusion": "equal"}}, paper="85.89")),
-    metric=Metric(read="final"),
+    metric=FINAL, tuning=TUNING,
     claim=Claim("TPGF with both terms beats each ablation (96.93 % against 91.47, 88.66 and 85.89)"),
     shared=SHARED, scales=SCALES,
     paper_hours="4 rows x 5 seeds of the ViT on CIFAR-10, 100 rounds: about 40 GPU-hours",

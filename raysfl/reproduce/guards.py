@@ -1,0 +1,138 @@
+"""What keeps a verdict from resting on a broken run: a row at chance or diverging on any seed
+(the table is then inconclusive), and the warnings a reader needs -- a reference still
+climbing when the rows stop, a row that barely moved from its start, an evaluation period the
+last round cuts.
+
+Every check reads a run's own ``metrics.parquet`` rows (as the engine caches them); the
+thresholds are here, named, and stated in each table that trips them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+CHANCE_FACTOR = 1.5   # at chance: final accuracy at most 1.5x the chance accuracy (1 / classes)
+K = 5                 # the last k rounds the trends are read over
+RISE = 1.25           # diverging: the last k rounds' mean loss 25 % above the best earlier k-round mean, still rising
+CLIMB = 0.01          # still climbing: accuracy's last-k mean 1 point above the k rounds before, still rising
+STILL = 0.02          # barely moved: within 2 points of the first evaluation (and not above 90 %), or below 2x chance
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def accuracy_column(column: str) -> str:
+    """The accuracy a collapse is read on: the row's own metric column where it is an
+    accuracy (BESplit's ``acc_aux_local``, ``test_accuracy_local``), else ``test_accuracy``."""
+    return column if "acc" in column else "test_accuracy"
+
+
+def _slope(values: list[float]) -> float:
+    n = len(values)
+    if n < 2:
+        return 0.0
+    xm, ym = (n - 1) / 2.0, sum(values) / n
+    return sum((i - xm) * (v - ym) for i, v in enumerate(values)) / sum((i - xm) ** 2 for i in range(n))
+
+
+def diverging(rows: list[dict], k: int = K) -> str | None:
+    """Why a run diverged, or None: a non-finite training loss in some round, or the loss of
+    its last ``k`` rounds rising and on average ``RISE`` x the best earlier ``k``-round mean."""
+    losses = [r.get("train_loss") for r in rows]
+    reports = any(_finite(v) for v in losses)  # a NaN in a run that reports losses: it went non-finite
+    for r, v in zip(rows, losses):
+        if isinstance(v, float) and not math.isfinite(v) and (math.isinf(v) or (reports and r.get("participants", 1))):
+            return f"non-finite training loss in round {r.get('round')}"
+    vals = [v for v in losses if _finite(v)]
+    if len(vals) < 2 * k:
+        return None
+    last = sum(vals[-k:]) / k
+    best = min(sum(vals[i:i + k]) / k for i in range(len(vals) - k))
+    if best > 0 and last > RISE * best and _slope(vals[-k:]) > 0:
+        return f"training loss rising over the last {k} rounds ({best:.3g} -> {last:.3g})"
+    return None
+
+
+def final_accuracy(rows: list[dict], column: str) -> float:
+    ev = [r[column] for r in rows if _finite(r.get(column))]
+    return ev[-1] if ev else math.nan
+
+
+def at_chance(rows: list[dict], column: str, num_classes: int) -> bool:
+    """The run ends at chance: its last accuracy at most ``CHANCE_FACTOR`` / classes (a run
+    with no accuracy at all counts too: it never evaluated a model that works)."""
+    acc = final_accuracy(rows, column)
+    return not math.isfinite(acc) or acc <= CHANCE_FACTOR / num_classes
+
+
+def collapse(rows: list[dict], column: str, num_classes: int, k: int = K) -> str | None:
+    """Why a run collapsed (at chance or diverging), or None."""
+    if at_chance(rows, column, num_classes):
+        acc = final_accuracy(rows, column)
+        return f"at chance ({column} {acc:.3f} <= {CHANCE_FACTOR:g} / {num_classes})"
+    return diverging(rows, k)
+
+
+def climbing(rows: list[dict], column: str, k: int = K) -> bool:
+    """Accuracy still rising when the run stops: the last ``k`` evaluations' mean ``CLIMB``
+    above the ``k`` before, and their trend up."""
+    ev = [r[column] for r in rows if _finite(r.get(column))]
+    if len(ev) < 2 * k:
+        return False
+    last, before = sum(ev[-k:]) / k, sum(ev[-2 * k:-k]) / k
+    return last - before > CLIMB and _slope(ev[-k:]) > 0
+
+
+def moved(rows: list[dict], column: str) -> tuple[float, float]:
+    """(first, last) evaluated accuracy of a run."""
+    ev = [r[column] for r in rows if _finite(r.get(column))]
+    return (ev[0], ev[-1]) if ev else (math.nan, math.nan)
+
+
+def evaluated_before_the_end(rows: list[dict]) -> int | None:
+    """The round the last evaluation's model comes from where it is older than the run's last
+    round (FLEX-SFL evaluates W_global, built every tau_G rounds: ``w_global_round``), else None."""
+    if not rows:
+        return None
+    last = rows[-1]
+    at = last.get("w_global_round")
+    if _finite(at) and int(at) < int(last["round"]):
+        return int(at)
+    return None
+
+
+@dataclass
+class RowHealth:
+    """A row's health over its seeds: which collapsed and why, whether it is still climbing
+    (on most seeds), whether it barely moved, and an evaluation period the last round cuts."""
+
+    collapsed: dict[int, str] = field(default_factory=dict)   # seed -> why
+    climbing: bool = False
+    barely_moved: tuple[float, float] | None = None           # (mean first, mean last) when it barely moved
+    stale_eval: int | None = None                             # the round the last evaluation's model is from
+
+
+def row_health(runs: list[list[dict]], seeds: list[int], column: str, num_classes: int,
+               accuracy: bool = True) -> RowHealth:
+    """Every guard on one row's runs (``runs``: metrics rows per seed, in ``seeds`` order).
+    ``accuracy``: whether the table learns something (an accuracy, a time to a target); a
+    table of simulated time alone still refuses a diverging run, not one at chance."""
+    acc = accuracy_column(column)
+    h = RowHealth()
+    for seed, rows in zip(seeds, runs):
+        why = collapse(rows, acc, num_classes) if accuracy else diverging(rows)
+        if why:
+            h.collapsed[seed] = why
+    h.climbing = sum(climbing(rows, acc) for rows in runs) > len(runs) / 2
+    firsts, lasts = zip(*[moved(rows, acc) for rows in runs]) if runs else ((), ())
+    f = [v for v in firsts if math.isfinite(v)]
+    last = [v for v in lasts if math.isfinite(v)]
+    if accuracy and f and last:
+        mf, ml = sum(f) / len(f), sum(last) / len(last)
+        if ml < 2.0 / num_classes or (ml - mf < STILL and ml < 0.9):
+            h.barely_moved = (mf, ml)
+    stale = [evaluated_before_the_end(rows) for rows in runs]
+    h.stale_eval = next((s for s in stale if s is not None), None)
+    return h

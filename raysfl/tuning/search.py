@@ -1,0 +1,254 @@
+"""The search: every row's grid as Ray Tune trials, stopped early by asynchronous successive
+halving (Tune's ASHA, one bracket per row, so that a row's settings compete only with each
+other), the best completed setting chosen on the validation split, a choice at a grid's edge
+widening that grid once.
+
+One ``Tuner`` runs every row of a table: on a cluster its trials spread over the nodes, each
+trial a process that runs its setting on every tuning seed (:mod:`raysfl.tuning.trial`) and is
+reused for the next trial, which finds that process's actors warm. Results are cached per
+row under a hash of everything the search depends on, so a row a later table shares (the same
+resolved config, grid, seeds and metric) is not tuned again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from raysfl.reproduce.tables import Metric
+from raysfl.tuning import grid as grids
+
+REDUCTION = 3  # ASHA's reduction factor: a third of a row's settings go on at each rung
+
+
+@dataclass
+class TuneResult:
+    """A row's tuning: the chosen values, the grid as searched (widened values included), how
+    many trials ran, the knobs still at the grid's edge after widening once, the chosen
+    setting's score (the metric's mean over the tuning seeds, on the validation split) and
+    every trial (its knobs, rounds run, score)."""
+
+    row: str
+    chosen: dict[str, float]
+    grid: dict[str, list[float]]
+    trials: int
+    at_edge: list[str] = field(default_factory=list)
+    score: float = math.nan
+    table: list[dict] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def grace(rounds: int) -> int:
+    """ASHA's first rung: a ninth of the rounds (at least one), so that the rungs fall at about
+    1/9, 1/3 and all of a run with a reduction factor of 3."""
+    return max(1, rounds // (REDUCTION * REDUCTION))
+
+
+def cache_key(configs: list, grid: dict, metric: Metric) -> str:
+    """A row's tuning cache name: its tuning configs (every seed; the knobs tuned left out),
+    the grid, the metric and the search's rules."""
+    from raysfl.reproduce.fairness import cache_key as run_key
+
+    fields = {f.name for f in dataclasses.fields(configs[0])} if configs else set()
+    body = {"runs": [run_key(dataclasses.replace(c, **{k: None for k in grid if k in fields}))
+                     for c in configs],
+            "grid": {k: list(v) for k, v in grid.items()}, "metric": dataclasses.asdict(metric),
+            "rules": {"reduction": REDUCTION, "grace": "rounds // 9", "widen": "once"}}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def row_grid(cfg, grid: dict[str, tuple[float, ...]]) -> dict[str, tuple[float, ...]]:
+    """The grid a row searches: the table's, without the knobs its algorithm does not read,
+    each knob's own setting first (the paper's, where the row runs it)."""
+    out = {}
+    for knob, values in grid.items():
+        if not grids.reads(cfg, knob):
+            continue
+        own = getattr(cfg, knob, None) if hasattr(cfg, knob) else getattr(cfg.algo_params, knob, None)
+        if knob == "server_lr" and own is None:
+            own = cfg.lr
+        out[knob] = grids.order(tuple(values), own)
+    return out
+
+
+def tune_rows(rows: dict[str, list], grid: dict[str, dict[str, tuple[float, ...]]], metrics: dict[str, Metric],
+              cache: Path | None = None, trials_at_once: int | None = None, say=None) -> dict[str, TuneResult]:
+    """Tune every row: ``rows`` {label: [validated Config per tuning seed, reading the
+    validation split]}, ``grid`` {label: {knob: values}}, ``metrics`` {label: what it is judged
+    by} (every row the same direction). Rows found in ``cache`` are read back; the others are
+    searched together, then widened where a choice sits on an edge."""
+    from raysfl.tuning.rules import check_reads_validation
+
+    say = say or (lambda text: print(text, file=sys.stderr, flush=True))
+    for label, cfgs in rows.items():
+        for c in cfgs:
+            check_reads_validation(c, label)
+    keys = {label: cache_key(cfgs, grid[label], metrics[label]) for label, cfgs in rows.items()}
+    out: dict[str, TuneResult] = {}
+    for label, key in keys.items():
+        path = cache / f"tune-{key}.json" if cache else None
+        if path is not None and path.exists():
+            out[label] = TuneResult(**json.loads(path.read_text()))
+    todo = {label: cfgs for label, cfgs in rows.items() if label not in out}
+    if todo:
+        started = time.perf_counter()
+        n = sum(len(grids.product(grid[label])) for label in todo)
+        say(f"tune: {len(todo)} row(s), {n} settings on {len(next(iter(todo.values())))} tuning seeds each "
+            f"(validation split), stopped early by successive halving")
+        trials = _search(todo, {label: grids.product(grid[label]) for label in todo}, metrics, trials_at_once, say)
+        for label in todo:
+            res = _choose(label, grid[label], trials[label], metrics[label])
+            wider = {k: v for k in res.chosen if (v := grids.widened(k, tuple(grid[label][k]), res.chosen[k]))}
+            if wider:
+                say(f"tune: {label}: {', '.join(f'{k} {res.chosen[k]:g}' for k in wider)} at the grid's edge; "
+                    f"widening once: {', '.join(f'{k} {v:g}' for k, v in wider.items())}")
+                extra = _search({label: todo[label]}, {label: [{**res.chosen, k: v} for k, v in wider.items()]},
+                                metrics, trials_at_once, say, successive_halving=False)[label]
+                widened_grid = {k: tuple(v) + ((wider[k],) if k in wider else ()) for k, v in grid[label].items()}
+                res = _choose(label, widened_grid, trials[label] + extra, metrics[label])
+                res.at_edge = [k for k in wider if grids.at_edge(k, widened_grid[k], res.chosen[k])]
+            res.seeds = [c.seed for c in todo[label]]
+            res.seconds = round(time.perf_counter() - started, 1)
+            out[label] = res
+            if cache is not None:
+                cache.mkdir(parents=True, exist_ok=True)
+                tmp = cache / f"tune-{keys[label]}.tmp"
+                tmp.write_text(json.dumps(res.to_dict(), default=float))
+                tmp.replace(cache / f"tune-{keys[label]}.json")
+        say(f"tune: done in {time.perf_counter() - started:.0f} s")
+    return out
+
+
+def _choose(label: str, grid: dict, trials: list[dict], metric: Metric) -> TuneResult:
+    """The best setting among the trials that ran every round (ties: the earlier, i.e. the
+    row's own setting first)."""
+    sign = 1.0 if metric.higher_is_better else -1.0
+    complete = [t for t in trials if t["complete"] and math.isfinite(t["score"])]
+    if not complete:
+        raise RuntimeError(f"tuning row '{label}': no setting of the grid completed its runs "
+                           f"({'; '.join(t.get('error') or 'stopped' for t in trials)[:300]})")
+    best = max(complete, key=lambda t: (sign * t["score"], -trials.index(t)))
+    return TuneResult(label, dict(best["knobs"]), {k: list(v) for k, v in grid.items()}, len(trials),
+                      score=best["score"], table=trials)
+
+
+def _search(rows: dict[str, list], combos: dict[str, list[dict]], metrics: dict[str, Metric], trials_at_once: int | None,
+            say, successive_halving: bool = True) -> dict[str, list[dict]]:
+    """Run the trials (one per row and setting) on one Tuner; {label: [trial summaries]}."""
+    import ray
+    from ray import tune
+
+    from raysfl.tuning.schedulers import GroupedASHA
+    from raysfl.tuning.trial import TrialRuns
+
+    seeds = len(next(iter(rows.values())))
+    rounds = max(c.rounds for cfgs in rows.values() for c in cfgs)
+    ensure_ray([c for cfgs in rows.values() for c in cfgs], seeds)
+    trial, at_once = trial_resources([c for cfgs in rows.values() for c in cfgs], seeds, trials_at_once)
+    rows = {label: [in_trial(c) for c in cfgs] for label, cfgs in rows.items()}
+    space = [{"row": label, "knobs": knobs} for label, cs in combos.items() for knobs in cs]
+    directions = {metrics[label].higher_is_better for label in rows}
+    if len(directions) != 1:
+        raise ValueError("the rows of one search are judged in one direction (all higher-is-better, or all lower)")
+    mode = "max" if directions.pop() else "min"
+    scheduler = (GroupedASHA(group="row", time_attr="training_iteration", max_t=rounds, grace_period=grace(rounds),
+                             reduction_factor=REDUCTION) if successive_halving else None)
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    trainable = tune.with_resources(tune.with_parameters(TrialRuns, configs=rows, metrics=metrics),
+                                    tune.PlacementGroupFactory([trial]))
+    with tempfile.TemporaryDirectory(prefix="raysfl-tune-") as store:
+        tuner = tune.Tuner(
+            trainable, param_space={"trial": tune.grid_search(space)},
+            tune_config=tune.TuneConfig(metric="score", mode=mode, scheduler=scheduler, reuse_actors=True,
+                                        max_concurrent_trials=at_once),
+            run_config=tune.RunConfig(storage_path=store, name="raysfl-tune", verbose=0,
+                                      log_to_file=False, checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=0, checkpoint_at_end=False)))
+        grid_results = tuner.fit()
+    out: dict[str, list[dict]] = {label: [] for label in rows}
+    unknown = []
+    for res in grid_results:
+        m = res.metrics or {}
+        done = int(m.get("round", 0) or 0)
+        err = None if res.error is None else " ".join(str(res.error).split())[:200]
+        trial = (res.config or {}).get("trial")
+        summary = {"knobs": dict(trial["knobs"]) if trial else None, "rounds": done,
+                   "score": float(m.get("score", math.nan)), "values": m.get("values"),
+                   "complete": err is None and done >= rounds, "error": err}
+        if trial is None:  # failed before Tune recorded its config: matched by elimination below
+            unknown.append(summary)
+        else:
+            out[trial["row"]].append(summary)
+    for label, trials in out.items():  # Tune's order is not the grid's: put them back in it
+        seen = {json.dumps(t["knobs"], sort_keys=True) for t in trials}
+        for knobs in combos[label]:
+            if unknown and json.dumps(knobs, sort_keys=True) not in seen:
+                trials.append({**unknown.pop(0), "knobs": knobs})
+        index = {json.dumps(k, sort_keys=True): i for i, k in enumerate(combos[label])}
+        trials.sort(key=lambda t: index.get(json.dumps(t["knobs"], sort_keys=True), len(index)))
+    _ = ray  # the Tuner runs on the Ray this process joined or started
+    return out
+
+
+def ensure_ray(configs: list, runs_at_once: int) -> None:
+    """Ray for the trials: this process's, the cluster in RAY_ADDRESS, or a local one sized for
+    ``runs_at_once`` runs of the most demanding config (a trial's tuning seeds run together)."""
+    import os
+
+    import ray
+
+    from raysfl.compare import _scaled, run_demand
+    from raysfl.runtime.placement import init_ray
+
+    if ray.is_initialized():
+        return
+    biggest = max(configs, key=lambda c: run_demand(c)[0])
+    if os.environ.get("RAY_ADDRESS"):
+        init_ray(biggest, 1, 1)
+        return
+    cpu, gpu = run_demand(biggest)
+    init_ray(_scaled(biggest, runs_at_once, cpu, gpu), biggest.resources.num_client_actors(biggest.clients), 3)
+
+
+def trial_resources(configs: list, seeds: int, at_most: int | None = None) -> tuple[dict, int]:
+    """(one trial's Ray resources, trials at once). A trial reserves what its runs' actors need
+    (``seeds`` runs of the most demanding config, at most the whole cluster: a 2-CPU cluster
+    runs one trial whose runs share it) and its runs' actors ask for nothing of their own
+    (:func:`in_trial`): Tune places each trial on a node that holds it, its actors start in
+    the trial's placement group, and an idle trial process's warm actors hold no resources."""
+    import ray
+
+    from raysfl.compare import run_demand
+
+    need_cpu = max(run_demand(c)[0] for c in configs)
+    need_gpu = max(run_demand(c)[1] for c in configs)
+    have = ray.cluster_resources()
+    cpus = min(max(0.01, seeds * need_cpu), have.get("CPU", 1.0))
+    out = {"CPU": cpus}
+    at_once = max(1, math.floor(have.get("CPU", 1.0) / cpus + 1e-9))
+    if need_gpu:
+        out["GPU"] = min(seeds * need_gpu, have.get("GPU", 0.0))
+        at_once = min(at_once, max(1, math.floor(have.get("GPU", 0.0) / out["GPU"] + 1e-9)))
+    return out, min(at_once, at_most) if at_most else at_once
+
+
+def in_trial(cfg):
+    """``cfg`` as a run inside a trial: its actors ask Ray for no CPUs and no placement groups
+    of their own (the trial's placement group, which Ray places them in, holds the CPUs for
+    them), each still given torch threads for the share it would have had."""
+    import dataclasses
+
+    r = cfg.resources
+    return dataclasses.replace(cfg, resources=dataclasses.replace(
+        r, client_cpus=0.0, server_cpus=0.0, fed_cpus=0.0, client_placement="none", server_placement="none"))
