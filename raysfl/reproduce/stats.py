@@ -101,8 +101,9 @@ def paired(values: list[float], shift: float = 0.0) -> Paired:
     sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1))
     se = sd / math.sqrt(n)
     gap = mean - shift
-    if se == 0.0:
-        t = 0.0 if gap == 0 else math.copysign(math.inf, gap)
+    if sd <= 1e-12 * max(1.0, abs(mean)):  # the same difference on every seed (up to rounding)
+        se = 0.0
+        t = 0.0 if abs(gap) <= 1e-12 * max(1.0, abs(mean)) else math.copysign(math.inf, gap)
     else:
         t = gap / se
     p = 1.0 if t == 0 else 2.0 * (1.0 - t_cdf(abs(t), n - 1))
@@ -143,6 +144,6 @@ def seeds_to_settle(values: list[float], shift: float, level: float, most: int) 
     if gap == 0:
         return None
     for n in range(len(vals), most + 1):
-        if sd == 0 or gap / (sd / math.sqrt(n)) > critical_t(level, n - 1):
+        if sd <= 1e-12 * max(1.0, abs(mean)) or gap / (sd / math.sqrt(n)) > critical_t(level, n - 1):
             return n
     return None

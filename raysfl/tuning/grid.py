@@ -59,7 +59,7 @@ def check_span(knob: str, values: tuple[float, ...]) -> None:
     if knob not in LOG_KNOBS:
         return
     lo, hi = min(values), max(values)
-    if len(values) < MIN_VALUES or lo <= 0 or math.log10(hi / lo) < MIN_DECADES - 1e-9:
+    if len(values) < MIN_VALUES or lo <= 0 or math.log10(hi / lo) < MIN_DECADES - 0.005:  # values at 3 digits
         raise ConfigError(f"the {knob} grid {list(values)} must hold at least {MIN_VALUES} positive values over "
                           f"at least {MIN_DECADES:g} decades")
 

@@ -51,9 +51,11 @@ class TuneResult:
 
 
 def grace(rounds: int) -> int:
-    """ASHA's first rung: a ninth of the rounds (at least one), so that the rungs fall at about
-    1/9, 1/3 and all of a run with a reduction factor of 3."""
-    return max(1, rounds // (REDUCTION * REDUCTION))
+    """ASHA's first rung: a ninth of the rounds, so that the rungs fall at about 1/9, 1/3 and all
+    of a run with a reduction factor of 3 -- but not before round 3 where the run is 6 rounds or
+    longer: after one or two rounds a good learning rate may still sit at chance beside a tiny
+    one, and would be stopped for it."""
+    return max(1, rounds // (REDUCTION * REDUCTION), min(3, rounds // 2))
 
 
 def cache_key(configs: list, grid: dict, metric: Metric) -> str:
@@ -65,7 +67,7 @@ def cache_key(configs: list, grid: dict, metric: Metric) -> str:
     body = {"runs": [run_key(dataclasses.replace(c, **{k: None for k in grid if k in fields}))
                      for c in configs],
             "grid": {k: list(v) for k, v in grid.items()}, "metric": dataclasses.asdict(metric),
-            "rules": {"reduction": REDUCTION, "grace": "rounds // 9", "widen": "once"}}
+            "rules": {"reduction": REDUCTION, "grace": grace(max(c.rounds for c in configs)), "widen": "once"}}
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 

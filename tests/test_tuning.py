@@ -1,0 +1,208 @@
+"""Tuning (``raysfl tune``, ``raysfl reproduce``'s tuning): runs that read a validation split held
+out of the training data and never the test split, tuning seeds apart from the evaluation
+seeds, the declared grids, Tune's successive halving one bracket per row, and a search that
+finds the better learning rate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from raysfl.errors import ConfigError
+from raysfl.tuning import grid as grids
+from raysfl.tuning.rules import check_reads_validation, check_seeds_apart
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_validation_split_is_held_out_of_the_training_split_and_takes_the_test_split_s_place():
+    from raysfl.data import load_dataset
+    from raysfl.data.arrays import with_validation
+
+    ds = load_dataset("digits")
+    val = with_validation(ds, 0.2)
+    assert val.num_train + val.num_test == ds.num_train  # every sample of it came from the training split
+    assert val.num_test == int(np.ceil(0.2 * ds.num_train))
+    train_rows = {r.tobytes() for r in val.x_train.reshape(val.num_train, -1)}
+    held = [r.tobytes() for r in val.x_test.reshape(val.num_test, -1)]
+    original = {r.tobytes() for r in ds.x_train.reshape(ds.num_train, -1)}
+    assert all(h in original for h in held)
+    assert len(set(held) & train_rows) <= len([h for h in held if held.count(h) > 1]) + 5  # digits repeats a few
+    assert not any(np.shares_memory(val.x_test, a) for a in (ds.x_test, ds.y_test))
+    counts = np.bincount(val.y_test, minlength=10)
+    assert counts.min() >= 0.8 * counts.max()  # stratified
+    again = with_validation(ds, 0.2)
+    assert np.array_equal(again.y_test, val.y_test)  # fixed, whatever the run's seed
+    assert with_validation(ds, 0.0) is ds
+
+
+def test_validation_outside_its_range_is_refused_in_one_line():
+    import raysfl
+    from raysfl.resolve import validate
+
+    with pytest.raises(ConfigError, match=r"validation must be a share of the training split in \[0, 0.5\]"):
+        validate(raysfl.config_from_kwargs(validation=0.9))
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_run_with_a_validation_split_never_reads_the_test_split(tmp_path):
+    """Data whose test labels are all wrong (each digit labelled as the next): a run that reads
+    the test split scores near zero; the same run with a validation split scores as it learned."""
+    import raysfl
+    from raysfl.data import load_dataset
+
+    ds = load_dataset("digits")
+    data = raysfl.custom_dataset(ds.x_train, ds.y_train, ds.x_test, (ds.y_test + 1) % 10, name="wrongtest",
+                                 mean=ds.mean, std=ds.std, scale=ds.scale)
+    base = dict(algo="splitfed_v2", clients=4, rounds=4, local_epochs=1.0, lr=0.05, out=str(tmp_path),
+                progress=False, checkpoint_every=0, resources={"client_actors": 2})
+    on_test = raysfl.run(raysfl.config_from_kwargs(**base), data=data).final["test_accuracy"]
+    on_val = raysfl.run(raysfl.config_from_kwargs(**base, validation=0.2), data=data).final["test_accuracy"]
+    assert on_val > 0.6 and on_test < 0.2, (on_val, on_test)
+
+
+def test_tuning_refuses_a_run_that_would_read_the_test_split_and_seeds_it_is_judged_on():
+    import raysfl
+    from raysfl.resolve import validate
+    from raysfl.reproduce.tables import Metric
+    from raysfl.tuning.search import tune_rows
+
+    cfg = validate(raysfl.config_from_kwargs(algo="psl", seed=1000))
+    with pytest.raises(ConfigError, match=r"^row 'PSL': tuning reads a validation split held out of the training "
+                                          r"data, but this run has validation 0 and would read the test split"):
+        tune_rows({"PSL": [cfg]}, {"PSL": {"lr": (0.1,)}}, {"PSL": Metric()})  # before Ray or anything runs
+    check_reads_validation(validate(raysfl.config_from_kwargs(validation=0.2)))
+    with pytest.raises(ConfigError, match=r"share seed\(s\) 1001 with the evaluation seeds"):
+        check_seeds_apart([1000, 1001], [0, 1, 1001])
+    check_seeds_apart([1000, 1001], [0, 1, 2, 3, 4])
+
+
+def test_a_table_whose_tuning_would_read_the_test_split_is_refused_before_any_run():
+    from dataclasses import replace
+
+    from raysfl.algorithms.gapsl.tables import MAIN
+    from raysfl.reproduce.engine import tuning_configs
+
+    rows = tuning_configs(MAIN, "small")
+    assert all(c.validation == 0.2 and c.seed >= 1000 for cfgs in rows.values() for c in cfgs)
+    assert {c.seed for c in rows["GAPSL"]} == {1000, 1001}
+    broken = replace(MAIN, tuning=replace(MAIN.tuning, validation=0.0))
+    with pytest.raises(ConfigError, match=r"row 'GAPSL': tuning reads a validation split"):
+        tuning_configs(broken, "small")
+
+
+def test_reproduce_refuses_evaluation_seeds_that_are_tuning_seeds_in_one_line():
+    out = subprocess.run([sys.executable, "-m", "raysfl", "reproduce", "gapsl", "--table", "main", "--seeds",
+                          "0,1000"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert "tuning seeds 1000, 1001 share seed(s) 1000 with the evaluation seeds" in out.stderr
+
+
+def test_grids_parse_order_widen_and_span():
+    assert grids.parse_values("lr", "0.1,0.01") == (0.1, 0.01)
+    assert grids.parse_values("lr", "log:0.001:0.1:3") == pytest.approx((0.001, 0.01, 0.1))
+    with pytest.raises(ConfigError, match="--grid lr=0.1,x: allowed"):
+        grids.parse_values("lr", "0.1,x")
+    assert grids.parse_grid(["lr=0.1,0.01", "momentum=0,0.9"]) == {"lr": (0.1, 0.01), "momentum": (0.0, 0.9)}
+    with pytest.raises(ConfigError, match="names 'lr' twice"):
+        grids.parse_grid(["lr=0.1", "lr=0.2"])
+    assert grids.order((0.1, 0.01, 0.05), 0.05) == (0.05, 0.1, 0.01)
+    assert grids.widened("lr", (0.01, 0.1), 0.1) == pytest.approx(1.0)
+    assert grids.widened("lr", (0.01, 0.1), 0.01) == pytest.approx(0.001)
+    assert grids.widened("lr", (0.01, 0.03, 0.1), 0.03) is None and grids.widened("momentum", (0, 0.9), 0.9) is None
+    grids.check_span("lr", (0.005, 0.00158, 0.0005, 0.0158))
+    with pytest.raises(ConfigError, match="at least 4 positive values over at least 1.5 decades"):
+        grids.check_span("lr", (0.01, 0.02, 0.03, 0.05))
+
+
+def test_successive_halving_s_first_rung_is_a_ninth_of_the_rounds_and_not_before_round_3():
+    from raysfl.tuning.search import grace
+
+    assert [grace(r) for r in (1, 3, 5, 6, 20, 30, 40, 50)] == [1, 1, 2, 3, 3, 3, 4, 5]
+
+
+def test_a_knob_a_row_does_not_read_is_left_out_of_its_grid():
+    import raysfl
+    from raysfl.resolve import validate
+    from raysfl.tuning.search import row_grid
+
+    grid = {"lr": (0.1, 0.01), "server_lr": (0.1, 0.01)}
+    fedavg = validate(raysfl.config_from_kwargs(algo="fedavg", lr=0.01))
+    psl = validate(raysfl.config_from_kwargs(algo="psl", lr=0.01, server_lr=0.1))
+    assert row_grid(fedavg, grid) == {"lr": (0.01, 0.1)}  # FedAvg has no server; its own lr first
+    assert row_grid(psl, grid) == {"lr": (0.01, 0.1), "server_lr": (0.1, 0.01)}
+
+
+def test_every_declared_table_tunes_each_row_on_the_same_grid_of_at_least_4_values_over_1_5_decades():
+    """The grid holds the paper's own lr at both scales (SuperSFL's paper names none)."""
+    from raysfl.reproduce import PAPERS, tables_of
+    from raysfl.reproduce.fairness import resolve
+
+    tuned = 0
+    for paper in PAPERS:
+        for t in tables_of(paper):
+            if t.tuning is None:
+                assert t.untuned
+                continue
+            tuned += 1
+            paper_lr = resolve(t, t.reference, "paper", 0).lr
+            for scale in ("small", "paper"):
+                cfg = resolve(t, t.reference, scale, 0)
+                g = t.tuning.grid(cfg)
+                for knob in ("lr", "server_lr"):
+                    if knob in g:
+                        grids.check_span(knob, g[knob])
+                if paper != "super_sfl":
+                    assert paper_lr in g["lr"], (paper, t.name, scale, g["lr"])
+                for row in t.rows:  # every row the same factors of the same shared value
+                    assert t.tuning.grid(resolve(t, row, scale, 0))["lr"] == g["lr"]
+    assert tuned >= 15
+
+
+class _Trial:
+    def __init__(self, tid, row):
+        self.trial_id, self.config = tid, {"trial": {"row": row, "knobs": {}}}
+
+
+def test_successive_halving_runs_one_bracket_per_row():
+    """A row's settings compete only with each other: a slow row's first setting is not stopped
+    because another row scored higher at the same rung."""
+    from ray.tune.schedulers import TrialScheduler
+
+    from raysfl.tuning.schedulers import GroupedASHA
+
+    s = GroupedASHA(group="row", time_attr="training_iteration", max_t=9, grace_period=1, reduction_factor=3)
+    s.set_search_properties("score", "max")
+    fast = [_Trial(f"f{i}", "fast") for i in range(3)]
+    slow = _Trial("s0", "slow")
+    for t in [*fast, slow]:
+        s.on_trial_add(None, t)
+    for t, score in zip(fast, (0.9, 0.8, 0.85)):
+        s.on_trial_result(None, t, {"training_iteration": 1, "score": score})
+    assert s.on_trial_result(None, slow, {"training_iteration": 1, "score": 0.2}) == TrialScheduler.CONTINUE
+    late = _Trial("f3", "fast")
+    s.on_trial_add(None, late)
+    assert s.on_trial_result(None, late, {"training_iteration": 1, "score": 0.3}) == TrialScheduler.STOP
+
+
+def test_raysfl_tune_finds_the_better_learning_rate_and_saves_it(tmp_path):
+    """A tiny grid on a few rounds: lr 0.1 learns digits, 3e-4 barely moves; tune says so, on the
+    validation split (the first rung at round 3: after one round both may sit at chance), and
+    writes the best as a config file that runs on the test split."""
+    out = subprocess.run([sys.executable, "-m", "raysfl", "tune", "--algo", "splitfed_v2", "--clients", "4",
+                          "--rounds", "6", "--local-steps", "3", "--batch-size", "16", "--grid", "lr=0.0003,0.1",
+                          "--seeds", "1", "--out", str(tmp_path), "--name", "t"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "best: lr 0.1 (" in out.stdout and "on the validation split (0.2 of the training data)" in out.stdout
+    saved = json.loads((tmp_path / "t" / "tune.json").read_text())
+    assert saved["chosen"] == {"lr": 0.1} and saved["split"] == "validation" and saved["seeds"] == [1000]
+    scores = {t["knobs"]["lr"]: t["score"] for t in saved["table"]}
+    assert scores[0.1] > scores[0.0003] + 0.1
+    best = json.loads((tmp_path / "t" / "best.json").read_text())
+    assert best["lr"] == 0.1 and best["validation"] == 0.0 and best["seed"] == 0
