@@ -71,9 +71,18 @@ def list_tables() -> str:
     for paper in PAPERS:
         for t in tables_of(paper):
             rows = ", ".join(r.label for r in t.all_rows)
+            small = t.at_scale("small")
+            metric = t.metric.label + (f" (small scale: {small.metric.label})" if small.metric != t.metric else "")
             lines.append(f"{paper} --table {t.name}: {t.title} ({t.source})\n    rows: {rows}\n"
-                         f"    claim: {t.claim.text}\n    metric: {t.metric.label}")
+                         f"    claim: {t.claim.text}\n    metric: {metric}\n    tuning: {_tuning_text(small)}")
     return "\n".join(lines)
+
+
+def _tuning_text(t) -> str:
+    if t.tuning is None:
+        return f"none ({t.untuned})"
+    knobs = ", ".join((*t.tuning.factors, *t.tuning.values))
+    return f"{knobs} per row on a validation split, judged by {t.tuning_metric.label}"
 
 
 def run(ns) -> int:
@@ -262,11 +271,29 @@ Written by `raysfl reproduce ... --results docs/results.md` from the tables unde
 (each table's own command is printed under it): no number here is copied by hand. Each table
 declares a reference row and rows that name their deltas from it; a row whose resolved
 configuration differs from the reference in anything it does not declare is refused before
-it runs (`raysfl/reproduce/fairness.py`), and the last column shows each row's diff. The
-verdict comes from the claim's declared criterion on paired seeds (the same seed gives every
-row the same partition, device profiles and initial model): *reproduced* when every compared
-row is decided the paper's way beyond two standard errors of the paired difference,
-*contradicted* when one is decided the other way, *not shown* otherwise; no verdict with fewer
-than five seeds. Simulated time is on one cost model for every row (device profiles: compute,
-links, a latency per message), with the compute-only clock beside it.
+it runs (`raysfl/reproduce/fairness.py`), and the last column shows each row's diff.
+
+**Every row gets the same tuning budget** (`raysfl/tuning/`): its learning rate (and, where the
+method has them and the paper leaves them open, its server lr and momentum) chosen from the
+table's declared grid -- at least 4 values over at least 1.5 decades, the paper's own value
+among them -- by Ray Tune with asynchronous successive halving, judged by the table's metric on
+a validation split held out of the training data (never the test split) on tuning seeds 1000
+and 1001 (never the seeds a table is judged on); a choice at a grid's edge widens it once.
+Tables whose metric no learning rate changes (simulated time of a fixed number of rounds) say
+so and are not tuned.
+
+**The verdict** comes from the claim on paired seeds (the same seed gives every row the same
+partition, device profiles and initial model): Student's t at the table's own seed count,
+two-sided at 5 %, Holm-Bonferroni across the rows the claim compares, rows whose results
+repeat another compared row's exactly counted once. *Reproduced* when every compared row is
+decided the paper's way, *contradicted* when one is decided the other way, *not shown*
+otherwise; *inconclusive* when the reference or a deciding row collapsed on some seed (at
+chance: final accuracy at most 1.5x chance; or diverging: a non-finite training loss, or the
+loss rising over the last 5 rounds); no verdict with fewer than five seeds or without tuning.
+Where five seeds leave a row undecided and ten would decide a difference of its size and
+spread, the table runs ten. Warnings under a table name a reference still climbing at the end,
+a row that barely moved, an evaluation period the last round cuts, a tuned value still at its
+grid's edge. Each table states the raysfl version, commit and date that made it. Simulated
+time is on one cost model for every row (device profiles: compute, links, a latency per hop),
+with the compute-only clock beside it.
 """

@@ -80,9 +80,9 @@ def widened(knob: str, values: tuple[float, ...], chosen: float) -> float | None
         return None
     s = sorted(values)
     if chosen == s[-1]:
-        return s[-1] * (s[-1] / s[-2])
+        return float(f"{s[-1] * (s[-1] / s[-2]):.3g}")
     if chosen == s[0]:
-        return s[0] / (s[1] / s[0])
+        return float(f"{s[0] / (s[1] / s[0]):.3g}")
     return None
 
 

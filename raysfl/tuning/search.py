@@ -176,6 +176,7 @@ def _search(rows: dict[str, list], combos: dict[str, list[dict]], metrics: dict[
             tune_config=tune.TuneConfig(metric="score", mode=mode, scheduler=scheduler, reuse_actors=True,
                                         max_concurrent_trials=at_once),
             run_config=tune.RunConfig(storage_path=store, name="raysfl-tune", verbose=0,
+                                      callbacks=[_progress(say, len(space), rounds)],
                                       log_to_file=False, checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=0, checkpoint_at_end=False)))
         grid_results = tuner.fit()
     out: dict[str, list[dict]] = {label: [] for label in rows}
@@ -221,6 +222,29 @@ def ensure_ray(configs: list, runs_at_once: int) -> None:
         return
     cpu, gpu = run_demand(biggest)
     init_ray(_scaled(biggest, runs_at_once, cpu, gpu), biggest.resources.num_client_actors(biggest.clients), 3)
+
+
+def _progress(say, total: int, rounds: int):
+    """A Tune callback that says each trial's end: its row, setting, score and rounds run."""
+    from ray import tune
+
+    class Progress(tune.Callback):
+        done = 0
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            self.done += 1
+            r = trial.last_result or {}
+            knobs = ", ".join(f"{k} {v:g}" for k, v in trial.config["trial"]["knobs"].items())
+            ran = r.get("round", 0)
+            score = r.get("score", math.nan)
+            say(f"  tune {self.done}/{total}: {trial.config['trial']['row']}: {knobs}: {score:.4g} after {ran} "
+                f"round{'s' * (ran != 1)}{'' if ran >= rounds else ' (stopped early)'}")
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            self.done += 1
+            say(f"  tune {self.done}/{total}: {trial.config['trial']['row']}: failed ({trial.error_file or 'error'})")
+
+    return Progress()
 
 
 def trial_resources(configs: list, seeds: int, at_most: int | None = None) -> tuple[dict, int]:
