@@ -4,6 +4,7 @@ on paired seeds; docs/results.md is written from the tables."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -206,3 +207,37 @@ def test_a_row_reading_a_column_its_run_does_not_write_is_refused_before_any_run
     with pytest.raises(ConfigError, match="reads column 'acc_aux_local', which a besplit run with these settings "
                                           "does not write"):
         plan(broken, "small", [0])
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_session")
+def test_a_tuned_table_runs_each_row_at_the_values_its_tuning_chose_and_reads_them_back(tmp_path):
+    """Tuning first (one tuning seed, the validation split), then the evaluation seeds at each
+    row's chosen lr: the diff shows it, table.parquet records it with its grid, and a second run
+    reads both the tuning and the runs back from the cache."""
+    import pyarrow.parquet as pq
+
+    from raysfl.reproduce.command import run_one
+    from raysfl.reproduce.engine import plan
+    from raysfl.reproduce.tables import HALF_DECADES, Tuning
+
+    t = Table(paper="test", name="tuned", title="t", source="nowhere", reference=Row("GAPSL", {"algo": "gapsl"}),
+              rows=(Row("PSL", {"algo": "psl", "psl": {"server_reduction": "sum", "round_steps": "equal"}}),),
+              metric=Metric("final"), claim=Claim("the reference wins"), shared=SHARED, scales=SMALL,
+              tuning=Tuning(factors={"lr": HALF_DECADES}, seeds=1))
+    said = []
+    md = run_one(plan(t, "small", [0, 1]), tmp_path / "cache", tmp_path / "out", 1, "cmd --seeds 2", tune=True,
+                 say=said.append)
+    rows = pq.read_table(md.parent / "table.parquet").to_pylist()
+    tuned = {r["row"]: json.loads(r["tuned"]) for r in rows}
+    assert set(tuned) == {"GAPSL", "PSL"} and all(set(v) == {"lr"} for v in tuned.values())
+    assert all(json.loads(r["grid"])["lr"][0] == 0.005 for r in rows)  # the shared lr first, then its multiples
+    text = md.read_text()
+    assert "Tuning: each row's lr in {0.005, 0.00158, 0.0005, 0.0158}" in text and "tuning seeds 1000" in text
+    assert any(s.startswith("tune: 2 row(s), 8 settings on 1 tuning seeds") for s in said)
+    assert len(list((tmp_path / "cache").glob("tune-*.json"))) == 2
+    again = []
+    run_one(plan(t, "small", [0, 1]), tmp_path / "cache", tmp_path / "out2", 1, "cmd --seeds 2", tune=True,
+            say=again.append)
+    assert not any(s.startswith("tune:") for s in again)  # read back
+    assert "reproduce test/tuned: 4 runs (4 cached), 1 at a time" in again

@@ -148,7 +148,7 @@ def run_one(planned, cache: Path, out: Path, parallel: int, command: str, suffix
 
     from raysfl.data import dataset_info
     from raysfl.reproduce import report
-    from raysfl.reproduce.engine import plan, run_planned, tune_table
+    from raysfl.reproduce.engine import cached, plan, run_planned, tune_table
 
     t = planned.table
     started = time.perf_counter()
@@ -156,9 +156,12 @@ def run_one(planned, cache: Path, out: Path, parallel: int, command: str, suffix
     if tune and t.tuning is not None:
         tuned = tune_table(t, planned.scale, planned.overrides, cache, say=say)
         planned = plan(t, planned.scale, planned.seeds, planned.overrides, tuned=tuned)
+    tuning_s = time.perf_counter() - started
     ref = planned.configs[t.reference.label][0]
     classes = dataset_info(ref.dataset).num_classes
+    fresh = 0
     while True:
+        fresh += sum(1 for cfgs in planned.configs.values() for c in cfgs if not cached(c, cache))
         runs = run_planned(planned, cache, parallel, say=say)
         results = report.row_results(planned.table, planned.seeds, runs, planned.diffs, classes, tuned)
         decision = report.decide(planned.table, results, len(planned.seeds))
@@ -175,9 +178,16 @@ def run_one(planned, cache: Path, out: Path, parallel: int, command: str, suffix
         note = "none (--no-tune): every row at the table's shared settings; no verdict without tuning"
     else:
         note = tuning_line(planned) if tuned else f"none: {t.untuned}"
-    (say or _say)(f"reproduce {t.paper}/{t.name}: {time.perf_counter() - started:.0f} s")
+    total = time.perf_counter() - started
+    (say or _say)(f"reproduce {t.paper}/{t.name}: {total:.0f} s")
+    trials = sum(r.trials for r in tuned.values() if not r.from_cache)
+    read = sum(r.from_cache for r in tuned.values())
+    timing = (f"{total:.0f} s: tuning {tuning_s:.0f} s ({trials} trials"
+              + (f"; {read} of {len(tuned)} rows' tunings read from the cache" if read else "") + "), "
+              f"runs {total - tuning_s:.0f} s ({fresh} of {sum(len(c) for c in planned.configs.values())} run here, "
+              f"the others read from the cache; {parallel} at a time)")
     return report.write(planned.table, planned.scale, planned.seeds, results, out / t.paper / f"{t.name}{suffix}",
-                        _with_seeds(command, planned.seeds), machine(), settings_line(ref), note, untuned)
+                        _with_seeds(command, planned.seeds), machine(), settings_line(ref), note, untuned, timing)
 
 
 def _say(text: str) -> None:

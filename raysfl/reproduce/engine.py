@@ -120,6 +120,11 @@ def check_column(table: Table, row, cfg) -> None:
                           f"{cfg.algo} run with these settings does not write; it writes: {', '.join(sorted(written))}")
 
 
+def cached(cfg, cache: Path) -> bool:
+    """Whether a run of ``cfg``'s resolved config is in ``cache``."""
+    return (Path(cache) / f"{cache_key(cfg)}.json").exists()
+
+
 def run_cached(cfg, cache: Path) -> list[dict]:
     """The metrics rows of ``cfg``: read from ``cache`` when a run of the same resolved config
     is there, else run quietly (no progress, no checkpoints) and kept."""
@@ -147,7 +152,7 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
 
     say = say or (lambda text: print(text, file=sys.stderr, flush=True))
     jobs = [(label, i, cfg) for label, cfgs in planned.configs.items() for i, cfg in enumerate(cfgs)]
-    todo = sum(1 for _, _, cfg in jobs if not (Path(cache) / f"{cache_key(cfg)}.json").exists())
+    todo = sum(1 for _, _, cfg in jobs if not cached(cfg, cache))
     t = planned.table
     say(f"reproduce {t.paper}/{t.name}: {len(jobs)} runs ({len(jobs) - todo} cached), {parallel} at a time")
     started = time.perf_counter()
@@ -155,7 +160,7 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
 
     def one(job):
         label, i, cfg = job
-        fresh = not (Path(cache) / f"{cache_key(cfg)}.json").exists()
+        fresh = not cached(cfg, cache)
         rows = run_cached(cfg, cache)
         if fresh:
             done[0] += 1

@@ -16,7 +16,7 @@ CHANCE_FACTOR = 1.5   # at chance: final accuracy at most 1.5x the chance accura
 K = 5                 # the last k rounds the trends are read over
 RISE = 1.25           # diverging: the last k rounds' mean loss 25 % above the best earlier k-round mean, still rising
 CLIMB = 0.01          # still climbing: accuracy's last-k mean 1 point above the k rounds before, still rising
-STILL = 0.02          # barely moved: within 2 points of the first evaluation (and not above 90 %), or below 2x chance
+STILL = 0.02          # barely moved: below 2x chance at the end, or within 2 points of the first evaluation below 50 %
 
 
 def _finite(v) -> bool:
@@ -131,7 +131,7 @@ def row_health(runs: list[list[dict]], seeds: list[int], column: str, num_classe
     last = [v for v in lasts if math.isfinite(v)]
     if accuracy and f and last:
         mf, ml = sum(f) / len(f), sum(last) / len(last)
-        if ml < 2.0 / num_classes or (ml - mf < STILL and ml < 0.9):
+        if ml < 2.0 / num_classes or (ml - mf < STILL and ml < 0.5):
             h.barely_moved = (mf, ml)
     stale = [evaluated_before_the_end(rows) for rows in runs]
     h.stale_eval = next((s for s in stale if s is not None), None)

@@ -268,7 +268,7 @@ def provenance() -> dict[str, str]:
 
 def markdown(table: Table, scale: str, seeds: list[int], results: list[RowResult], command: str,
              machine: str, settings_line: str, made: dict | None = None, tuning_line: str = "",
-             untuned: bool = False) -> str:
+             untuned: bool = False, timing: str = "") -> str:
     metric = table.metric
     unit = " (%)" if _is_accuracy(metric) else ""
     d = decide(table, results, len(seeds), untuned)
@@ -285,6 +285,8 @@ def markdown(table: Table, scale: str, seeds: list[int], results: list[RowResult
              f"{len(seeds) - 1} degrees of freedom against the two-sided critical value at the row's Holm level.  "]
     if tuning_line:
         lines.append(f"Tuning: {tuning_line}  ")
+    if timing:
+        lines.append(f"Time on this machine: {timing}  ")
     lines += ["",
               f"| row | {metric.label}{unit} | paired difference to reference | t (critical) | decides | "
               + "".join(f"{s} | " for s in shown)
@@ -344,14 +346,15 @@ def parquet_rows(table: Table, scale: str, seeds: list[int], results: list[RowRe
 
 
 def write(table: Table, scale: str, seeds: list[int], results: list[RowResult], out_dir: Path, command: str,
-          machine: str, settings_line: str, tuning_line: str = "", untuned: bool = False) -> Path:
+          machine: str, settings_line: str, tuning_line: str = "", untuned: bool = False, timing: str = "") -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     out_dir.mkdir(parents=True, exist_ok=True)
     made = provenance()
     md = out_dir / "table.md"
-    md.write_text(markdown(table, scale, seeds, results, command, machine, settings_line, made, tuning_line, untuned))
+    md.write_text(markdown(table, scale, seeds, results, command, machine, settings_line, made, tuning_line, untuned,
+                           timing))
     pq.write_table(pa.Table.from_pylist(parquet_rows(table, scale, seeds, results, made, untuned)),
                    out_dir / "table.parquet")
     return md

@@ -45,6 +45,7 @@ class TuneResult:
     table: list[dict] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
     seconds: float = 0.0
+    from_cache: bool = False  # read back from the cache (this process ran none of its trials)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -102,7 +103,7 @@ def tune_rows(rows: dict[str, list], grid: dict[str, dict[str, tuple[float, ...]
     for label, key in keys.items():
         path = cache / f"tune-{key}.json" if cache else None
         if path is not None and path.exists():
-            out[label] = TuneResult(**json.loads(path.read_text()))
+            out[label] = TuneResult(**{**json.loads(path.read_text()), "from_cache": True})
     todo = {label: cfgs for label, cfgs in rows.items() if label not in out}
     if todo:
         started = time.perf_counter()
