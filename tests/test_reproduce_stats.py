@@ -209,3 +209,17 @@ def test_an_untuned_run_of_a_tuned_table_gives_no_verdict():
 def test_results_per_seed_carry_the_row_s_own_figures():
     r = RowResult("x", [0.1, 0.2], 0, [0.0, 0.1], [1.0, 1.0], [1.0, 1.0], None, "")
     assert r.mean == pytest.approx(0.15) and not r.collapsed
+
+
+def test_a_deciding_row_still_climbing_at_the_end_leaves_an_accuracy_table_inconclusive():
+    """Unconverged: an accuracy read at the end of training is not a verdict while a deciding
+    row is still climbing; a rounds-to-target read is (the target is reached or not)."""
+    climbing = [{"round": r, "test_accuracy": 0.3 + 0.05 * r, "train_loss": 1.0 / r, "sim_time_total_s": 1.0}
+                for r in range(1, 13)]
+    flat = _runs(0.95)
+    t = _table(["PSL"])
+    res = row_results(t, list(range(5)), {"ref": [flat] * 5, "PSL": [climbing] * 5}, {}, num_classes=10)
+    assert decide(t, res, 5).verdict == "inconclusive: PSL still climbing over its last 5 rounds (unconverged)"
+    to = _table(["PSL"], metric=Metric("rounds_to", target=0.5))
+    res = row_results(to, list(range(5)), {"ref": [flat] * 5, "PSL": [climbing] * 5}, {}, num_classes=10)
+    assert not decide(to, res, 5).verdict.startswith("inconclusive")

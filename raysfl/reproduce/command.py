@@ -299,7 +299,9 @@ repeat another compared row's exactly counted once. *Reproduced* when every comp
 decided the paper's way, *contradicted* when one is decided the other way, *not shown*
 otherwise; *inconclusive* when the reference or a deciding row collapsed on some seed (at
 chance: final accuracy at most 1.5x chance; or diverging: a non-finite training loss, or the
-loss rising over the last 5 rounds); no verdict with fewer than five seeds or without tuning.
+loss rising over the last 5 rounds) or, where the metric is the accuracy at the end, is still
+climbing on most seeds (its last 5 evaluations a point above the 5 before: unconverged); no
+verdict with fewer than five seeds or without tuning.
 Where five seeds leave a row undecided and ten would decide a difference of its size and
 spread, the table runs ten. Warnings under a table name a reference still climbing at the end,
 a row that barely moved, an evaluation period the last round cuts, a tuned value still at its

@@ -119,7 +119,8 @@ def decide(table: Table, results: list[RowResult], n_seeds: int, untuned: bool =
     the margin); Holm-Bonferroni over them at 5 %, two-sided. ``reproduced``: every compared
     row decided the claimed way (and, for ``better``, by at least the margin); ``contradicted``:
     some row decided the other way; ``not shown`` otherwise; ``inconclusive`` whenever the
-    reference or a deciding row collapsed (at chance, or diverging) on some seed; no verdict
+    reference or a deciding row collapsed (at chance, or diverging) on some seed, or, where the
+    metric is an accuracy at the end, is still climbing on most seeds (unconverged); no verdict
     with fewer seeds than the claim's ``min_seeds``, or where a tuned table's rows ran untuned
     (``untuned``: ``--no-tune``)."""
     claim, sign = table.claim, (1.0 if table.metric.higher_is_better else -1.0)
@@ -161,11 +162,14 @@ def decide(table: Table, results: list[RowResult], n_seeds: int, untuned: bool =
         return Decision(f"too few seeds ({n_seeds} < {claim.min_seeds}): no verdict", reasons, warnings, settle)
     if untuned:
         return Decision("untuned (--no-tune): no verdict", reasons, warnings, settle)
-    broken = [r for r in [by[table.reference.label], *deciding] if r.collapsed]
+    judged = [by[table.reference.label], *deciding]
+    broken = [f"{r.label} collapsed on seeds {', '.join(map(str, sorted(r.health.collapsed)))} "
+              f"({next(iter(r.health.collapsed.values()))})" for r in judged if r.collapsed]
+    if reads_convergence(table.metric):
+        broken += [f"{r.label} still climbing over its last {K} rounds (unconverged)" for r in judged
+                   if r.health.climbing and not r.collapsed]
     if broken:
-        what = "; ".join(f"{r.label} collapsed on seeds {', '.join(map(str, sorted(r.health.collapsed)))} "
-                         f"({next(iter(r.health.collapsed.values()))})" for r in broken)
-        return Decision(f"inconclusive: {what}", reasons, warnings, settle)
+        return Decision(f"inconclusive: {'; '.join(broken)}", reasons, warnings, settle)
     if deciding and all(r.state == "ok" for r in deciding):
         return Decision("reproduced", reasons, warnings, settle)
     if any(r.state == "bad" for r in deciding):
@@ -180,6 +184,13 @@ def verdict(table: Table, results: list[RowResult], n_seeds: int) -> tuple[str, 
     return d.verdict, d.reasons
 
 
+def reads_convergence(metric: Metric) -> bool:
+    """Whether a table's metric is an accuracy at the end of training (final, mean of the last
+    rounds, best), which a row still climbing has not reached; a time or a round count to a
+    target is read when the target is reached."""
+    return learns(metric) and not metric.read.endswith("_to")
+
+
 def _warnings(table: Table, results: list[RowResult], deciding: list[RowResult], settle: dict, n: int) -> list[str]:
     out = []
     ref = results[0]
@@ -187,7 +198,7 @@ def _warnings(table: Table, results: list[RowResult], deciding: list[RowResult],
         out.append(f"the reference ({ref.label}) is still climbing over its last {K} rounds on most seeds: more "
                    f"rounds could change the table")
     for r in results:
-        if r is not ref and r.health.climbing and r in deciding:
+        if r is not ref and r.health.climbing and (r in deciding or not reads_convergence(table.metric)):
             out.append(f"{r.label} is still climbing over its last {K} rounds on most seeds")
         if r.health.barely_moved:
             first, last = r.health.barely_moved
