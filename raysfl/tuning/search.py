@@ -111,17 +111,24 @@ def tune_rows(rows: dict[str, list], grid: dict[str, dict[str, tuple[float, ...]
         say(f"tune: {len(todo)} row(s), {n} settings on {len(next(iter(todo.values())))} tuning seeds each "
             f"(validation split), stopped early by successive halving")
         trials = _search(todo, {label: grids.product(grid[label]) for label in todo}, metrics, trials_at_once, say)
+        first = {label: _choose(label, grid[label], trials[label], metrics[label]) for label in todo}
+        wider = {label: {k: v for k in res.chosen if (v := grids.widened(k, tuple(grid[label][k]), res.chosen[k]))}
+                 for label, res in first.items()}
+        wider = {label: w for label, w in wider.items() if w}
+        for label, w in wider.items():
+            say(f"tune: {label}: {', '.join(f'{k} {first[label].chosen[k]:g}' for k in w)} at the grid's edge; "
+                f"widening once: {', '.join(f'{k} {v:g}' for k, v in w.items())}")
+        if wider:  # every row's widening in one search: its trials' processes start once
+            extra = _search({label: todo[label] for label in wider},
+                            {label: [{**first[label].chosen, k: v} for k, v in w.items()] for label, w in wider.items()},
+                            metrics, trials_at_once, say, successive_halving=False)
         for label in todo:
-            res = _choose(label, grid[label], trials[label], metrics[label])
-            wider = {k: v for k in res.chosen if (v := grids.widened(k, tuple(grid[label][k]), res.chosen[k]))}
-            if wider:
-                say(f"tune: {label}: {', '.join(f'{k} {res.chosen[k]:g}' for k in wider)} at the grid's edge; "
-                    f"widening once: {', '.join(f'{k} {v:g}' for k, v in wider.items())}")
-                extra = _search({label: todo[label]}, {label: [{**res.chosen, k: v} for k, v in wider.items()]},
-                                metrics, trials_at_once, say, successive_halving=False)[label]
-                widened_grid = {k: tuple(v) + ((wider[k],) if k in wider else ()) for k, v in grid[label].items()}
-                res = _choose(label, widened_grid, trials[label] + extra, metrics[label])
-                res.at_edge = [k for k in wider if grids.at_edge(k, widened_grid[k], res.chosen[k])]
+            res = first[label]
+            if label in wider:
+                widened_grid = {k: tuple(v) + ((wider[label][k],) if k in wider[label] else ())
+                                for k, v in grid[label].items()}
+                res = _choose(label, widened_grid, trials[label] + extra[label], metrics[label])
+                res.at_edge = [k for k in wider[label] if grids.at_edge(k, widened_grid[k], res.chosen[k])]
             res.seeds = [c.seed for c in todo[label]]
             res.seconds = round(time.perf_counter() - started, 1)
             out[label] = res
