@@ -103,6 +103,15 @@ def test_reproduce_refuses_evaluation_seeds_that_are_tuning_seeds_in_one_line():
     assert "tuning seeds 1000, 1001 share seed(s) 1000 with the evaluation seeds" in out.stderr
 
 
+def test_tune_refuses_a_column_its_runs_do_not_write_in_one_line():
+    """(The algorithm's columns are declared on its roles, which import torch: this refusal is
+    not among the instant ones of tests/test_startup_imports.py.)"""
+    out = subprocess.run([sys.executable, "-m", "raysfl", "tune", "--grid", "lr=0.1", "--column", "nope"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert "--column nope: a splitfed_v1 run with these settings does not write it; it writes: test_accuracy" in out.stderr
+
+
 def test_grids_parse_order_widen_and_span():
     assert grids.parse_values("lr", "0.1,0.01") == (0.1, 0.01)
     assert grids.parse_values("lr", "log:0.001:0.1:3") == pytest.approx((0.001, 0.01, 0.1))
