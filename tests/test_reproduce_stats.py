@@ -150,6 +150,8 @@ def test_a_diverging_loss_counts_as_collapsed():
     assert "training loss rising over the last 5 rounds" in diverging(rising)
     noisy = [dict(r, train_loss=0.3 + 0.05 * (-1) ** r["round"]) for r in rows]  # oscillates, does not rise
     assert diverging(noisy) is None
+    small = [dict(r, train_loss=0.04 if r["round"] <= 7 else 0.04 + 0.005 * (r["round"] - 7)) for r in rows]
+    assert diverging(small) is None  # +50 % of a converged loss, 0.02 in all: not a divergence
     h = row_health([rows, rising], [0, 1], "test_accuracy", 10)
     assert list(h.collapsed) == [1]
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 CHANCE_FACTOR = 1.5   # at chance: final accuracy at most 1.5x the chance accuracy (1 / classes)
 K = 5                 # the last k rounds the trends are read over
-RISE = 1.25           # diverging: the last k rounds' mean loss 25 % above the best earlier k-round mean, still rising
+RISE = 1.25           # diverging: the last k rounds' mean loss 25 % above the best earlier k-round mean, still rising,
+RISE_BY = 0.1         # ... and at least 0.1 above it (a loss of 0.04 that wobbles to 0.06 has converged, not diverged)
 CLIMB = 0.01          # still climbing: accuracy's last-k mean 1 point above the k rounds before, still rising
 STILL = 0.02          # barely moved: below 2x chance at the end, or within 2 points of the first evaluation below 50 %
 
@@ -39,7 +40,8 @@ def _slope(values: list[float]) -> float:
 
 def diverging(rows: list[dict], k: int = K) -> str | None:
     """Why a run diverged, or None: a non-finite training loss in some round, or the loss of
-    its last ``k`` rounds rising and on average ``RISE`` x the best earlier ``k``-round mean."""
+    its last ``k`` rounds rising and on average ``RISE`` x the best earlier ``k``-round mean
+    (and ``RISE_BY`` above it)."""
     losses = [r.get("train_loss") for r in rows]
     reports = any(_finite(v) for v in losses)  # a NaN in a run that reports losses: it went non-finite
     for r, v in zip(rows, losses):
@@ -50,7 +52,7 @@ def diverging(rows: list[dict], k: int = K) -> str | None:
         return None
     last = sum(vals[-k:]) / k
     best = min(sum(vals[i:i + k]) / k for i in range(len(vals) - k))
-    if best > 0 and last > RISE * best and _slope(vals[-k:]) > 0:
+    if best > 0 and last > RISE * best and last - best >= RISE_BY and _slope(vals[-k:]) > 0:
         return f"training loss rising over the last {k} rounds ({best:.3g} -> {last:.3g})"
     return None
 

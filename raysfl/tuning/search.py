@@ -257,8 +257,8 @@ def _progress(say, total: int, rounds: int):
 
 def trial_resources(configs: list, seeds: int, at_most: int | None = None) -> tuple[dict, int]:
     """(one trial's Ray resources, trials at once). A trial reserves what its runs' actors need
-    (``seeds`` runs of the most demanding config, at most the whole cluster: a 2-CPU cluster
-    runs one trial whose runs share it) and its runs' actors ask for nothing of their own
+    (``seeds`` runs of the most demanding config, at most the largest node: a 2-CPU laptop runs
+    one trial whose runs share it) and its runs' actors ask for nothing of their own
     (:func:`in_trial`): Tune places each trial on a node that holds it, its actors start in
     the trial's placement group, and an idle trial process's warm actors hold no resources."""
     import ray
@@ -268,7 +268,9 @@ def trial_resources(configs: list, seeds: int, at_most: int | None = None) -> tu
     need_cpu = max(run_demand(c)[0] for c in configs)
     need_gpu = max(run_demand(c)[1] for c in configs)
     have = ray.cluster_resources()
-    cpus = min(max(0.01, seeds * need_cpu), have.get("CPU", 1.0))
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    largest = max((n.get("CPU", 0.0) for n in nodes), default=have.get("CPU", 1.0))
+    cpus = min(max(0.01, seeds * need_cpu), largest)  # one trial's bundle sits on one node
     out = {"CPU": cpus}
     at_once = max(1, math.floor(have.get("CPU", 1.0) / cpus + 1e-9))
     if need_gpu:
