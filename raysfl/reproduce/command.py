@@ -159,21 +159,21 @@ def run_one(planned, cache: Path, out: Path, parallel: int, command: str, suffix
     tuning_s = time.perf_counter() - started
     ref = planned.configs[t.reference.label][0]
     classes = dataset_info(ref.dataset).num_classes
+    untuned = not tune and t.tuning is not None
     fresh = 0
     while True:
         fresh += sum(1 for cfgs in planned.configs.values() for c in cfgs if not cached(c, cache))
         runs = run_planned(planned, cache, parallel, say=say)
         results = report.row_results(planned.table, planned.seeds, runs, planned.diffs, classes, tuned)
-        decision = report.decide(planned.table, results, len(planned.seeds))
+        decision = report.decide(planned.table, results, len(planned.seeds), untuned)
         target = min(max(decision.settle.values(), default=0), most_seeds)
-        if target <= len(planned.seeds) or decision.verdict.startswith(("inconclusive", "too few")):
+        if target <= len(planned.seeds) or decision.verdict.startswith(("inconclusive", "too few", "untuned")):
             break
         nxt = max(planned.seeds) + 1
         seeds = planned.seeds + list(range(nxt, nxt + target - len(planned.seeds)))
         (say or _say)(f"reproduce {t.paper}/{t.name}: {', '.join(decision.settle)} undecided at "
                       f"{len(planned.seeds)} seeds; running {len(seeds)}")
         planned = plan(t, planned.scale, seeds, planned.overrides, tuned=tuned)
-    untuned = not tune and t.tuning is not None
     if untuned:
         note = "none (--no-tune): every row at the table's shared settings; no verdict without tuning"
     else:
