@@ -157,7 +157,6 @@ def _choose(label: str, grid: dict, trials: list[dict], metric: Metric) -> TuneR
 def _search(rows: dict[str, list], combos: dict[str, list[dict]], metrics: dict[str, Metric], trials_at_once: int | None,
             say, successive_halving: bool = True) -> dict[str, list[dict]]:
     """Run the trials (one per row and setting) on one Tuner; {label: [trial summaries]}."""
-    import ray
     from ray import tune
 
     from raysfl.tuning.schedulers import GroupedASHA
@@ -183,11 +182,17 @@ def _search(rows: dict[str, list], combos: dict[str, list[dict]], metrics: dict[
             trainable, param_space={"trial": tune.grid_search(space)},
             tune_config=tune.TuneConfig(metric="score", mode=mode, scheduler=scheduler, reuse_actors=True,
                                         max_concurrent_trials=at_once),
-            run_config=tune.RunConfig(storage_path=store, name="raysfl-tune", verbose=0,
+            run_config=tune.RunConfig(storage_path=store, name="raysfl-tune", verbose=0, log_to_file=False,
                                       callbacks=[_progress(say, len(space), rounds)],
-                                      log_to_file=False, checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=0, checkpoint_at_end=False)))
-        grid_results = tuner.fit()
-    out: dict[str, list[dict]] = {label: [] for label in rows}
+                                      checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=0,
+                                                                              checkpoint_at_end=False)))
+        return _summaries(tuner.fit(), combos, rounds)
+
+
+def _summaries(grid_results, combos: dict[str, list[dict]], rounds: int) -> dict[str, list[dict]]:
+    """Each row's trials (knobs, rounds run, score, per-seed values, complete, error), in the
+    grid's order."""
+    out: dict[str, list[dict]] = {label: [] for label in combos}
     unknown = []
     for res in grid_results:
         m = res.metrics or {}
@@ -208,7 +213,6 @@ def _search(rows: dict[str, list], combos: dict[str, list[dict]], metrics: dict[
                 trials.append({**unknown.pop(0), "knobs": knobs})
         index = {json.dumps(k, sort_keys=True): i for i, k in enumerate(combos[label])}
         trials.sort(key=lambda t: index.get(json.dumps(t["knobs"], sort_keys=True), len(index)))
-    _ = ray  # the Tuner runs on the Ray this process joined or started
     return out
 
 
