@@ -241,3 +241,22 @@ def test_a_tuned_table_runs_each_row_at_the_values_its_tuning_chose_and_reads_th
             say=again.append)
     assert not any(s.startswith("tune:") for s in again)  # read back
     assert "reproduce test/tuned: 4 runs (4 cached), 1 at a time" in again
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_run_that_diverges_is_a_collapsed_result_not_a_failed_table(tmp_path):
+    """A row's lr that blows up on one seed must not lose the table: the run's rows up to the
+    round its loss went non-finite are kept (and cached), and the guards call it collapsed."""
+    import raysfl
+    from raysfl.reproduce.engine import run_cached
+    from raysfl.reproduce.guards import collapse, diverging
+    from raysfl.resolve import validate
+
+    cfg = validate(raysfl.config_from_kwargs(algo="splitfed_v2", clients=4, rounds=4, local_steps=3, batch_size=16,
+                                             lr=1e30, momentum=0.9, resources={"client_actors": 2}))
+    rows = run_cached(cfg, tmp_path)
+    assert rows and rows[-1]["train_loss"] == math.inf and len(rows) <= 4
+    assert diverging(rows).startswith("non-finite training loss in round") and collapse(rows, "test_accuracy", 10)
+    kept = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert kept["diverged_in_round"] == rows[-1]["round"]
+    assert run_cached(cfg, tmp_path)[-1]["train_loss"] == math.inf  # read back, not run again

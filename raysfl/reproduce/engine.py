@@ -127,20 +127,39 @@ def cached(cfg, cache: Path) -> bool:
 
 def run_cached(cfg, cache: Path) -> list[dict]:
     """The metrics rows of ``cfg``: read from ``cache`` when a run of the same resolved config
-    is there, else run quietly (no progress, no checkpoints) and kept."""
+    is there, else run quietly (no progress, no checkpoints) and kept. A run whose training
+    diverges is a result, not a failure of the table: its rows up to the round whose loss went
+    non-finite are kept, and the guards count it as collapsed."""
     import dataclasses
 
     import raysfl
+    from raysfl.callbacks import Callback
+    from raysfl.errors import Diverged
 
     path = Path(cache) / f"{cache_key(cfg)}.json"
     if path.exists():
         return json.loads(path.read_text())["metrics"]
+
+    class Rows(Callback):
+        rows: list = []
+
+        def on_run_end(self, run_dir, rows, error):
+            self.rows = rows
+
+    seen = Rows()
+    diverged = None
     with tempfile.TemporaryDirectory(prefix="raysfl-reproduce-") as tmp:
         quiet = dataclasses.replace(cfg, progress=False, checkpoint_every=0, out=tmp, name=None, mlflow=None)
-        metrics = raysfl.run(quiet).metrics
+        try:
+            metrics = raysfl.run(quiet, callbacks=[seen]).metrics
+        except Diverged as e:
+            metrics, diverged = [dict(r) for r in seen.rows], e.round
+            if metrics and metrics[-1].get("round") == diverged:
+                metrics[-1]["train_loss"] = float("inf")  # its clients' losses went non-finite
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp_path = path.with_suffix(".tmp")
-    tmp_path.write_text(json.dumps({"config": cfg.to_dict(), "metrics": metrics}, default=str))
+    tmp_path.write_text(json.dumps({"config": cfg.to_dict(), "metrics": metrics, "diverged_in_round": diverged},
+                                   default=str))
     tmp_path.replace(path)  # a run half-written is never read back
     return metrics
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from raysfl import checkpoint
 from raysfl.algorithms.roles import FederationContext, Planner
-from raysfl.errors import RunFailed
+from raysfl.errors import Diverged, RunFailed
 from raysfl.faults import plan_faults
 from raysfl.runtime import interrupts
 from raysfl.runtime.federation import Federation, FedServerLost, RoundInFlight, RoundResult
@@ -135,9 +135,9 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
         if row["below_min_included"]:
             _warn_thin(exp, rnd, res, set(aggregated), selected, events)
         if bad:  # stop before this round's state reaches a checkpoint; the previous one resumes
-            raise RunFailed(f"training diverged: the loss of client(s) {bad[:5]} became NaN/inf in round {rnd} "
-                            f"(lr {cfg.lr_at(rnd):g}); start a new run with a lower --lr (or --lr-decay); metrics of "
-                            f"rounds 1..{rnd - 1} are in {exp.run_dir}")
+            raise Diverged(f"training diverged: the loss of client(s) {bad[:5]} became NaN/inf in round {rnd} "
+                           f"(lr {cfg.lr_at(rnd):g}); start a new run with a lower --lr (or --lr-decay); metrics of "
+                           f"rounds 1..{rnd - 1} are in {exp.run_dir}", rnd)
         if exp.due(rnd, cfg.checkpoint_every):
             save_checkpoint(exp, fed, rnd)
 

@@ -201,7 +201,8 @@ def _summaries(grid_results, combos: dict[str, list[dict]], rounds: int) -> dict
         trial = (res.config or {}).get("trial")
         summary = {"knobs": dict(trial["knobs"]) if trial else None, "rounds": done,
                    "score": float(m.get("score", math.nan)), "values": m.get("values"),
-                   "complete": err is None and done >= rounds, "error": err}
+                   "complete": err is None and done >= rounds and not m.get("diverged"), "error": err,
+                   "diverged": bool(m.get("diverged"))}
         if trial is None:  # failed before Tune recorded its config: matched by elimination below
             unknown.append(summary)
         else:
@@ -249,8 +250,9 @@ def _progress(say, total: int, rounds: int):
             knobs = ", ".join(f"{k} {v:g}" for k, v in trial.config["trial"]["knobs"].items())
             ran = r.get("round", 0)
             score = r.get("score", math.nan)
+            how = " (diverged)" if r.get("diverged") else "" if ran >= rounds else " (stopped early)"
             say(f"  tune {self.done}/{total}: {trial.config['trial']['row']}: {knobs}: {score:.4g} after {ran} "
-                f"round{'s' * (ran != 1)}{'' if ran >= rounds else ' (stopped early)'}")
+                f"round{'s' * (ran != 1)}{how}")
 
         def on_trial_error(self, iteration, trials, trial, **info):
             self.done += 1

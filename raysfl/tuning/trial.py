@@ -46,15 +46,19 @@ class SteppedRun:
         self.go = threading.Semaphore(0)
         self.stopping = False
         self.error: BaseException | None = None
+        self.diverged = False  # its loss went non-finite: a result (the worst score), not a failure
         self.ended = False
         self.thread = threading.Thread(target=self._main, daemon=True, name=f"raysfl-tune-seed{cfg.seed}")
         self.thread.start()
 
     def _main(self) -> None:
         from raysfl.api import run
+        from raysfl.errors import Diverged
 
         try:
             run(self.cfg, callbacks=[self._on_round])
+        except Diverged:
+            self.diverged = True
         except BaseException as e:  # noqa: BLE001 - handed to the trial's step, which reports it
             self.error = e
         finally:
@@ -120,9 +124,13 @@ class TrialRuns(tune.Trainable):
             row = r.row()
             if row is not None:
                 hist.append(row)
-        mean, values = score(self.metrics[self.label], self.history)
+        metric = self.metrics[self.label]
+        mean, values = score(metric, self.history)
         done_round = min(len(h) for h in self.history)
-        return {"score": mean, "round": done_round, "values": values, "row": self.label,
+        diverged = any(r.diverged for r in self.runs)
+        if diverged:  # a seed's training went non-finite: the setting is the worst there is
+            mean = -WORST if metric.higher_is_better else WORST
+        return {"score": mean, "round": done_round, "values": values, "row": self.label, "diverged": diverged,
                 "done": done_round >= self.rounds or any(r.ended for r in self.runs)}
 
     def _end(self) -> None:
