@@ -215,3 +215,27 @@ def test_raysfl_tune_finds_the_better_learning_rate_and_saves_it(tmp_path):
     assert scores[0.1] > scores[0.0003] + 0.1
     best = json.loads((tmp_path / "t" / "best.json").read_text())
     assert best["lr"] == 0.1 and best["validation"] == 0.0 and best["seed"] == 0
+
+
+_AFTER_RUNS = """
+import raysfl
+from raysfl.reproduce.tables import Metric
+from raysfl.resolve import validate
+from raysfl.tuning.search import ensure_ray, tune_rows
+
+cfg = validate(raysfl.config_from_kwargs(algo="splitfed_v2", clients=4, rounds=2, local_steps=2, batch_size=16,
+                                         validation=0.2, seed=1000, progress=False, checkpoint_every=0, out={out!r}))
+ensure_ray([cfg], 1)
+raysfl.run(cfg)  # its actors wait in this process's pool, holding their CPUs
+res = tune_rows({{"r": [cfg]}}, {{"r": {{"lr": (0.05, 0.01)}}}}, {{"r": Metric()}}, say=lambda _: None)
+print("chosen", res["r"].chosen)
+"""
+
+
+@pytest.mark.slow
+def test_tuning_after_runs_in_the_same_process_does_not_wait_for_their_idle_actors(tmp_path):
+    """``raysfl reproduce gapsl`` runs a table's runs, then tunes the next table in the same
+    process: the trials must not wait for CPUs that the first table's idle actors hold."""
+    out = subprocess.run([sys.executable, "-c", _AFTER_RUNS.format(out=str(tmp_path))], capture_output=True,
+                         text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0 and "chosen {'lr':" in out.stdout, out.stderr[-2000:]

@@ -162,9 +162,12 @@ def _search(rows: dict[str, list], combos: dict[str, list[dict]], metrics: dict[
     from raysfl.tuning.schedulers import GroupedASHA
     from raysfl.tuning.trial import TrialRuns
 
+    from raysfl.runtime import pool
+
     seeds = len(next(iter(rows.values())))
     rounds = max(c.rounds for cfgs in rows.values() for c in cfgs)
     ensure_ray([c for cfgs in rows.values() for c in cfgs], seeds)
+    pool.evict()  # this process's idle actors (an earlier table's runs) would hold the CPUs the trials reserve
     trial, at_once = trial_resources([c for cfgs in rows.values() for c in cfgs], seeds, trials_at_once)
     rows = {label: [in_trial(c) for c in cfgs] for label, cfgs in rows.items()}
     space = [{"row": label, "knobs": knobs} for label, cs in combos.items() for knobs in cs]
