@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -236,11 +237,15 @@ def test_a_tuned_table_runs_each_row_at_the_values_its_tuning_chose_and_reads_th
     assert "Tuning: each row's lr in {0.005, 0.00158, 0.0005, 0.0158}" in text and "tuning seeds 1000" in text
     assert any(s.startswith("tune: 2 row(s), 8 settings on 1 tuning seeds") for s in said)
     assert len(list((tmp_path / "cache").glob("tune-*.json"))) == 2
+    first = re.search(r"where run: tuning (\d+) s, rounds (\d+) s one after the other", text)
+    assert first and int(first.group(1)) > 0 and int(first.group(2)) > 0
     again = []
-    run_one(plan(t, "small", [0, 1]), tmp_path / "cache", tmp_path / "out2", 1, "cmd --seeds 2", tune=True,
-            say=again.append)
+    md2 = run_one(plan(t, "small", [0, 1]), tmp_path / "cache", tmp_path / "out2", 1, "cmd --seeds 2", tune=True,
+                  say=again.append)
     assert not any(s.startswith("tune:") for s in again)  # read back
     assert "reproduce test/tuned: 4 runs (4 cached), 1 at a time" in again
+    # a table read back from the cache still says what it cost where it was run
+    assert "0 of 4 run here" in md2.read_text() and first.group(0) in md2.read_text()
 
 
 @pytest.mark.usefixtures("ray_session")

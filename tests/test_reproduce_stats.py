@@ -156,6 +156,20 @@ def test_a_diverging_loss_counts_as_collapsed():
     assert list(h.collapsed) == [1]
 
 
+def test_a_run_that_dies_after_learning_counts_as_collapsed():
+    """BESplit at lr 0.158 on digits, seed 0: 0.99 by round 30, then a constant 0.18 with a flat
+    loss: neither at chance nor a rising loss, yet its end is no accuracy of the method."""
+    learnt = [0.2 + 0.035 * r for r in range(1, 21)] + [0.99] * 10
+    died = learnt + [0.18] * 10
+    rows = [{"round": i + 1, "test_accuracy": v, "train_loss": 2.83 if v == 0.18 else 0.1} for i, v in enumerate(died)]
+    assert diverging(rows) is None and collapse(rows, "test_accuracy", 10) == (
+        "fell from test_accuracy 0.990 to 0.180 over its last 5 evaluations")
+    wobbly = [dict(r, test_accuracy=0.8 if r["round"] % 2 else 0.6) for r in rows]  # swings, keeps most: not fallen
+    assert collapse(wobbly, "test_accuracy", 10) is None
+    early = [dict(r, test_accuracy=0.15) for r in rows[:12]]  # never learnt: the at-chance guard's case, not this one
+    assert collapse(early, "test_accuracy", 10).startswith("at chance")
+
+
 def test_a_reference_still_climbing_and_a_row_that_barely_moved_are_warned_about():
     t = _table(["PSL"])
     climbing = [{"round": r, "test_accuracy": 0.3 + 0.05 * r, "train_loss": 1.0 / r, "sim_time_total_s": 1.0}

@@ -82,7 +82,7 @@ def _tuning_text(t) -> str:
     if t.tuning is None:
         return f"none ({t.untuned})"
     knobs = ", ".join((*t.tuning.factors, *t.tuning.values))
-    return f"{knobs} per row on a validation split, judged by {t.tuning_metric.label}"
+    return f"{knobs} per row, judged by {t.tuning_metric.label} read on a validation split in the test split's place"
 
 
 def run(ns) -> int:
@@ -185,9 +185,18 @@ def run_one(planned, cache: Path, out: Path, parallel: int, command: str, suffix
     timing = (f"{total:.0f} s: tuning {tuning_s:.0f} s ({trials} trials"
               + (f"; {read} of {len(tuned)} rows' tunings read from the cache" if read else "") + "), "
               f"runs {total - tuning_s:.0f} s ({fresh} of {sum(len(c) for c in planned.configs.values())} run here, "
-              f"the others read from the cache; {parallel} at a time)")
+              f"the others read from the cache; {parallel} at a time)" + first_cost(tuned, runs))
     return report.write(planned.table, planned.scale, planned.seeds, results, out / t.paper / f"{t.name}{suffix}",
                         _with_seeds(command, planned.seeds), machine(), settings_line(ref), note, untuned, timing)
+
+
+def first_cost(tuned: dict, runs: dict) -> str:
+    """What the table cost where it was run, cached parts included (a table re-rendered from the
+    cache took seconds here): its searches' seconds (each search once: the rows of one search
+    share its time) and the seconds of every run's rounds, one after the other (``wall_time_s``)."""
+    searches = sum({r.seconds for r in tuned.values()})
+    rounds = sum(m.get("wall_time_s", 0.0) for per_seed in runs.values() for rows in per_seed for m in rows)
+    return f"; where run: tuning {searches:.0f} s, rounds {rounds:.0f} s one after the other"
 
 
 def _say(text: str) -> None:
@@ -216,8 +225,8 @@ def tuning_line(planned) -> str:
     rounds = planned.configs[t.reference.label][0].rounds
     return (f"each row's {grid} (its own value first; a knob its algorithm does not read left out), on tuning seeds "
             f"{', '.join(map(str, tuning_seeds(tuning.seeds)))} and a validation split of "
-            f"{100 * tuning.validation:g} % of the training data (never the test split), judged by "
-            f"{t.tuning_metric.label}; Ray Tune's ASHA per row (reduction {REDUCTION}, first rung at round "
+            f"{100 * tuning.validation:g} % of the training data in the test split's place (never the test split), "
+            f"judged by {t.tuning_metric.label} read there; Ray Tune's ASHA per row (reduction {REDUCTION}, first rung at round "
             f"{grace(rounds)}), a choice at a grid's edge widened once; {'-'.join(map(str, trials))} trials per row")
 
 
@@ -298,14 +307,17 @@ two-sided at 5 %, Holm-Bonferroni across the rows the claim compares, rows whose
 repeat another compared row's exactly counted once. *Reproduced* when every compared row is
 decided the paper's way, *contradicted* when one is decided the other way, *not shown*
 otherwise; *inconclusive* when the reference or a deciding row collapsed on some seed (at
-chance: final accuracy at most 1.5x chance; or diverging: a non-finite training loss, or the
-loss rising over the last 5 rounds) or, where the metric is the accuracy at the end, is still
+chance: final accuracy at most 1.5x chance; fallen: its last 5 evaluations keep less than half
+of its best gain over chance; or diverging: a non-finite training loss, or the loss rising
+over the last 5 rounds) or, where the metric is the accuracy at the end, is still
 climbing on most seeds (its last 5 evaluations a point above the 5 before: unconverged); no
 verdict with fewer than five seeds or without tuning.
 Where five seeds leave a row undecided and ten would decide a difference of its size and
 spread, the table runs ten. Warnings under a table name a reference still climbing at the end,
 a row that barely moved, an evaluation period the last round cuts, a tuned value still at its
-grid's edge. Each table states the raysfl version, commit and date that made it. Simulated
+grid's edge. Each table states the raysfl version, commit and date that made it, and its time
+on the machine that made it; a table made before tuning says "not re-run at this version" and
+gives no verdict (what the earlier rule read is quoted beside it). Simulated
 time is on one cost model for every row (device profiles: compute, links, a latency per hop),
 with the compute-only clock beside it.
 """

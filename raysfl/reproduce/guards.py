@@ -1,5 +1,5 @@
-"""What keeps a verdict from resting on a broken run: a row at chance or diverging on any seed
-(the table is then inconclusive), and the warnings a reader needs -- a reference still
+"""What keeps a verdict from resting on a broken run: a row at chance, fallen from what it had
+learnt, or diverging on any seed (the table is then inconclusive), and the warnings a reader needs -- a reference still
 climbing when the rows stop, a row that barely moved from its start, an evaluation period the
 last round cuts.
 
@@ -16,6 +16,7 @@ CHANCE_FACTOR = 1.5   # at chance: final accuracy at most 1.5x the chance accura
 K = 5                 # the last k rounds the trends are read over
 RISE = 1.25           # diverging: the last k rounds' mean loss 25 % above the best earlier k-round mean, still rising,
 RISE_BY = 0.1         # ... and at least 0.1 above it (a loss of 0.04 that wobbles to 0.06 has converged, not diverged)
+FELL = 0.5            # fallen: the last k evaluations' mean keeps under half of the run's best gain over chance
 CLIMB = 0.01          # still climbing: accuracy's last-k mean 1 point above the k rounds before, still rising
 STILL = 0.02          # barely moved: below 2x chance at the end, or within 2 points of the first evaluation below 50 %
 
@@ -69,12 +70,26 @@ def at_chance(rows: list[dict], column: str, num_classes: int) -> bool:
     return not math.isfinite(acc) or acc <= CHANCE_FACTOR / num_classes
 
 
+def fell(rows: list[dict], column: str, num_classes: int, k: int = K) -> str | None:
+    """Why a run fell from what it had learnt, or None: the mean of its last ``k`` evaluations
+    keeps less than ``FELL`` of its best accuracy's gain over chance. A network that dies after
+    learning (BESplit at a large step: 0.99, then a constant 0.18 with a flat loss) is neither at
+    chance nor rising in loss, and its end is not the method's accuracy."""
+    ev = [r[column] for r in rows if _finite(r.get(column))]
+    if len(ev) < 2 * k:
+        return None
+    chance, best, last = 1.0 / num_classes, max(ev), sum(ev[-k:]) / k
+    if best > 2 * chance and last < chance + FELL * (best - chance):
+        return f"fell from {column} {best:.3f} to {last:.3f} over its last {k} evaluations"
+    return None
+
+
 def collapse(rows: list[dict], column: str, num_classes: int, k: int = K) -> str | None:
-    """Why a run collapsed (at chance or diverging), or None."""
+    """Why a run collapsed (at chance, fallen from what it had learnt, or diverging), or None."""
     if at_chance(rows, column, num_classes):
         acc = final_accuracy(rows, column)
         return f"at chance ({column} {acc:.3f} <= {CHANCE_FACTOR:g} / {num_classes})"
-    return diverging(rows, k)
+    return fell(rows, column, num_classes, k) or diverging(rows, k)
 
 
 def climbing(rows: list[dict], column: str, k: int = K) -> bool:

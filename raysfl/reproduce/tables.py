@@ -109,10 +109,10 @@ class Claim:
 
     ``kind="better"``: the reference row beats each row of ``rows`` (default: every other
     row): its mean paired difference is at least ``margin`` in the metric's favourable
-    direction and more than two standard errors from zero. ``kind="not_worse"``: the
-    reference is at most ``margin`` worse than each row (its difference is above
-    ``-margin`` by more than two standard errors). Verdicts need at least ``min_seeds``
-    seeds (DEVELOPERS.md: five)."""
+    direction and its t statistic beyond Student's two-sided critical value at the seed count
+    and the row's Holm level (:func:`raysfl.reproduce.report.decide`). ``kind="not_worse"``:
+    the reference is at most ``margin`` worse than each row, by the same test. Verdicts need
+    at least ``min_seeds`` seeds (DEVELOPERS.md: five)."""
 
     text: str
     kind: str = "better"
