@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from raysfl.callbacks import Callback
 from raysfl.reproduce.fairness import cache_key, check_row, resolve
 from raysfl.reproduce.tables import Table
 
@@ -125,6 +126,17 @@ def cached(cfg, cache: Path) -> bool:
     return (Path(cache) / f"{cache_key(cfg)}.json").exists()
 
 
+class _KeepRows(Callback):
+    """Keeps a run's metrics rows when it ends, however it ends (a run that diverges raises,
+    and its rows are then only in a callback's hands)."""
+
+    def __init__(self):
+        self.rows: list[dict] = []
+
+    def on_run_end(self, run_dir, rows, error):
+        self.rows = rows
+
+
 def run_cached(cfg, cache: Path) -> list[dict]:
     """The metrics rows of ``cfg``: read from ``cache`` when a run of the same resolved config
     is there, else run quietly (no progress, no checkpoints) and kept. A run whose training
@@ -133,20 +145,13 @@ def run_cached(cfg, cache: Path) -> list[dict]:
     import dataclasses
 
     import raysfl
-    from raysfl.callbacks import Callback
     from raysfl.errors import Diverged
 
     path = Path(cache) / f"{cache_key(cfg)}.json"
     if path.exists():
         return json.loads(path.read_text())["metrics"]
 
-    class Rows(Callback):
-        rows: list = []
-
-        def on_run_end(self, run_dir, rows, error):
-            self.rows = rows
-
-    seen = Rows()
+    seen = _KeepRows()
     diverged = None
     with tempfile.TemporaryDirectory(prefix="raysfl-reproduce-") as tmp:
         quiet = dataclasses.replace(cfg, progress=False, checkpoint_every=0, out=tmp, name=None, mlflow=None)
