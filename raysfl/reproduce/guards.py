@@ -25,6 +25,11 @@ def _finite(v) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 
+def _evaluated(rows: list[dict], column: str) -> list[float]:
+    """The run's finite values of ``column``, in round order (rounds not evaluated left out)."""
+    return [r[column] for r in rows if _finite(r.get(column))]
+
+
 def accuracy_column(column: str) -> str:
     """The accuracy a collapse is read on: the row's own metric column where it is an
     accuracy (BESplit's ``acc_aux_local``, ``test_accuracy_local``), else ``test_accuracy``."""
@@ -59,7 +64,7 @@ def diverging(rows: list[dict], k: int = K) -> str | None:
 
 
 def final_accuracy(rows: list[dict], column: str) -> float:
-    ev = [r[column] for r in rows if _finite(r.get(column))]
+    ev = _evaluated(rows, column)
     return ev[-1] if ev else math.nan
 
 
@@ -75,7 +80,7 @@ def fell(rows: list[dict], column: str, num_classes: int, k: int = K) -> str | N
     keeps less than ``FELL`` of its best accuracy's gain over chance. A network that dies after
     learning (BESplit at a large step: 0.99, then a constant 0.18 with a flat loss) is neither at
     chance nor rising in loss, and its end is not the method's accuracy."""
-    ev = [r[column] for r in rows if _finite(r.get(column))]
+    ev = _evaluated(rows, column)
     if len(ev) < 2 * k:
         return None
     chance, best, last = 1.0 / num_classes, max(ev), sum(ev[-k:]) / k
@@ -95,7 +100,7 @@ def collapse(rows: list[dict], column: str, num_classes: int, k: int = K) -> str
 def climbing(rows: list[dict], column: str, k: int = K) -> bool:
     """Accuracy still rising when the run stops: the last ``k`` evaluations' mean ``CLIMB``
     above the ``k`` before, and their trend up."""
-    ev = [r[column] for r in rows if _finite(r.get(column))]
+    ev = _evaluated(rows, column)
     if len(ev) < 2 * k:
         return False
     last, before = sum(ev[-k:]) / k, sum(ev[-2 * k:-k]) / k
@@ -104,7 +109,7 @@ def climbing(rows: list[dict], column: str, k: int = K) -> bool:
 
 def moved(rows: list[dict], column: str) -> tuple[float, float]:
     """(first, last) evaluated accuracy of a run."""
-    ev = [r[column] for r in rows if _finite(r.get(column))]
+    ev = _evaluated(rows, column)
     return (ev[0], ev[-1]) if ev else (math.nan, math.nan)
 
 
