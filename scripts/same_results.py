@@ -5,6 +5,7 @@ compares metrics.parquet and clients.parquet row by row (timing columns excepted
     python scripts/same_results.py --fingerprint out.json  # only record this checkout's rows
     python scripts/same_results.py --against out.json      # this checkout against recorded rows
     python scripts/same_results.py --base REV --rel-tol 1e-5  # floats equal within a relative tolerance
+    python scripts/same_results.py --base REV --set aggregation_weights=processed  # a setting here only
 
 ``--base REV`` checks REV out into a temporary git worktree and runs this same script there
 (``PYTHONPATH`` pointing at the worktree, so the driver and its Ray actors import the old
@@ -155,6 +156,13 @@ def compare(base: dict, here: dict) -> bool:
     return same
 
 
+def fingerprint_argv(script: Path, out_file: Path, cases: list[str], settings: list[str]) -> list[str]:
+    """The command that records one checkout's rows; ``settings`` (``--set KEY=VALUE`` items) go to it,
+    so that with ``--base`` they reach this checkout's runs and not the base's."""
+    return [sys.executable, str(script), "--fingerprint", str(out_file), "--cases", ",".join(cases),
+            *[a for item in settings for a in ("--set", item)]]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", metavar="REV", help="revision to compare this checkout with")
@@ -164,7 +172,7 @@ def main() -> int:
     ap.add_argument("--rel-tol", type=float, default=0.0, help="floats equal within this relative tolerance "
                                                                "(default 0: to the bit)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="a setting for this checkout's runs (with --against or --fingerprint), e.g. an "
+                    help="a setting for this checkout's runs (not the base's), e.g. an "
                          "earlier rule kept as an option: --set epoch=stream --set aggregation_weights=processed")
     ns = ap.parse_args()
     global REL_TOL
@@ -203,12 +211,14 @@ def main() -> int:
                 env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
                 env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(src), env.get("PYTHONPATH")]))
                 files[label] = Path(tmp) / f"{label}.json"
-                subprocess.run([sys.executable, str(me), "--fingerprint", str(files[label]), "--cases",
-                                ",".join(cases)], check=True, env=env, cwd=str(src))
+                subprocess.run(fingerprint_argv(me, files[label], cases, ns.set if label == "here" else []),
+                               check=True, env=env, cwd=str(src))
             base = json.loads(files["base"].read_text())
             here = json.loads(files["here"].read_text())
         finally:
             subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)], capture_output=True)
+    if ns.set:
+        print(f"this checkout ran with {' '.join(ns.set)}; {ns.base} without", file=sys.stderr)
     same = compare(base, here)
     print("same results" if same else "results differ")
     return 0 if same else 1

@@ -66,3 +66,17 @@ def test_the_reproduce_cache_keys_on_the_resolved_configuration_not_on_the_setti
     # the algorithm's paper setting is part of the key: BESplit's local test split is 0.2 unless asked
     assert cache_key(base) == cache_key({**base, "local_test_fraction": 0.2})
     assert cache_key(base) != cache_key({**base, "local_test_fraction": 0.1})
+
+
+@pytest.mark.slow
+def test_same_results_set_reaches_this_checkouts_runs_with_base():
+    """``--set`` with ``--base`` changes what this checkout runs: the processed weights of issue 34
+    move fedavg's round-1 test loss, so HEAD against itself with the setting is not identical."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    args = [sys.executable, str(root / "scripts" / "same_results.py"), "--base", "HEAD", "--cases", "fedavg"]
+    changed = subprocess.run(args + ["--set", "aggregation_weights=processed"], capture_output=True, text=True,
+                             cwd=root, timeout=600)
+    assert changed.returncode == 1, changed.stdout + changed.stderr
+    assert "DIFFERENT" in changed.stdout and "test_loss" in changed.stdout, changed.stdout
