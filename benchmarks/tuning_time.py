@@ -33,17 +33,18 @@ def main() -> None:
     import ray
 
     import raysfl
-    from raysfl.reproduce.tables import HALF_DECADES, Metric
+    from raysfl.paper_tables import HALF_DECADES, Metric
     from raysfl.resolve import validate
     from raysfl.tuning.rules import tuning_seeds
-    from raysfl.tuning.search import ensure_ray, row_grid, tune_rows
+    from raysfl.runtime.many_runs import start_local_ray
+    from raysfl.tuning.search import row_grid, tune_rows
 
     base = validate(raysfl.config_from_kwargs(algo=args.algo, dataset="digits", rounds=args.rounds, validation=0.2,
                                               progress=False, checkpoint_every=0, out="/tmp/raysfl-tuning-time"))
     configs = [dataclasses.replace(base, seed=s) for s in tuning_seeds(args.seeds)]
     grid = row_grid(base, {"lr": tuple(float(f"{base.lr * f:.3g}") for f in HALF_DECADES)})
     metric = Metric("mean_last", k=5)
-    ensure_ray(configs, args.seeds)
+    start_local_ray(configs, args.seeds)
 
     t0 = time.perf_counter()  # (b) the full grid, every run to the end, two at a time
     jobs = [dataclasses.replace(c, lr=lr) for lr in grid["lr"] for c in configs]

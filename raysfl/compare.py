@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from raysfl.config import DATA_DEFINING, RUN_DEFAULTS, Config
 from raysfl.errors import ConfigError
+from raysfl.runtime.many_runs import runs_at_once, start_local_ray
 
 
 def comparison_configs(algos: list[str], settings: dict, seeds: int | list[int], out_dir: Path) -> list[Config]:
@@ -83,31 +84,6 @@ def comparison_configs(algos: list[str], settings: dict, seeds: int | list[int],
     return configs
 
 
-def run_demand(cfg: Config) -> tuple[float, float]:
-    """(CPUs, GPUs) one run of the comparison asks Ray for."""
-    from raysfl.algorithms import get_algorithm
-    from raysfl.runtime.placement import actor_demand
-
-    planner = get_algorithm(cfg.algo).make_planner(cfg)
-    if planner.exchange is None:
-        return 0.0, 0.0
-    return actor_demand(cfg, cfg.resources.num_client_actors(cfg.clients), planner.servers)
-
-
-def runs_at_once(configs: list[Config], cpus: float, gpus: float, requested: int | None = None) -> int:
-    """How many runs go at once: ``requested``, or as many of the most demanding run as
-    ``cpus``/``gpus`` hold (at least one, at most one per config)."""
-    if requested is not None:
-        if requested < 1:
-            raise ConfigError(f"--parallel must be >= 1, got {requested}")
-        return min(requested, len(configs))
-    need_cpu = max(run_demand(c)[0] for c in configs)
-    need_gpu = max(run_demand(c)[1] for c in configs)
-    fits = [math.floor(cpus / need_cpu + 1e-9) if need_cpu else len(configs),
-            math.floor(gpus / need_gpu + 1e-9) if need_gpu else len(configs)]
-    return max(1, min(len(configs), *fits))
-
-
 def compare(configs: list[Config], out_dir: Path, target: float = 0.8, parallel: int | None = None) -> list[dict]:
     """Run every config on one Ray, as many at once as the cluster holds (``parallel``
     overrides), then write the tables and plots. Results do not depend on how many ran at
@@ -120,19 +96,15 @@ def compare(configs: list[Config], out_dir: Path, target: float = 0.8, parallel:
 
     from raysfl.api import run
     from raysfl.plots import plot_runs
-    from raysfl.runtime.placement import init_ray, shutdown_ray
+    from raysfl.runtime.placement import shutdown_ray
 
     out_dir.mkdir(parents=True, exist_ok=True)
     for cfg in configs:
         if (out_dir / "runs" / cfg.name).exists():
             raise ConfigError(f"{out_dir / 'runs' / cfg.name} already exists; give compare a new --out")
-    biggest = max(configs, key=lambda c: run_demand(c)[0])
-    need_cpu, need_gpu = run_demand(biggest)
-    if not ray.is_initialized() and not os.environ.get("RAY_ADDRESS"):
-        # a local Ray: as many runs at once as the machine's cores hold, or the number asked for
-        at_once = runs_at_once(configs, float(os.cpu_count() or 1), float(_local_gpus()), parallel)
-        biggest = _scaled(biggest, at_once, need_cpu, need_gpu)
-    started = init_ray(biggest, biggest.resources.num_client_actors(biggest.clients), 3)
+    # a local Ray: as many runs at once as the machine's cores hold, or the number asked for
+    started = start_local_ray(configs, runs_at_once(configs, float(os.cpu_count() or 1), float(_local_gpus()),
+                                                    parallel))
     try:
         have = ray.cluster_resources()
         at_once = runs_at_once(configs, have.get("CPU", 0.0), have.get("GPU", 0.0), parallel)
@@ -167,17 +139,6 @@ def _local_gpus() -> int:
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def _scaled(cfg: Config, at_once: int, need_cpu: float, need_gpu: float) -> Config:
-    """A copy of ``cfg`` whose local Ray is sized for ``at_once`` runs of it."""
-    import dataclasses
-
-    res = dataclasses.replace(cfg.resources,
-                              num_cpus=max(cfg.resources.num_cpus or 0, math.ceil(at_once * need_cpu)) or None,
-                              num_gpus=(max(cfg.resources.num_gpus or 0, math.ceil(at_once * need_gpu))
-                                        if need_gpu else cfg.resources.num_gpus))
-    return dataclasses.replace(cfg, resources=res)
 
 
 def to_target(rows: list[dict], target: float) -> tuple[int, float, float] | None:

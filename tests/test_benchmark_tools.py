@@ -52,7 +52,7 @@ def test_the_reproduce_cache_keys_on_the_resolved_configuration_not_on_the_setti
     same run asked for with its defaults spelled out must be found. (The paper tables' cache,
     raysfl/reproduce/engine.py, which replaced the benchmarks' own.)"""
     import raysfl
-    from raysfl.reproduce.engine import cache_key as key_of
+    from raysfl.run_key import cache_key as key_of
     from raysfl.resolve import validate
 
     def cache_key(settings):

@@ -75,7 +75,8 @@ def test_parallel_compare_gives_the_same_runs_as_one_at_a_time(tmp_path, ray_ses
 
 
 def test_runs_at_once_fills_the_cluster_and_refuses_bad_values():
-    from raysfl.compare import comparison_configs, run_demand, runs_at_once
+    from raysfl.compare import comparison_configs
+    from raysfl.runtime.many_runs import run_demand, runs_at_once
 
     configs = comparison_configs(["splitfed_v2", "psl", "fedavg"], {}, 2, __import__("pathlib").Path("unused"))
     need = max(run_demand(c)[0] for c in configs)

@@ -14,7 +14,7 @@ from raysfl.errors import ConfigError
 from raysfl.reproduce import PAPERS, tables_of
 from raysfl.reproduce.fairness import ConfoundedRow, check_table, describe
 from raysfl.reproduce.report import RowResult, row_results, verdict
-from raysfl.reproduce.tables import Claim, Metric, Row, Table
+from raysfl.paper_tables import Claim, Metric, Row, Table
 
 SMALL = {"small": {"dataset": "digits", "rounds": 2, "clients": 4, "batch_size": 16, "local_steps": 2},
          "paper": {"dataset": "cifar10", "rounds": 100}}
@@ -220,7 +220,7 @@ def test_a_tuned_table_runs_each_row_at_the_values_its_tuning_chose_and_reads_th
 
     from raysfl.reproduce.command import run_one
     from raysfl.reproduce.engine import plan
-    from raysfl.reproduce.tables import HALF_DECADES, Tuning
+    from raysfl.paper_tables import HALF_DECADES, Tuning
 
     t = Table(paper="test", name="tuned", title="t", source="nowhere", reference=Row("GAPSL", {"algo": "gapsl"}),
               rows=(Row("PSL", {"algo": "psl", "psl": {"server_reduction": "sum", "round_steps": "equal"}}),),

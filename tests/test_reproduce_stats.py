@@ -11,7 +11,7 @@ import pytest
 from raysfl.reproduce import stats
 from raysfl.reproduce.guards import collapse, diverging, row_health
 from raysfl.reproduce.report import RowResult, decide, parquet_rows, row_results
-from raysfl.reproduce.tables import Claim, Metric, Row, Table
+from raysfl.paper_tables import Claim, Metric, Row, Table
 
 SCALES = {"small": {"dataset": "digits", "rounds": 2}, "paper": {"dataset": "cifar10", "rounds": 100}}
 

@@ -69,7 +69,7 @@ def test_a_run_with_a_validation_split_never_reads_the_test_split(tmp_path):
 def test_tuning_refuses_a_run_that_would_read_the_test_split_and_seeds_it_is_judged_on():
     import raysfl
     from raysfl.resolve import validate
-    from raysfl.reproduce.tables import Metric
+    from raysfl.paper_tables import Metric
     from raysfl.tuning.search import tune_rows
 
     cfg = validate(raysfl.config_from_kwargs(algo="psl", seed=1000))
@@ -219,13 +219,14 @@ def test_raysfl_tune_finds_the_better_learning_rate_and_saves_it(tmp_path):
 
 _AFTER_RUNS = """
 import raysfl
-from raysfl.reproduce.tables import Metric
+from raysfl.paper_tables import Metric
 from raysfl.resolve import validate
-from raysfl.tuning.search import ensure_ray, tune_rows
+from raysfl.runtime.many_runs import start_local_ray
+from raysfl.tuning.search import tune_rows
 
 cfg = validate(raysfl.config_from_kwargs(algo="splitfed_v2", clients=4, rounds=2, local_steps=2, batch_size=16,
                                          validation=0.2, seed=1000, progress=False, checkpoint_every=0, out={out!r}))
-ensure_ray([cfg], 1)
+start_local_ray([cfg], 1)
 raysfl.run(cfg)  # its actors wait in this process's pool, holding their CPUs
 res = tune_rows({{"r": [cfg]}}, {{"r": {{"lr": (0.05, 0.01)}}}}, {{"r": Metric()}}, say=lambda _: None)
 print("chosen", res["r"].chosen)

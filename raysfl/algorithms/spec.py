@@ -112,6 +112,14 @@ class Algorithm:
                 "server_updates": "1 per batch"}
 
     @classmethod
+    def columns_written(cls, cfg: "Config") -> set[str]:
+        """The metrics columns a run of ``cfg`` writes that a table or a tuning may read: the test
+        accuracy and loss (on the local splits too, when the run holds them) and its roles'
+        columns."""
+        written = {"test_accuracy", "test_loss"} | ({"test_accuracy_local"} if cfg.local_test_fraction else set())
+        return written | {k for role in (cls.server, cls.client, cls.aggregator) for k in role.columns(cfg)}
+
+    @classmethod
     def make_planner(cls, cfg: "Config") -> Planner:
         """The driver's planner for a validated ``cfg`` (not yet set up)."""
         return cls.planner(cfg)

@@ -1,7 +1,7 @@
 """``raysfl reproduce``: each paper's tables declared in its package (``tables.py``), run on one
 engine with every comparison checked to change one thing.
 
-- :mod:`raysfl.reproduce.tables`: what a table is (rows, deltas, metric, claim, scales);
+- :mod:`raysfl.paper_tables`: what a table is (rows, deltas, metric, claim, scales);
 - :mod:`raysfl.reproduce.fairness`: a row's resolved config against its reference's;
 - :mod:`raysfl.reproduce.engine`: the runs (cache by resolved config, the warm federation);
 - :mod:`raysfl.reproduce.report`: mean ± std, paired differences, verdicts, table.md/.parquet;

@@ -11,7 +11,7 @@ from pathlib import Path
 from raysfl.errors import ConfigError
 from raysfl.flags import seed_list
 from raysfl.reproduce.engine import plan, tuning_configs
-from raysfl.reproduce.tables import SCALES
+from raysfl.paper_tables import SCALES
 
 MOST_SEEDS = 10
 

@@ -15,8 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from raysfl.callbacks import Callback
-from raysfl.reproduce.fairness import cache_key, check_row, resolve
-from raysfl.reproduce.tables import Table
+from raysfl.reproduce.fairness import check_row, resolve
+from raysfl.algorithms import get_algorithm
+from raysfl.paper_tables import Table
+from raysfl.run_key import cache_key
+from raysfl.runtime.many_runs import start_local_ray
 
 
 @dataclass
@@ -97,25 +100,14 @@ def tune_table(table: Table, scale: str, overrides: dict | None, cache: Path, sa
     return tune_rows(rows, grids, metrics, cache=cache, say=say)
 
 
-def columns_written(cfg) -> set[str]:
-    """The metrics columns a run of ``cfg`` writes that a table or a tuning may read: the test
-    accuracy and loss (on the local splits too, when the run holds them) and its algorithm's
-    roles' columns."""
-    from raysfl.algorithms import get_algorithm
-
-    spec = get_algorithm(cfg.algo)
-    written = {"test_accuracy", "test_loss"} | ({"test_accuracy_local"} if cfg.local_test_fraction else set())
-    return written | {k for role in (spec.server, spec.client, spec.aggregator) for k in role.columns(cfg)}
-
-
 def check_column(table: Table, row, cfg) -> None:
     """A row that reads a column of its own (``Row.column``) reads one its run writes
-    (:func:`columns_written`); else one line, before anything runs."""
+    (:meth:`~raysfl.algorithms.spec.Algorithm.columns_written`); else one line, before anything runs."""
     if row.column is None:
         return
     from raysfl.errors import ConfigError
 
-    written = columns_written(cfg)
+    written = get_algorithm(cfg.algo).columns_written(cfg)
     if row.column not in written:
         raise ConfigError(f"{table.paper}/{table.name}, row '{row.label}' reads column '{row.column}', which a "
                           f"{cfg.algo} run with these settings does not write; it writes: {', '.join(sorted(written))}")
@@ -193,7 +185,7 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
 
     out: dict[str, list] = {label: [None] * len(cfgs) for label, cfgs in planned.configs.items()}
     if parallel > 1:
-        _start_ray_for(parallel, [cfg for _, _, cfg in jobs])
+        start_local_ray([cfg for _, _, cfg in jobs], parallel)
     if parallel <= 1:
         results = [one(j) for j in jobs]
     else:
@@ -202,20 +194,3 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
     for label, i, rows in results:
         out[label][i] = rows
     return out
-
-
-def _start_ray_for(parallel: int, configs: list) -> None:
-    """A local Ray sized for ``parallel`` runs of the most demanding config at once, before the
-    threads start (as ``raysfl compare`` does); nothing when Ray is up or RAY_ADDRESS names one."""
-    import os
-
-    import ray
-
-    from raysfl.compare import _scaled, run_demand
-    from raysfl.runtime.placement import init_ray
-
-    if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
-        return
-    biggest = max(configs, key=lambda c: run_demand(c)[0])
-    cpu, gpu = run_demand(biggest)
-    init_ray(_scaled(biggest, parallel, cpu, gpu), biggest.resources.num_client_actors(biggest.clients), 3)

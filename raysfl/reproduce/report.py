@@ -18,7 +18,7 @@ from pathlib import Path
 from raysfl.reproduce import stats
 from raysfl.reproduce.fairness import describe
 from raysfl.reproduce.guards import K, RowHealth, row_health
-from raysfl.reproduce.tables import Metric, Table
+from raysfl.paper_tables import Metric, Table
 
 MOST_SEEDS = 10  # where the table's seeds leave a row undecided and this many would settle it: run them
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from raysfl.errors import ConfigError
 from raysfl.flags import seed_list
-from raysfl.reproduce.tables import READS, Metric
+from raysfl.paper_tables import READS, Metric
 from raysfl.tuning.rules import TUNE_SEED_BASE, VALIDATION, check_reads_validation
 
 FLAGS = ("grid", "seeds", "metric", "column", "k", "target", "trials_at_once")  # tune's own, not run settings
@@ -59,7 +59,7 @@ def run(ns: argparse.Namespace, base) -> int:
     tune's own flags (``FLAGS``) and, where given, ``validation``."""
     import dataclasses
 
-    from raysfl.reproduce.engine import columns_written
+    from raysfl.algorithms import get_algorithm
     from raysfl.resolve import validate
     from raysfl.tuning.grid import known, parse_grid, reads
     from raysfl.tuning.search import row_grid, tune_rows
@@ -84,7 +84,7 @@ def run(ns: argparse.Namespace, base) -> int:
         if not reads(base, knob):
             raise ConfigError(f"--grid {knob}: a {base.algo} run does not read it (e.g. server_lr without a server, "
                               f"momentum without SGD, another algorithm's knob)")
-    written = columns_written(base)
+    written = get_algorithm(base.algo).columns_written(base)
     if metric.column not in written:
         raise ConfigError(f"--column {metric.column}: a {base.algo} run with these settings does not write it; it "
                           f"writes: {', '.join(sorted(written))}")

@@ -23,7 +23,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from raysfl.reproduce.tables import Metric
+from raysfl.paper_tables import Metric
+from raysfl.run_key import cache_key as run_key
+from raysfl.runtime.many_runs import run_demand, start_local_ray
 from raysfl.tuning import grid as grids
 
 REDUCTION = 3  # ASHA's reduction factor: a third of a row's settings go on at each rung
@@ -62,8 +64,6 @@ def grace(rounds: int) -> int:
 def cache_key(configs: list, grid: dict, metric: Metric) -> str:
     """A row's tuning cache name: its tuning configs (every seed; the knobs tuned left out),
     the grid, the metric and the search's rules."""
-    from raysfl.reproduce.fairness import cache_key as run_key
-
     fields = {f.name for f in dataclasses.fields(configs[0])} if configs else set()
     body = {"runs": [run_key(dataclasses.replace(c, **{k: None for k in grid if k in fields}))
                      for c in configs],
@@ -166,7 +166,7 @@ def _search(rows: dict[str, list], combos: dict[str, list[dict]], metrics: dict[
 
     seeds = len(next(iter(rows.values())))
     rounds = max(c.rounds for cfgs in rows.values() for c in cfgs)
-    ensure_ray([c for cfgs in rows.values() for c in cfgs], seeds)
+    start_local_ray([c for cfgs in rows.values() for c in cfgs], seeds)
     pool.evict()  # this process's idle actors (an earlier table's runs) would hold the CPUs the trials reserve
     trial, at_once = trial_resources([c for cfgs in rows.values() for c in cfgs], seeds, trials_at_once)
     rows = {label: [in_trial(c) for c in cfgs] for label, cfgs in rows.items()}
@@ -220,26 +220,6 @@ def _summaries(grid_results, combos: dict[str, list[dict]], rounds: int) -> dict
     return out
 
 
-def ensure_ray(configs: list, runs_at_once: int) -> None:
-    """Ray for the trials: this process's, the cluster in RAY_ADDRESS, or a local one sized for
-    ``runs_at_once`` runs of the most demanding config (a trial's tuning seeds run together)."""
-    import os
-
-    import ray
-
-    from raysfl.compare import _scaled, run_demand
-    from raysfl.runtime.placement import init_ray
-
-    if ray.is_initialized():
-        return
-    biggest = max(configs, key=lambda c: run_demand(c)[0])
-    if os.environ.get("RAY_ADDRESS"):
-        init_ray(biggest, 1, 1)
-        return
-    cpu, gpu = run_demand(biggest)
-    init_ray(_scaled(biggest, runs_at_once, cpu, gpu), biggest.resources.num_client_actors(biggest.clients), 3)
-
-
 def _progress(say, total: int, rounds: int):
     """A Tune callback that says each trial's end: its row, setting, score and rounds run."""
     from ray import tune
@@ -272,7 +252,6 @@ def trial_resources(configs: list, seeds: int, at_most: int | None = None) -> tu
     the trial's placement group, and an idle trial process's warm actors hold no resources."""
     import ray
 
-    from raysfl.compare import run_demand
 
     need_cpu = max(run_demand(c)[0] for c in configs)
     need_gpu = max(run_demand(c)[1] for c in configs)

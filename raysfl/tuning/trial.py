@@ -21,7 +21,7 @@ import threading
 
 from ray import tune
 
-from raysfl.reproduce.tables import Metric
+from raysfl.paper_tables import Metric
 
 WORST = 1e9  # a setting whose metric is not finite (a run that diverged): the worst score there is
 

@@ -27,7 +27,7 @@ repaired printed EA beside it.
 
 from __future__ import annotations
 
-from raysfl.reproduce.tables import Claim, Metric, Row, Table, Tuning
+from raysfl.paper_tables import Claim, Metric, Row, Table, Tuning
 
 SHARED = {"partition": "dirichlet", "local_test_fraction": 0.2, "optimizer": "sgd", "batch_size": 32, "cut": 2,
           "local_epochs": 1.0}

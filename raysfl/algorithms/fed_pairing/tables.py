@@ -20,7 +20,7 @@ a fixed number of rounds does not depend on the learning rate.
 
 from __future__ import annotations
 
-from raysfl.reproduce.tables import Claim, Metric, Row, Table
+from raysfl.paper_tables import Claim, Metric, Row, Table
 
 SHARED = {"clients": 20, "clients_per_round": None, "local_epochs": 2.0, "lr": 0.1, "momentum": 0.0,
           "batch_size": 32, "optimizer": "sgd", "cut": 2}

@@ -18,7 +18,7 @@ runs, tuned by the main table's metric.
 
 from __future__ import annotations
 
-from raysfl.reproduce.tables import Claim, Metric, Row, Table, Tuning
+from raysfl.paper_tables import Claim, Metric, Row, Table, Tuning
 
 SHARED = {"clients": 100, "partition": "pathological", "classes_per_client": 2, "quantity_skew": 1.0,
           "local_epochs": 1.0, "batch_size": 32, "optimizer": "sgd", "lr": 0.1, "lr_decay": 0.98, "momentum": 0.0,

@@ -17,7 +17,7 @@ the step each row can use best, instead of holding one number equal that means t
 
 from __future__ import annotations
 
-from raysfl.reproduce.tables import HALF_DECADES, Claim, Metric, Row, Table, Tuning
+from raysfl.paper_tables import HALF_DECADES, Claim, Metric, Row, Table, Tuning
 
 SHARED = {"clients": 10, "partition": "dirichlet", "alpha": 0.1, "momentum": 0.9, "lr": 0.005,
           "server_lr": 0.01, "batch_size": 32, "local_epochs": 1.0, "optimizer": "sgd"}

@@ -17,7 +17,7 @@ at the small scale (70 % at the paper's), with the final accuracy beside them.
 
 from __future__ import annotations
 
-from raysfl.reproduce.tables import Claim, Metric, Row, Table, Tuning
+from raysfl.paper_tables import Claim, Metric, Row, Table, Tuning
 
 SHARED = {"partition": "dirichlet", "alpha": 0.5, "clients_per_round": None, "local_epochs": 1.0, "batch_size": 32,
           "optimizer": "sgd", "momentum": 0.9, "cut": 2}
