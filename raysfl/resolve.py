@@ -19,7 +19,7 @@ import tempfile
 import unicodedata
 from pathlib import Path
 
-from raysfl.algorithms import ALGORITHMS, get_algorithm
+from raysfl.algorithms import ALGORITHMS, get_algorithm, load_recorded_plugins
 from raysfl.config import (AGGREGATION_WEIGHTS, EPOCH_RULES, OPTIMIZERS, RUN_DEFAULTS, SECTIONS, STRATEGIES,
                            TRANSFER_DTYPES, Config, coerce)
 from raysfl.data import DATASETS, PARTITIONERS, check_dataset_args, dataset_info
@@ -52,7 +52,11 @@ def from_dict(data: dict, base: Config | None = None) -> Config:
         raise ConfigError(f"config must be a mapping of settings, got {type(data).__name__}")
     top = {f.name for f in dataclasses.fields(Config)} - {"devices", "resources", "algo_params"}
     algo_sections: dict = {}
+    if "plugins" in data:  # the modules of an algorithm of your own, as a run's config.json records them
+        load_recorded_plugins(data["plugins"], "this configuration")
     for key, value in data.items():
+        if key == "plugins":
+            continue
         if not isinstance(key, str):
             raise ConfigError(f"setting names must be text, got {key!r}")
         k = key.replace("-", "_")

@@ -63,6 +63,15 @@ def test_the_worked_example_runs_through_the_cli(tmp_path):
     assert saved["algo"] == "sfl_prox" and saved["algo_params"] == {"prox_mu": 0.1}
     assert saved["partition"] == "dirichlet" and saved["alpha"] == 0.3  # its paper setting
     assert pq.read_table(tmp_path / "runs" / "ex" / "metrics.parquet").num_rows == 2
+    # the run records its plugin: a resume needs no --plugin, and without the record one line says what to give
+    assert saved["plugins"] == ["sfl_prox"]
+    resumed = _cli(["run", "--resume", str(tmp_path / "runs" / "ex"), "--rounds", "3", "--num-cpus", "2",
+                    "--no-progress"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert pq.read_table(tmp_path / "runs" / "ex" / "metrics.parquet").num_rows == 3
+    unknown = _cli(["run", "--algo", "sfl_prox", "--rounds", "1"], tmp_path)
+    assert unknown.returncode == 2 and "unknown algorithm 'sfl_prox'" in unknown.stderr
+    assert "--plugin MODULE" in unknown.stderr.strip().splitlines()[-1], unknown.stderr
 
 
 def _rows(res):

@@ -149,11 +149,11 @@ def test_a_knob_a_row_does_not_read_is_left_out_of_its_grid():
 
 def test_every_declared_table_tunes_each_row_on_the_same_grid_of_at_least_4_values_over_1_5_decades():
     """The grid holds the paper's own lr at both scales (SuperSFL's paper names none)."""
-    from raysfl.reproduce import PAPERS, tables_of
+    from raysfl.reproduce import papers, tables_of
     from raysfl.reproduce.fairness import resolve
 
     tuned = 0
-    for paper in PAPERS:
+    for paper in papers():
         for t in tables_of(paper):
             if t.tuning is None:
                 assert t.untuned

@@ -113,8 +113,34 @@ def get_algorithm(name: str) -> type[Algorithm]:
 
         close = difflib.get_close_matches(str(name), list(ALGORITHMS), n=1, cutoff=0.6)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ConfigError(f"unknown algorithm '{name}'{hint}; allowed: {', '.join(ALGORITHMS)}")
+        raise ConfigError(f"unknown algorithm '{name}'{hint}; allowed: {', '.join(ALGORITHMS)}; an algorithm of "
+                          f"your own joins with --plugin MODULE (raysfl.run: import its module first)")
     return ALGORITHMS[name]
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "NoParams", "get_algorithm", "load_entry_points", "load_plugin", "register"]
+def plugin_of(name: str) -> str | None:
+    """The module another process imports to have algorithm ``name`` registered (recorded in a
+    run's ``config.json`` as ``plugins``, so a resume or ``load_run`` needs no ``--plugin``):
+    None for raysfl's own algorithms and for one defined in a script run as ``__main__``."""
+    module = get_algorithm(name).__module__
+    if module == "__main__" or module.split(".")[0] == "raysfl":
+        return None
+    # the module given to --plugin when it holds the algorithm's (sfl_prox for sfl_prox.algorithm)
+    return next((p for p in PLUGINS if module == p or module.startswith(p + ".")), module)
+
+
+def load_recorded_plugins(modules, where: str) -> None:
+    """Import the ``plugins`` a run's config recorded (:func:`plugin_of`); one line when one
+    cannot be imported here, naming the run's setting."""
+    if not isinstance(modules, (list, tuple)) or not all(isinstance(m, str) for m in modules):
+        raise ConfigError(f"{where}: 'plugins' must be a list of module names, got {modules!r}")
+    for module in modules:
+        try:
+            load_plugin(module)
+        except ConfigError as e:
+            raise ConfigError(f"{where} was made with plugin module '{module}', which cannot be imported here "
+                              f"({str(e).split(': ', 1)[-1]})") from None
+
+
+__all__ = ["ALGORITHMS", "Algorithm", "NoParams", "get_algorithm", "load_entry_points", "load_plugin",
+           "load_recorded_plugins", "plugin_of", "register"]

@@ -90,6 +90,8 @@ class Algorithm:
     targets: ClassVar[tuple[str, ...]] = ("classes", "values")
     # The losses it trains with, where its steps are written for one (None: any of those targets)
     losses: ClassVar[tuple[str, ...] | None] = None
+    # The module that declares its paper's tables for ``raysfl reproduce`` (its ``TABLES``), if any
+    tables: ClassVar[str | None] = None
     # SplitFed's roles (raysfl.algorithms.roles): a class, or role("package.module:Class")
     planner: ClassVar = role("raysfl.algorithms.roles.planner:Planner")
     client: ClassVar = role("raysfl.algorithms.roles.client:ClientSide")

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import importlib
 
-# paper -> the module that declares its tables (``TABLES``); no torch on the way
-PAPERS = {
-    "gapsl": "raysfl.algorithms.gapsl.tables",
-    "fed_pairing": "raysfl.algorithms.fed_pairing.tables",
-    "besplit": "raysfl.algorithms.besplit.tables",
-    "flex_sfl": "raysfl.algorithms.flex_sfl.tables",
-    "super_sfl": "raysfl.algorithms.super_sfl.tables",
-}
+from raysfl.algorithms import ALGORITHMS
+
+
+def papers() -> dict[str, str]:
+    """paper -> the module that declares its tables (``TABLES``): every registered algorithm that
+    names one (:attr:`raysfl.algorithms.spec.Algorithm.tables`), in the order they registered;
+    no torch on the way."""
+    return {name: cls.tables for name, cls in ALGORITHMS.items() if cls.tables}
 
 
 def tables_of(paper: str) -> list:
     """The tables ``paper``'s package declares."""
-    return list(importlib.import_module(PAPERS[paper]).TABLES)
+    return list(importlib.import_module(papers()[paper]).TABLES)

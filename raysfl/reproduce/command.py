@@ -65,10 +65,10 @@ def machine() -> str:
 
 
 def list_tables() -> str:
-    from raysfl.reproduce import PAPERS, tables_of
+    from raysfl.reproduce import papers, tables_of
 
     lines = []
-    for paper in PAPERS:
+    for paper in papers():
         for t in tables_of(paper):
             rows = ", ".join(r.label for r in t.all_rows)
             small = t.at_scale("small")
@@ -86,16 +86,17 @@ def _tuning_text(t) -> str:
 
 
 def run(ns) -> int:
-    from raysfl.reproduce import PAPERS, tables_of
+    from raysfl.reproduce import papers, tables_of
 
     if ns.list:
         print(list_tables())
         return 0
     if not ns.paper:
-        raise ConfigError(f"reproduce needs a paper ({', '.join(PAPERS)}, or all) or --list")
-    papers = list(PAPERS) if ns.paper == "all" else [ns.paper]
-    if papers[0] not in PAPERS:
-        raise ConfigError(f"unknown paper '{ns.paper}'; allowed: {', '.join(PAPERS)}, all")
+        raise ConfigError(f"reproduce needs a paper ({', '.join(papers())}, or all) or --list")
+    known = papers()
+    asked = list(known) if ns.paper == "all" else [ns.paper]
+    if asked[0] not in known:
+        raise ConfigError(f"unknown paper '{ns.paper}'; allowed: {', '.join(known)}, all")
     seeds = ns.seeds
     if ns.rounds is not None and ns.rounds < 1:
         raise ConfigError(f"--rounds must be >= 1, got {ns.rounds}")
@@ -106,7 +107,7 @@ def run(ns) -> int:
     if ns.download:
         overrides["download"] = True
     chosen = []
-    for paper in papers:
+    for paper in asked:
         tables = tables_of(paper)
         if ns.table is not None:
             tables = [t for t in tables if t.name == ns.table]
@@ -241,14 +242,12 @@ def settings_line(cfg) -> str:
 
 def write_results(out: Path, path: Path) -> None:
     """``path`` from every ``table.md`` under ``out``, in paper order: no number copied by hand."""
-    from raysfl.reproduce import PAPERS
-
-    from raysfl.reproduce import tables_of
-
     import re
 
+    from raysfl.reproduce import papers, tables_of
+
     parts, summary = [RESULTS_HEADER], ["| paper | table | data set | seeds | verdict |", "|---|---|---|---:|---|"]
-    for paper in PAPERS:
+    for paper in papers():
         parts.append(f"## {paper}\n")
         found = {md.parent.name: md for md in (out / paper).glob("*/table.md")}
         for t in tables_of(paper):

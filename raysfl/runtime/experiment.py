@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from raysfl import checkpoint
-from raysfl.algorithms import get_algorithm
+from raysfl.algorithms import get_algorithm, plugin_of
 from raysfl.algorithms.roles import FederationContext
 from raysfl.errors import ConfigError, RunFailed
 from raysfl.metrics import RunLogger
@@ -188,7 +188,9 @@ def _run_in(cfg, run_dir: Path, state: dict | None, ds, stages: "StartupClock", 
         from raysfl.trackers import MLflowLogger
 
         callbacks.items.append(MLflowLogger(cfg.mlflow))
-    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+    plugin = plugin_of(cfg.algo)
+    (run_dir / "config.json").write_text(json.dumps({**cfg.to_dict(), **({"plugins": [plugin]} if plugin else {})},
+                                                    indent=2) + "\n")
     _write_own_keys(run_dir, cfg.model)
     stages.run_dir = run_dir
     launch = None

@@ -73,6 +73,7 @@ class BESplitParams:
 
 class BESplit(Algorithm):
     name = "besplit"
+    tables = "raysfl.algorithms.besplit.tables"
     losses = ("cross_entropy",)  # trains with its own evidential loss over classes; tests with cross-entropy
     summary = "BESplit: evidential aggregation, bias-compensated collaboration and dual-teacher distillation"
     params_cls = BESplitParams

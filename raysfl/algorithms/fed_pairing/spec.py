@@ -40,6 +40,7 @@ class FedPairingParams:
 
 class FedPairing(Algorithm):
     name = "fed_pairing"
+    tables = "raysfl.algorithms.fed_pairing.tables"
     summary = "FedPairing: greedy client pairing, client-to-client split training, overlapping-layer steps"
     params_cls = FedPairingParams
     planner = role("raysfl.algorithms.fed_pairing.planner:PairingPlanner")

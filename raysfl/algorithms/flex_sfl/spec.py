@@ -46,6 +46,7 @@ def max_cut_of(params: FlexSFLParams, conv_blocks: int, valid_cuts: list[int] | 
 
 class FlexSFL(Algorithm):
     name = "flex_sfl"
+    tables = "raysfl.algorithms.flex_sfl.tables"
     targets = ("classes",)  # EDCS clusters clients by their label distributions
     summary = "FLEX-SFL: device-aware cuts, edge-server clusters, entropy selection, HiLo aggregation"
     params_cls = FlexSFLParams

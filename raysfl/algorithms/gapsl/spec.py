@@ -39,6 +39,7 @@ class GAPSLParams(RoundStepsParams):
 
 class GAPSL(Algorithm):
     name = "gapsl"
+    tables = "raysfl.algorithms.gapsl.tables"
     summary = "GAPSL: parallel split learning with leader gradient identification and direction alignment"
     params_cls = GAPSLParams
     planner = role("raysfl.algorithms.baselines.planner:EqualSteps")

@@ -53,6 +53,7 @@ def parse_round_set(text: str) -> set[int]:
 
 class SuperSFL(Algorithm):
     name = "super_sfl"
+    tables = "raysfl.algorithms.super_sfl.tables"
     summary = "SuperSFL: weight-sharing super-network, TPGF, client-classifier fallback, collaborative aggregation"
     params_cls = SuperSFLParams
     planner = role("raysfl.algorithms.super_sfl.planner:DepthPlanner")
