@@ -93,6 +93,7 @@ def _choices() -> dict[str, tuple[str, ...]]:
 
 def _default_text(cls, f) -> str:
     """What a flag defaults to, in words (paper settings included)."""
+    from raysfl.algorithms.knobs import knob_of
     from raysfl.config import NONE_MEANS, RUN_DEFAULTS
     from raysfl.flags import NONE_DEFAULTS
 
@@ -100,23 +101,13 @@ def _default_text(cls, f) -> str:
     if cls is Config and f.name in RUN_DEFAULTS:
         return f"the algorithm's paper setting, else {RUN_DEFAULTS[f.name]}"
     if default is None:
-        text = NONE_DEFAULTS.get(f.name, "unset")
+        text = NONE_DEFAULTS.get(f.name) or knob_of(f).unset or "unset"
         return f"the algorithm's paper setting, else {text}" if cls is Config and f.name in NONE_MEANS else text
     if isinstance(default, bool):
         return "on" if default else "off"
     if isinstance(default, tuple):
         return " ".join(f"{v:g}" for v in default)
     return "none" if default == "" else str(default)
-
-
-def knob_help(name: str, cls) -> str:
-    """An algorithm knob's help: flags.py's line, else the comment beside the field in its params
-    dataclass (a plugin's own knobs), else its name."""
-    from raysfl.flags import ALGO_KNOBS
-
-    if name in ALGO_KNOBS:
-        return ALGO_KNOBS[name]
-    return f"{cls.name}: {name.replace('_', ' ')}"
 
 
 def _add_fields(groups, cls, dest_prefix: str, taken: set[str], group_of=None, help_of=None) -> None:
@@ -149,7 +140,8 @@ def _add_run_flags(parser, taken: set[str]) -> None:
     """Every run setting as a flag (those in ``taken`` excepted), grouped: data, model,
     training, evaluation, faults, devices, resources, then each algorithm's knobs."""
     from raysfl.algorithms import ALGORITHMS
-    from raysfl.flags import ALGO_KNOBS, GROUPS, SETTINGS
+    from raysfl.algorithms.knobs import knob_of
+    from raysfl.flags import GROUPS, SETTINGS
 
     groups = {key: parser.add_argument_group(title) for key, title in GROUPS.items()}
     setting = lambda name: SETTINGS.get(name, ("training", ""))  # noqa: E731
@@ -159,7 +151,8 @@ def _add_run_flags(parser, taken: set[str]) -> None:
         if dataclasses.fields(cls.params_cls):
             one = {"algo": parser.add_argument_group(f"{name} (--algo {name})")}
             # a knob several algorithms share (one params dataclass) is listed under the first
-            _add_fields(one, cls.params_cls, f"{KNOB}.", taken, lambda n: "algo", lambda n: knob_help(n, cls))
+            helps = {f.name: knob_of(f).help for f in dataclasses.fields(cls.params_cls)}
+            _add_fields(one, cls.params_cls, f"{KNOB}.", taken, lambda n: "algo", helps.get)
 
 
 def build_parser() -> argparse.ArgumentParser:

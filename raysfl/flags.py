@@ -2,8 +2,9 @@
 where the values are a fixed set, the choices.
 
 The CLI builds one flag per setting from the config dataclasses (``raysfl.config``) and each
-algorithm's params dataclass; this table says what they mean. A test checks that every flag
-has its help here, so a new setting cannot arrive undocumented.
+algorithm's params dataclass; this table says what the shared settings mean (an algorithm's
+knobs say it where they are declared: :mod:`raysfl.algorithms.knobs`). A test checks that
+every flag has its help, so a new setting cannot arrive undocumented.
 """
 
 from __future__ import annotations
@@ -129,116 +130,7 @@ NONE_DEFAULTS = {
     "fed_cpus": "0.5, less where the cluster is smaller", "client_memory_gb": "none", "server_memory_gb": "none",
     "fed_memory_gb": "none", "num_cpus": "what the actors need, at least the machine's cores",
     "num_gpus": "sized to the run",
-    # algorithm knobs left None
-    "rho": "0.2, or --clients-per-round / clients", "max_cut": "the model's leading conv modules, at most 3",
-    "anneal_rounds": "the run's rounds",
 }
-
-# Help of the algorithms' own knobs (CLI flags named after their params fields).
-ALGO_KNOBS: dict[str, str] = {
-    # FedProx
-    "mu": "FedProx: weight of the proximal term (mu/2)||w - w_global||^2",
-    # FLEX-SFL
-    "edge_servers": "FLEX-SFL: edge servers = edge clusters = server actors (N)",
-    "rho": "FLEX-SFL eq. 16: participation rate, K_n = rho x |C_n| per cluster",
-    "random_ratio": "FLEX-SFL Alg. 2: lambda, the share of K_n drawn at random (1 = pure random)",
-    "tau_c": "FLEX-SFL eq. 23: rounds between intra-cluster client aggregations",
-    "tau_e": "FLEX-SFL eq. 26: rounds between edge-server aggregations",
-    "tau_r": "FLEX-SFL Sec. 3.3: server updates per received batch of smashed data",
-    "server_updates": "SplitFed: server updates per received batch of smashed data (ours: FLEX-SFL's tau_r, for a "
-                      "comparison that holds the server's updates equal; 1 = SplitFed)",
-    "das_mode": "FLEX-SFL DAS: paper (eq. 5 as written) | spread (raysfl's: cluster cuts spread over the range)",
-    "min_cut": "FLEX-SFL: shallowest client-side cut",
-    "max_cut": "FLEX-SFL: deepest client-side cut",
-    "clients_per_cluster": "FLEX-SFL: fixed K_n instead of rho x |C_n| (Fig. 5: 7)",
-    "client_agg_scope": "FLEX-SFL eq. 23 over: cluster (all of C_n) | trained (only clients that trained)",
-    # SuperSFL
-    "depth_alpha": "SuperSFL eq. 1: client layers per GB of memory",
-    "depth_beta": "SuperSFL eq. 1: extra client layers for the lowest latency",
-    "allocation": "SuperSFL depths from: profile (sampled devices) | measured (timed once at start-up)",
-    "fusion": "SuperSFL TPGF client weight (eq. 3): full | no_loss | no_depth | equal",
-    "clip_norm": "SuperSFL: L2 clip of the local encoder gradient",
-    "consensus_lambda": "SuperSFL eq. 8: pull of each layer towards the server's copy",
-    "server_timeout_s": "SuperSFL: seconds a client waits for the server before a fallback step",
-    "server_availability": "SuperSFL: fraction of rounds with server gradients (Table III)",
-    "availability_rounds": "SuperSFL: rounds with server gradients, e.g. 1-10,15",
-    "availability_mode": "SuperSFL rounds without server gradients: gradients (the server trains, the client "
-                         "takes the local step) | server (the server is off)",
-    "classifier_head": "SuperSFL client classifier on feature maps: spatial (pooled to <=4x4, flattened) | "
-                       "pooled (one value per channel)",
-    # PSL, EPSL
-    "server_reduction": "PSL's / EPSL's server loss over the group: mean (over every sample) | sum (of the "
-                        "clients' mean losses, as GAPSL's eq. 8; ours, for a matched comparison)",
-    "phi": "EPSL: share of each batch whose last-layer gradients are averaged over the clients (0 = PSL)",
-    # GAPSL
-    "k_min": "GAPSL eq. 2: lowest share of clients in the leader gradient",
-    "k_max": "GAPSL eq. 2: highest share of clients in the leader gradient",
-    "time_scaling": "GAPSL eq. 2's t/T factor (--no-time-scaling: Algorithm 1 as printed)",
-    "gda_eta": "GAPSL eq. 6: threshold = mean - eta x std of the angles to the leader",
-    "gda_lambda": "GAPSL eq. 7: regularisation weight (no effect with --gda-regularizer detached, footnote 6)",
-    "gda_regularizer": "GAPSL eq. 7: detached (footnote 6: g_i and g_lead constants, lambda has no effect) | "
-                       "second_order (double back-propagation)",
-    "gda_reduction": "GAPSL eq. 8 over the selected clients: sum | mean",
-    "cut_gradients": "GAPSL eq. 8: eq8 (dL_g/da_i, zero for clients outside S^) | own (every client its own loss's)",
-    "round_steps": "equal (GAPSL Sec. III-A: every client in every server step) | epoch (each client its own "
-                   "epoch); for PSL and EPSL an option of ours, for a comparison matched with GAPSL",
-    "lgi": "GAPSL leader gradient: lgi | none (Non-LGI) | random (Rand-LGI)",
-    "gda": "GAPSL alignment: gda | none (Non-GDA) | random (Rand-GDA)",
-    # FedPairing
-    "pairing": "FedPairing pairs by: greedy (Alg. 1) | random | location | computation (Table I)",
-    "pair_alpha": "FedPairing eq. 5: weight of the squared CPU-frequency difference (per GHz^2)",
-    "pair_beta": "FedPairing eq. 5: weight of the partner link rate (per Gbit/s)",
-    "double_overlap": "FedPairing eq. 7: overlapping layers take twice the step",
-    "pair_weights": "FedPairing loss weights: fedavg (K a_i: FedAvg's global step to first order; each client's "
-                    "lr scaled by n_i / mean n) | paper (a_i: the step / N)",
-    "radius_m": "FedPairing: clients uniform in a disk of this radius (m) around the server",
-    "link_model": "FedPairing's simulated clock: paper (Shannon links to the partner and the server, no latency) | "
-                  "profiles (the device profiles' links and latency, every other algorithm's; ours)",
-    "bandwidth_mhz": "FedPairing: link bandwidth B (MHz)",
-    "power_w": "FedPairing: transmit power P (W)",
-    "noise_w": "FedPairing: noise power sigma^2 (W)",
-    "gain_ref": "FedPairing: channel gain h0 at 1 m",
-    "path_loss_exp": "FedPairing: path-loss exponent delta",
-    # BESplit
-    "evidence": "BESplit: evidence activation e = act(logits): softplus | relu | exp",
-    "anneal_rounds": "BESplit eq. 5: T of the KL annealing lambda_t = min(1, t/T), in rounds",
-    "csr_beta": "BESplit eq. 6: beta of the staleness-aware EMA of client state records",
-    "csr_ttl": "BESplit: rounds without a client before its state record is dropped",
-    "csr_model": "BESplit: whose outputs fill the client state records: round_start (the server side as the "
-                 "round began) | training (as it trains, step by step)",
-    "csr_rows": "BESplit: which of a client's batches fill its state record: all (every step) | first (the "
-                "round's first batch, smashed by the client-side model it downloaded)",
-    "ea_average": "BESplit eqs. 8-9 averaged: sample (per sample) | seen (over the client's seen classes) | "
-                  "all (all N classes, as printed)",
-    "ea_q_average": "BESplit eq. 8's Q over: same (as --ea-average) | all (1/N over all N classes, as printed) | "
-                    "seen | sample",
-    "ea_epistemic": "BESplit eq. 9's U_epi: mutual_info | vacuity | entropy (eq. 4 as printed)",
-    "ea_compare": "BESplit eqs. 8-9 compare: per_class (each class among its holders) | pooled (as printed)",
-    "ea_samples": "BESplit eq. 10: multiply s by the client's sample count n_k",
-    "ea_sides": "BESplit: which aggregation EA weighs: both (server- and client-side models, Sec. 3.1) | server "
-                "(ours: the server-side models only, App. D.3; client-side models by sample counts)",
-    "plain_weights": "BESplit weights without EA: samples (FedAvg's n_k) | uniform (the paper's simple average)",
-    "bcc_move": "BESplit eq. 30: lent rows leave the lender's loss (--no-bcc-move: both train on them)",
-    "ea": "BESplit: Evidential Aggregation (--no-ea: both sides averaged with --plain-weights, sample counts unless "
-          "it says otherwise; Table 4's w/o EA, the paper's simple average, is --no-ea --plain-weights uniform)",
-    "ea_evidence": "BESplit eq. 10: the evidence-concentration factor Q (--no-ea-evidence: w/o E)",
-    "ea_ale": "BESplit eq. 10: the aleatoric ratio R_ale (--no-ea-ale: w/o U_ale)",
-    "ea_epi": "BESplit eq. 10: the epistemic ratio R_epi (--no-ea-epi: w/o U_epi)",
-    "bcc": "BESplit: Bias-Compensated Collaboration (--no-bcc: w/o BCC)",
-    "bcc_max_ratio": "BESplit: upper bound on BCC's mixing ratio rho",
-    "dtd": "BESplit: train the auxiliary models (BESplit-A) by Dual-Teacher Distillation",
-    "kd_tau": "BESplit eqs. 15, 17: distillation temperature",
-    "kd_lambda_c": "BESplit eq. 18: lambda_C",
-    "kd_lambda_g": "BESplit eq. 18: lambda_G",
-    "kd_c_distance": "BESplit eq. 16: KD-C's relational matrices: mean (normalised) | raw (as printed)",
-    "keep_aux_optimizer": "BESplit DTD: the auxiliary model keeps its optimiser state (momentum) across rounds "
-                          "(--no-keep-aux-optimizer: restarted every round)",
-    "aux_head": "BESplit: the auxiliary model's head: pooled (global average pool + linear) or spatial (ours: "
-                "pooled to at most 4x4 and flattened into the linear layer, scaled to a shallow CNN prefix)",
-    "evidential_clip": "BESplit: L2 clip of each evidential step's gradient (server-side and auxiliary models; "
-                       "not in the paper, whose lr is 500x smaller; 0: none)",
-}
-
 
 def paper_settings(cls, quote: str = "") -> str:
     """An algorithm's paper setting as flags (``config_defaults``, then each data set's

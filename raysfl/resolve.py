@@ -20,6 +20,7 @@ import unicodedata
 from pathlib import Path
 
 from raysfl.algorithms import ALGORITHMS, get_algorithm, load_recorded_plugins
+from raysfl.algorithms.knobs import check_knobs
 from raysfl.config import (AGGREGATION_WEIGHTS, EPOCH_RULES, OPTIMIZERS, RUN_DEFAULTS, SECTIONS, STRATEGIES,
                            TRANSFER_DTYPES, Config, coerce)
 from raysfl.data import DATASETS, PARTITIONERS, check_dataset_args, dataset_info
@@ -390,6 +391,7 @@ def validate(cfg: Config) -> Config:
         cuts = model_info(cfg.model).cuts  # the zoo's catalogue, or your model's own: nothing is built
         _check(cfg.cut in cuts,
                f"cut {cfg.cut} is not valid for model '{cfg.model}'; valid cuts: {cuts[0]}..{cuts[-1]}")
+    check_knobs(cfg.algo_params)  # each knob against its declaration: choices, bounds, finite numbers
     algo_cls.validate(cfg)
     from raysfl.faults import check_roles, check_rounds, parse_faults
 

@@ -50,7 +50,9 @@ def test_the_worked_example_runs_through_the_cli(tmp_path):
     listed = _cli(["list", "--plugin", "sfl_prox"], tmp_path)
     assert listed.returncode == 0 and "sfl_prox" in listed.stdout, listed.stderr
     bad = _cli(["run", "--plugin", "sfl_prox", "--algo", "sfl_prox", "--prox-mu", "-1"], tmp_path)
-    assert bad.returncode == 2 and bad.stderr.strip() == "raysfl: error: prox_mu must be >= 0, got -1.0"
+    assert bad.returncode == 2 and bad.stderr.strip() == "raysfl: error: prox_mu must be a finite number >= 0, got -1.0"
+    helped = _cli(["run", "--plugin", "sfl_prox", "--help"], tmp_path)  # the help declared with the knob
+    assert "sfl_prox: weight of (mu/2) ||w - w_global||^2 on the client side" in " ".join(helped.stdout.split())
     run = _cli(["run", "--plugin", "sfl_prox", "--algo", "sfl_prox", "--prox-mu", "0.1", "--clients", "4",
                 "--rounds", "2", "--local-steps", "2", "--batch-size", "16", "--out", str(tmp_path / "runs"),
                 "--name", "ex", "--num-cpus", "2", "--no-progress"], tmp_path)
@@ -221,3 +223,37 @@ def test_a_role_state_round_trips_through_a_checkpoint():
     other.load_state(saved)
     assert other.state == LGIState(calls=7, nu_range=(0.1, 0.4))
     assert dataclasses.is_dataclass(other.state)
+
+
+def test_a_knob_declares_its_help_choices_and_bounds_and_validation_checks_them():
+    """``knob(...)`` on a params field: every algorithm's knobs are checked from their declaration
+    (a plugin's too), in one line naming the knob, the value and what is allowed."""
+    from raysfl.algorithms.knobs import check_knobs, knob, knob_of
+
+    @dataclass
+    class Params:
+        mode: str = knob("a", "how: a | b", choices=("a", "b"))
+        share: float = knob(0.5, "a share", above=0, at_most=1)
+        beta: float = knob(0.9, "an EMA factor", at_least=0, below=1)
+        steps: int | None = knob(None, "steps", integer=True, at_least=1, unset="the run's rounds")
+        on: bool = knob(True, "a switch")
+        plain: float = 1.0  # declared without knob: its name is its help
+
+    check_knobs(Params())
+    check_knobs(Params(steps=3, on=False))
+    assert knob_of(dataclasses.fields(Params)[0]).help == "how: a | b"
+    assert knob_of(dataclasses.fields(Params)[3]).unset == "the run's rounds"
+    assert knob_of(dataclasses.fields(Params)[5]).help == "plain"
+    for bad, message in (({"mode": "c"}, "unknown mode 'c'; allowed: a, b"),
+                         ({"share": 0.0}, r"share must be a finite number in \(0, 1\], got 0.0"),
+                         ({"share": float("nan")}, r"share must be a finite number in \(0, 1\], got nan"),
+                         ({"beta": 1.0}, r"beta must be a finite number in \[0, 1\), got 1.0"),
+                         ({"steps": 0}, "steps must be an integer >= 1, got 0"),
+                         ({"steps": 2.5}, "steps must be an integer >= 1, got 2.5"),
+                         ({"plain": float("inf")}, "plain must be a finite number, got inf")):
+        with pytest.raises(ConfigError, match=message):
+            check_knobs(Params(**bad))
+    # every built-in knob is declared with its help
+    for cls in ALGORITHMS.values():
+        for f in dataclasses.fields(cls.params_cls):
+            assert f.metadata.get("raysfl.knob"), f"{cls.name}.{f.name} is declared without knob(...)"

@@ -21,7 +21,7 @@ CASES = [
     (["--partition", "zipf"], "unknown partition 'zipf'; allowed:"),
     (["--lr", "fast"], "lr: cannot use 'fast'"),
     (["--algo", "super_sfl", "--fusion", "mean"], "unknown fusion 'mean'; allowed: full, no_loss, no_depth, equal"),
-    (["--algo", "super_sfl", "--server-availability", "2"], "server_availability must be in [0, 1], got 2"),
+    (["--algo", "super_sfl", "--server-availability", "2"], "server_availability must be a finite number in [0, 1], got 2"),
 ]
 
 

@@ -57,14 +57,14 @@ def _heavy_after(code: str, args: list[str], cwd) -> tuple[int, str, list[str]]:
     (["run", "--optimizer", "x"], 2, "unknown optimizer 'x'"),
     (["run", "--client-placement", "x"], 2, "unknown resources.client_placement 'x'"),
     (["run", "--model", "vit", "--cut", "8"], 2, "cut 8 is not valid for model 'vit'; valid cuts: 1..7"),
-    (["run", "--algo", "gapsl", "--k-min", "2"], 2, "need 0 < k_min <= k_max <= 1"),
+    (["run", "--algo", "gapsl", "--k-min", "2"], 2, "k_min must be a finite number in (0, 1], got 2"),
     (["run", "--algo", "flex_sfl", "--min-cut", "5"], 2, "min_cut..max_cut = 5..2 holds no valid cut of model 'cnn'"),
     (["run", "--algo", "super_sfl", "--fusion", "x"], 2, "unknown fusion 'x'"),
     (["run", "--algo", "besplit", "--kd-c-distance", "x"], 2, "unknown kd_c_distance 'x'"),
     (["run", "--algo", "fed_pairing", "--pairing", "x"], 2, "unknown pairing 'x'"),
     (["run", "--algo", "psl", "--server-reduction", "x"], 2, "unknown server_reduction 'x'"),
-    (["run", "--algo", "epsl", "--phi", "2"], 2, "phi must be in [0, 1]"),
-    (["run", "--algo", "fedprox", "--mu", "-1"], 2, "mu must be >= 0"),
+    (["run", "--algo", "epsl", "--phi", "2"], 2, "phi must be a finite number in [0, 1]"),
+    (["run", "--algo", "fedprox", "--mu", "-1"], 2, "mu must be a finite number >= 0"),
     (["run", "--max-restarts", "0", "--faults", "kill:client:round=2"], 2, "kill faults need --max-restarts >= 1"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
 def test_commands_and_refusals_import_nothing_heavy(args, rc, message, tmp_path):

@@ -9,11 +9,10 @@ roles: :mod:`~raysfl.algorithms.baselines.planner` (the driver's),
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from raysfl.algorithms.knobs import knob
 from raysfl.algorithms.spec import Algorithm, role
-from raysfl.errors import ConfigError
 
 _BASE = "raysfl.algorithms.baselines"
 
@@ -30,7 +29,7 @@ class FedAvg(Algorithm):
 
 @dataclass
 class FedProxParams:
-    mu: float = 0.01  # weight of the proximal term (mu/2)||w - w_global||^2
+    mu: float = knob(0.01, "FedProx: weight of the proximal term (mu/2)||w - w_global||^2", at_least=0)
 
 
 class FedProx(FedAvg):
@@ -38,11 +37,6 @@ class FedProx(FedAvg):
     summary = "FedAvg with a proximal term (mu/2)||w - w_global||^2 on each client"
     params_cls = FedProxParams
     client = role(f"{_BASE}.fedavg:ProximalClient")
-
-    @classmethod
-    def validate(cls, cfg) -> None:
-        if cfg.algo_params.mu < 0:
-            raise ConfigError(f"mu must be >= 0, got {cfg.algo_params.mu}")
 
 
 class SplitLearning(Algorithm):
@@ -53,10 +47,10 @@ class SplitLearning(Algorithm):
 
 @dataclass
 class SplitFedParams:
-    # Server updates per received batch of smashed data (ours, not SplitFed's: FLEX-SFL's tau_r,
-    # Sec. 3.3, so that a comparison with FLEX-SFL can hold the server's updates equal); the
-    # clients get the first update's gradients. 1: SplitFed.
-    server_updates: int = 1
+    # the clients get the first update's gradients
+    server_updates: int = knob(1, "SplitFed: server updates per received batch of smashed data (ours: FLEX-SFL's "
+                                  "tau_r, Sec. 3.3, for a comparison that holds the server's updates equal; "
+                                  "1 = SplitFed)", integer=True, at_least=1)
 
 
 class _SplitFed(Algorithm):
@@ -65,12 +59,6 @@ class _SplitFed(Algorithm):
     @classmethod
     def facets(cls, cfg) -> dict[str, str]:
         return {**super().facets(cfg), "server_updates": f"{cfg.algo_params.server_updates} per batch"}
-
-    @classmethod
-    def validate(cls, cfg) -> None:
-        n = cfg.algo_params.server_updates
-        if not isinstance(n, int) or n < 1:
-            raise ConfigError(f"server_updates must be an integer >= 1 (1: SplitFed), got {n}")
 
 
 class SplitFedV1(_SplitFed):
@@ -85,33 +73,28 @@ class SplitFedV2(_SplitFed):
 
 
 SERVER_REDUCTIONS = ("mean", "sum")
+ROUND_STEPS = ("epoch", "equal")
+# Local steps of a round: "epoch", each client its own epoch (the runtime's rule), or "equal",
+# GAPSL's schedule (Sec. III-A): every client the same count, so every server step holds one batch
+# of every client (planner.EqualSteps). PSL and EPSL take it as an option (ours) so that a
+# comparison with GAPSL changes one thing.
+ROUND_STEPS_HELP = ("equal (GAPSL Sec. III-A: every client in every server step) | epoch (each client its own "
+                    "epoch); for PSL and EPSL an option of ours, for a comparison matched with GAPSL")
 
 
 @dataclass
 class RoundStepsParams:
-    # Local steps of a round: "epoch", each client its own epoch (the runtime's rule), or
-    # "equal", GAPSL's schedule (Sec. III-A): every client the same count, so every server step
-    # holds one batch of every client (planner.EqualSteps). PSL and EPSL take it as an option
-    # (ours) so that a comparison with GAPSL changes one thing.
-    round_steps: str = "epoch"
+    round_steps: str = knob("epoch", ROUND_STEPS_HELP, choices=ROUND_STEPS)
 
 
 @dataclass
 class PSLParams(RoundStepsParams):
-    # The server-side loss over the group: "mean" over every sample (one step on the
-    # concatenated batch, the default) or "sum" of the clients' mean losses, sum_i L_i (the
-    # reduction of GAPSL's eq. 8 with every client kept: the fair baseline for GAPSL's steps).
-    server_reduction: str = "mean"
+    server_reduction: str = knob("mean", "PSL's / EPSL's server loss over the group: mean (over every sample: one "
+                                         "step on the concatenated batch) | sum (of the clients' mean losses, as "
+                                         "GAPSL's eq. 8 with every client kept; ours, for a matched comparison)",
+                                 choices=SERVER_REDUCTIONS)
 
 
-ROUND_STEPS = ("epoch", "equal")
-
-
-def _check_matching_knobs(p) -> None:
-    if p.server_reduction not in SERVER_REDUCTIONS:
-        raise ConfigError(f"unknown server_reduction '{p.server_reduction}'; allowed: {', '.join(SERVER_REDUCTIONS)}")
-    if p.round_steps not in ROUND_STEPS:
-        raise ConfigError(f"unknown round_steps '{p.round_steps}'; allowed: {', '.join(ROUND_STEPS)}")
 
 
 class _MatchableFacets:
@@ -133,15 +116,12 @@ class ParallelSplitLearning(_MatchableFacets, Algorithm):
     server = role(f"{_BASE}.splitfed:PSLServer")
     aggregator = role("raysfl.algorithms.roles.aggregator:OwnModels")
 
-    @classmethod
-    def validate(cls, cfg) -> None:
-        _check_matching_knobs(cfg.algo_params)
-
 
 @dataclass
 class EPSLParams(PSLParams):
     # PSL's server_reduction (ours for EPSL: "sum" matches GAPSL's eq. 8) and round_steps, and
-    phi: float = 0.5  # share of each batch whose last-layer gradients are aggregated (0 = PSL, 1 = all)
+    phi: float = knob(0.5, "EPSL: share of each batch whose last-layer gradients are averaged over the clients "
+                           "(0 = PSL, 1 = every row)", at_least=0, at_most=1)
 
 
 class EPSL(_MatchableFacets, Algorithm):
@@ -153,13 +133,6 @@ class EPSL(_MatchableFacets, Algorithm):
     planner = role(f"{_BASE}.planner:EqualSteps")  # round_steps: the runtime's rule unless "equal"
     server = role(f"{_BASE}.epsl:EPSLServer")
     aggregator = role("raysfl.algorithms.roles.aggregator:OwnModels")
-
-    @classmethod
-    def validate(cls, cfg) -> None:
-        _check_matching_knobs(cfg.algo_params)
-        phi = cfg.algo_params.phi
-        if not (math.isfinite(phi) and 0 <= phi <= 1):
-            raise ConfigError(f"phi must be in [0, 1] (0 = PSL, 1 = every row aggregated), got {phi}")
 
 
 class Centralized(Algorithm):

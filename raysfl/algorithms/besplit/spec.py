@@ -4,9 +4,9 @@ server, client and aggregator of :mod:`~raysfl.algorithms.besplit.algorithm`."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from raysfl.algorithms.knobs import knob
 from raysfl.algorithms.spec import Algorithm, role
 from raysfl.errors import ConfigError
 
@@ -27,48 +27,61 @@ class BESplitParams:
     """BESplit's knobs; defaults are the paper's where it gives one (Sec. 5.1: tau = 5,
     lambda_C = 0.2, lambda_G = 0.3), otherwise marked."""
 
-    evidence: str = "exp"           # evidence activation e = phi(logits): exp | softplus | relu (not given;
-                                    # docs/besplit.md measures them)
-    anneal_rounds: int | None = None  # T of lambda_t = min(1, t/T) (eq. 5), in rounds; None: the run's rounds
-                                    # (T is the number of rounds in App. D; Sensoy et al. (2018) use 10)
-    csr_beta: float = 0.9           # beta of eq. (6)'s staleness-aware EMA (not given)
-    csr_ttl: int = 10               # rounds without the client before its record is dropped (not given)
-    csr_model: str = "round_start"  # whose outputs fill the records: round_start (W_S_k as the round began,
-                                    # i.e. W_S_g) | training (W_S_k as it trains, step by step)
-    csr_rows: str = "all"           # which of a client's batches fill its record: all (every step of the round) |
-                                    # first (the round's first batch: smashed by the W_C_k it downloaded, so with
-                                    # csr_model round_start the record is W_g's own view of the client's data)
-    ea: bool = True                 # Evidential Aggregation (False: Table 4's "w/o EA", see plain_weights)
-    ea_average: str = "sample"      # eqs. (8)-(9) per sample | over seen classes | all N classes (as printed)
-    ea_q_average: str = "same"      # eq. (8)'s Q over: same (as ea_average) | all (1/N over all N classes, as
-                                    # printed: unseen classes count 0) | seen | sample
-    ea_epistemic: str = "mutual_info"  # U_epi of eq. (9): mutual_info | vacuity | entropy (eq. 4 as printed, <= 0)
-    ea_compare: str = "per_class"   # eqs. (8)-(9) compare each class among its holders | pooled (as printed)
-    ea_samples: bool = True         # multiply eq. (10)'s s by the client's sample count n_k
-    ea_sides: str = "both"          # which aggregation EA weighs: both (Sec. 3.1: W_Sg = A({W_Sk}), W_Cg =
-                                    # A({W_Ck})) | server (ours: the main server's W_S_k alone, App. D.3; the fed
-                                    # server averages W_C_k by sample counts); 10 paired seeds did not show server level
-    ea_evidence: bool = True        # the evidence-concentration factor Q of eq. (10) (False: "w/o E")
-    ea_ale: bool = True             # the aleatoric ratio R_ale (False: "w/o U_ale")
-    ea_epi: bool = True             # the epistemic ratio R_epi (False: "w/o U_epi")
-    plain_weights: str = "samples"  # weights without EA: samples (FedAvg's n_k) | uniform (the paper's
-                                    # "simple average aggregation", Sec. 5.3)
-    bcc: bool = True                # Bias-Compensated Collaboration (False: "w/o BCC")
-    bcc_move: bool = True           # eq. (30): lent rows leave the lender's loss (False: trained on by both)
-    bcc_max_ratio: float = 1.0      # upper bound on rho (the paper's "up to rho%"); 1: eqs. 31-32 alone
-    dtd: bool = True                # train the auxiliary models (BESplit-A)
-    aux_head: str = "pooled"        # the auxiliary model's head: pooled (global average pool + linear) | spatial
-                                    # (ours: pooled to <= 4x4 + linear, scaled to a shallow CNN prefix)
-    kd_tau: float = 5.0             # distillation temperature tau (eqs. 15, 17)
-    kd_lambda_c: float = 0.2        # lambda_C of eq. (18)
-    kd_lambda_g: float = 0.3        # lambda_G of eq. (18)
-    kd_c_distance: str = "mean"     # KD-C's relational matrices (eq. 16): mean-normalised | raw (as printed;
-                                    # collapses the auxiliary model here, see dtd.py)
-    keep_aux_optimizer: bool = True  # the auxiliary model's optimiser state (momentum) stays with it across
-                                    # rounds (False: restarted every round; see dtd.py)
-    evidential_clip: float = 5.0    # L2 clip of each evidential step's gradient (server-side and auxiliary
-                                    # models): not in the paper, whose lr is 500x smaller; 0: none;
-                                    # docs/besplit.md "Dead classes"
+    evidence: str = knob("exp", "BESplit: evidence activation e = act(logits): exp | softplus | relu (not given; "
+                                "docs/besplit.md measures them)", choices=EVIDENCE)
+    anneal_rounds: int | None = knob(None, "BESplit eq. 5: T of the KL annealing lambda_t = min(1, t/T), in rounds "
+                                           "(T is the number of rounds in App. D; Sensoy et al. (2018) use 10)",
+                                     integer=True, at_least=1, unset="the run's rounds")
+    csr_beta: float = knob(0.9, "BESplit eq. 6: beta of the staleness-aware EMA of client state records (not given)",
+                           at_least=0, below=1)
+    csr_ttl: int = knob(10, "BESplit: rounds without a client before its state record is dropped (not given)",
+                        integer=True, at_least=1)
+    csr_model: str = knob("round_start", "BESplit: whose outputs fill the client state records: round_start (the "
+                                         "server side as the round began, W_S_g) | training (as it trains, step by "
+                                         "step)", choices=CSR_MODELS)
+    csr_rows: str = knob("all", "BESplit: which of a client's batches fill its state record: all (every step) | "
+                                "first (the round's first batch, smashed by the client-side model it downloaded)",
+                         choices=CSR_ROWS)
+    ea: bool = knob(True, "BESplit: Evidential Aggregation (--no-ea: both sides averaged with --plain-weights, sample "
+                          "counts unless it says otherwise; Table 4's w/o EA, the paper's simple average, is --no-ea "
+                          "--plain-weights uniform)")
+    ea_average: str = knob("sample", "BESplit eqs. 8-9 averaged: sample (per sample) | seen (over the client's seen "
+                                     "classes) | all (all N classes, as printed)", choices=AVERAGES)
+    ea_q_average: str = knob("same", "BESplit eq. 8's Q over: same (as --ea-average) | all (1/N over all N "
+                                     "classes, as printed: unseen classes count 0) | seen | sample",
+                             choices=("same",) + AVERAGES)
+    ea_epistemic: str = knob("mutual_info", "BESplit eq. 9's U_epi: mutual_info | vacuity | entropy (eq. 4 as "
+                                            "printed, <= 0)", choices=EPISTEMIC)
+    ea_compare: str = knob("per_class", "BESplit eqs. 8-9 compare: per_class (each class among its holders) | "
+                                        "pooled (as printed)", choices=COMPARES)
+    ea_samples: bool = knob(True, "BESplit eq. 10: multiply s by the client's sample count n_k")
+    ea_sides: str = knob("both", "BESplit: which aggregation EA weighs: both (server- and client-side models, Sec. "
+                                 "3.1) | server (ours: the server-side models only, App. D.3; client-side models by "
+                                 "sample counts)", choices=EA_SIDES)
+    ea_evidence: bool = knob(True, "BESplit eq. 10: the evidence-concentration factor Q (--no-ea-evidence: w/o E)")
+    ea_ale: bool = knob(True, "BESplit eq. 10: the aleatoric ratio R_ale (--no-ea-ale: w/o U_ale)")
+    ea_epi: bool = knob(True, "BESplit eq. 10: the epistemic ratio R_epi (--no-ea-epi: w/o U_epi)")
+    plain_weights: str = knob("samples", "BESplit weights without EA: samples (FedAvg's n_k) | uniform (the paper's "
+                                         "\"simple average aggregation\", Sec. 5.3)", choices=PLAIN_WEIGHTS)
+    bcc: bool = knob(True, "BESplit: Bias-Compensated Collaboration (--no-bcc: w/o BCC)")
+    bcc_move: bool = knob(True, "BESplit eq. 30: lent rows leave the lender's loss (--no-bcc-move: both train on "
+                                "them)")
+    bcc_max_ratio: float = knob(1.0, "BESplit: upper bound on BCC's mixing ratio rho (the paper's \"up to rho%\"; "
+                                     "1: eqs. 31-32 alone)", at_least=0, at_most=1)
+    dtd: bool = knob(True, "BESplit: train the auxiliary models (BESplit-A) by Dual-Teacher Distillation")
+    aux_head: str = knob("pooled", "BESplit: the auxiliary model's head: pooled (global average pool + linear) or "
+                                   "spatial (ours: pooled to at most 4x4 and flattened into the linear layer, scaled "
+                                   "to a shallow CNN prefix)", choices=AUX_HEADS)
+    kd_tau: float = knob(5.0, "BESplit eqs. 15, 17: distillation temperature", above=0)
+    kd_lambda_c: float = knob(0.2, "BESplit eq. 18: lambda_C", at_least=0)
+    kd_lambda_g: float = knob(0.3, "BESplit eq. 18: lambda_G", at_least=0)
+    kd_c_distance: str = knob("mean", "BESplit eq. 16: KD-C's relational matrices: mean (normalised) | raw (as "
+                                      "printed; collapses the auxiliary model here, see dtd.py)", choices=DISTANCES)
+    keep_aux_optimizer: bool = knob(True, "BESplit DTD: the auxiliary model keeps its optimiser state (momentum) "
+                                          "across rounds (--no-keep-aux-optimizer: restarted every round)")
+    evidential_clip: float = knob(5.0, "BESplit: L2 clip of each evidential step's gradient (server-side and "
+                                       "auxiliary models; not in the paper, whose lr is 500x smaller; 0: none; "
+                                       "docs/besplit.md \"Dead classes\")", at_least=0)
 
 
 class BESplit(Algorithm):
@@ -88,32 +101,5 @@ class BESplit(Algorithm):
     @classmethod
     def validate(cls, cfg) -> None:
         p = cfg.algo_params
-        if p.evidence not in EVIDENCE:
-            raise ConfigError(f"unknown evidence '{p.evidence}'; allowed: {', '.join(EVIDENCE)}")
-        if p.anneal_rounds is not None and (not isinstance(p.anneal_rounds, int) or p.anneal_rounds < 1):
-            raise ConfigError(f"anneal_rounds must be an integer >= 1 (or unset: the run's rounds), "
-                              f"got {p.anneal_rounds}")
-        for name, allowed in (("ea_average", AVERAGES), ("ea_q_average", ("same",) + AVERAGES),
-                              ("ea_epistemic", EPISTEMIC), ("csr_model", CSR_MODELS), ("csr_rows", CSR_ROWS),
-                              ("ea_sides", EA_SIDES), ("ea_compare", COMPARES), ("plain_weights", PLAIN_WEIGHTS),
-                              ("aux_head", AUX_HEADS)):
-            if getattr(p, name) not in allowed:
-                raise ConfigError(f"unknown {name} '{getattr(p, name)}'; allowed: {', '.join(allowed)}")
-        if not (math.isfinite(p.csr_beta) and 0 <= p.csr_beta < 1):
-            raise ConfigError(f"csr_beta must be in [0, 1), got {p.csr_beta}")
-        if not isinstance(p.csr_ttl, int) or p.csr_ttl < 1:
-            raise ConfigError(f"csr_ttl must be an integer >= 1, got {p.csr_ttl}")
-        if not (math.isfinite(p.bcc_max_ratio) and 0 <= p.bcc_max_ratio <= 1):
-            raise ConfigError(f"bcc_max_ratio must be in [0, 1], got {p.bcc_max_ratio}")
-        if not (math.isfinite(p.kd_tau) and p.kd_tau > 0):
-            raise ConfigError(f"kd_tau must be a finite number > 0, got {p.kd_tau}")
         if p.ea_compare == "per_class" and p.ea_average == "all":
             raise ConfigError("ea_compare 'per_class' combines classes by ea_average 'seen' or 'sample', not 'all'")
-        if p.kd_c_distance not in DISTANCES:
-            raise ConfigError(f"unknown kd_c_distance '{p.kd_c_distance}'; allowed: {', '.join(DISTANCES)}")
-        if not (math.isfinite(p.evidential_clip) and p.evidential_clip >= 0):
-            raise ConfigError(f"evidential_clip must be a finite number >= 0 (0: no clipping), got {p.evidential_clip}")
-        for name in ("kd_lambda_c", "kd_lambda_g"):
-            v = getattr(p, name)
-            if not (math.isfinite(v) and v >= 0):
-                raise ConfigError(f"{name} must be a finite number >= 0, got {v}")

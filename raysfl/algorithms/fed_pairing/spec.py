@@ -6,9 +6,9 @@ exchange (:mod:`~raysfl.algorithms.fed_pairing.peer_exchange`) and the client an
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from raysfl.algorithms.knobs import knob
 from raysfl.algorithms.spec import Algorithm, role
 from raysfl.errors import ConfigError
 
@@ -21,21 +21,27 @@ LINK_MODELS = ("paper", "profiles")  # the simulated clock (planner.client_sim_t
 class FedPairingParams:
     """FedPairing's knobs; defaults are the paper's (Sec. IV-A) where it gives one."""
 
-    pairing: str = "greedy"       # greedy (Alg. 1) | random | location | computation (Table I)
-    pair_alpha: float = 1.0       # alpha of eq. 5, per GHz^2 (the paper gives no value)
-    pair_beta: float = 1.0        # beta of eq. 5, per Gbit/s (the paper gives no value)
-    pair_weights: str = "fedavg"  # fedavg: loss weight K a_i, FedAvg's global step | paper: a_i (weighting.py)
-    double_overlap: bool = True   # eq. 7: overlapping layers take twice the step
-    radius_m: float = 50.0        # clients uniform in a disk of this radius around the server
-    bandwidth_mhz: float = 64.0   # B
-    power_w: float = 1.0          # P
-    noise_w: float = 1e-9         # sigma^2
-    gain_ref: float = 1e-3        # h0: channel gain at 1 m (the paper gives no value)
-    path_loss_exp: float = 3.0    # delta (the paper gives no value)
-    # The simulated clock: "paper", Shannon links to the partner and the server, no latency
-    # (Sec. II-C); "profiles", the device profiles' links and a latency per message, the cost
-    # model of every other algorithm (ours: so that a time comparison changes one thing).
-    link_model: str = "paper"
+    pairing: str = knob("greedy", "FedPairing pairs by: greedy (Alg. 1) | random | location | computation (Table I)",
+                        choices=PAIRINGS)
+    pair_alpha: float = knob(1.0, "FedPairing eq. 5: weight of the squared CPU-frequency difference (per GHz^2; "
+                                  "the paper gives no value)", at_least=0)
+    pair_beta: float = knob(1.0, "FedPairing eq. 5: weight of the partner link rate (per Gbit/s; the paper gives no "
+                                 "value)", at_least=0)
+    pair_weights: str = knob("fedavg", "FedPairing loss weights: fedavg (K a_i: FedAvg's global step to first "
+                                       "order; each client's lr scaled by n_i / mean n) | paper (a_i: the step / N)",
+                             choices=PAIR_WEIGHTS)
+    double_overlap: bool = knob(True, "FedPairing eq. 7: overlapping layers take twice the step")
+    radius_m: float = knob(50.0, "FedPairing: clients uniform in a disk of this radius (m) around the server",
+                           above=0)
+    bandwidth_mhz: float = knob(64.0, "FedPairing: link bandwidth B (MHz)", above=0)
+    power_w: float = knob(1.0, "FedPairing: transmit power P (W)", above=0)
+    noise_w: float = knob(1e-9, "FedPairing: noise power sigma^2 (W)", above=0)
+    gain_ref: float = knob(1e-3, "FedPairing: channel gain h0 at 1 m (the paper gives no value)", above=0)
+    path_loss_exp: float = knob(3.0, "FedPairing: path-loss exponent delta (the paper gives no value)", above=0)
+    link_model: str = knob("paper", "FedPairing's simulated clock: paper (Shannon links to the partner and the "
+                                    "server, no latency, Sec. II-C) | profiles (the device profiles' links and "
+                                    "latency, every other algorithm's; ours, so that a time comparison changes one "
+                                    "thing)", choices=LINK_MODELS)
 
 
 class FedPairing(Algorithm):
@@ -58,20 +64,6 @@ class FedPairing(Algorithm):
 
     @classmethod
     def validate(cls, cfg) -> None:
-        p = cfg.algo_params
-        if p.link_model not in LINK_MODELS:
-            raise ConfigError(f"unknown link_model '{p.link_model}'; allowed: {', '.join(LINK_MODELS)}")
-        if p.pairing not in PAIRINGS:
-            raise ConfigError(f"unknown pairing '{p.pairing}'; allowed: {', '.join(PAIRINGS)}")
-        if p.pair_weights not in PAIR_WEIGHTS:
-            raise ConfigError(f"unknown pair_weights '{p.pair_weights}'; allowed: {', '.join(PAIR_WEIGHTS)}")
-        for name in ("radius_m", "bandwidth_mhz", "power_w", "noise_w", "gain_ref", "path_loss_exp"):
-            v = getattr(p, name)
-            if not (math.isfinite(v) and v > 0):
-                raise ConfigError(f"{name} must be a finite number > 0, got {v}")
         if cfg.round_deadline_s is not None or cfg.step_deadline_s is not None:
             raise ConfigError("fed_pairing does not take real-time deadlines (round_deadline_s, step_deadline_s): "
                               "partners wait for each other; use sim_deadline_s")
-        for name in ("pair_alpha", "pair_beta"):
-            if not (math.isfinite(getattr(p, name)) and getattr(p, name) >= 0):
-                raise ConfigError(f"{name} must be a finite number >= 0, got {getattr(p, name)}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from raysfl.algorithms.knobs import knob
 from raysfl.algorithms.spec import Algorithm, role
 from raysfl.errors import ConfigError
 from raysfl.models.catalog import model_info
@@ -20,20 +21,29 @@ MAX_CONV_CUT = 3  # Sec. 5.2: "the first 1-3 convolutional modules"
 class FlexSFLParams:
     """FLEX-SFL's knobs; defaults are the paper's setting (Sec. 5.1, 5.2)."""
 
-    edge_servers: int = 3           # N: edge servers = edge clusters (eqs. 6-10)
-    rho: float | None = None        # participation rate: K_n = rho * |C_n| per cluster (eq. 16); None: 0.2,
-                                    # or --clients-per-round / clients when that is given
-    random_ratio: float = 0.4       # lambda: share of K_n drawn at random; 1 = pure random (Alg. 2)
-    tau_c: int = 4                  # rounds between intra-cluster client aggregations (eq. 23)
-    tau_e: int = 2                  # rounds between edge-server aggregations (eq. 26)
-    tau_r: int = 10                 # server updates per received batch of smashed data (Sec. 3.3)
-    das_mode: str = "paper"         # paper | spread: how cluster split points become valid cuts (das.py)
-    min_cut: int = 1                # split points are clamped to valid cuts in [min_cut, max_cut];
-    max_cut: int | None = None      # None: the model's leading conv modules, at most 3 ("the first 1-3
-                                    # convolutional modules", Sec. 5.2)
-    clients_per_cluster: int | None = None  # fixed K_n instead of rho * |C_n| (the paper's Fig. 5: 7)
-    client_agg_scope: str = "cluster"  # cluster: eq. 23 over all of C_n | trained: only clients that
-                                       # trained since the last aggregation (the convergence analysis' S_t(n))
+    edge_servers: int = knob(3, "FLEX-SFL: edge servers = edge clusters = server actors (N, eqs. 6-10)",
+                             integer=True, at_least=1)
+    rho: float | None = knob(None, "FLEX-SFL eq. 16: participation rate, K_n = rho x |C_n| per cluster",
+                             above=0, at_most=1, unset="0.2, or --clients-per-round / clients")
+    random_ratio: float = knob(0.4, "FLEX-SFL Alg. 2: lambda, the share of K_n drawn at random (1 = pure random)",
+                               above=0, at_most=1)
+    tau_c: int = knob(4, "FLEX-SFL eq. 23: rounds between intra-cluster client aggregations", integer=True,
+                      at_least=1)
+    tau_e: int = knob(2, "FLEX-SFL eq. 26: rounds between edge-server aggregations", integer=True, at_least=1)
+    tau_r: int = knob(10, "FLEX-SFL Sec. 3.3: server updates per received batch of smashed data", integer=True,
+                      at_least=1)
+    das_mode: str = knob("paper", "FLEX-SFL DAS: paper (eq. 5 as written) | spread (raysfl's: cluster cuts spread "
+                                  "over the range)", choices=DAS_MODES)
+    min_cut: int = knob(1, "FLEX-SFL: shallowest client-side cut (split points are clamped to valid cuts in "
+                           "[min_cut, max_cut])", integer=True, at_least=1)
+    max_cut: int | None = knob(None, "FLEX-SFL: deepest client-side cut (Sec. 5.2: \"the first 1-3 convolutional "
+                                     "modules\")", integer=True, at_least=1,
+                               unset="the model's leading conv modules, at most 3")
+    clients_per_cluster: int | None = knob(None, "FLEX-SFL: fixed K_n instead of rho x |C_n| (Fig. 5: 7)",
+                                           integer=True, at_least=1)
+    client_agg_scope: str = knob("cluster", "FLEX-SFL eq. 23 over: cluster (all of C_n) | trained (only clients "
+                                            "that trained since the last aggregation: the convergence analysis' "
+                                            "S_t(n))", choices=AGG_SCOPES)
 
 
 def max_cut_of(params: FlexSFLParams, conv_blocks: int, valid_cuts: list[int] | tuple[int, ...]) -> int:
@@ -77,21 +87,8 @@ class FlexSFL(Algorithm):
     @classmethod
     def validate(cls, cfg) -> None:
         p = cfg.algo_params
-        if not 1 <= p.edge_servers <= cfg.clients:
+        if p.edge_servers > cfg.clients:
             raise ConfigError(f"edge_servers must be between 1 and clients ({cfg.clients}), got {p.edge_servers}")
-        if p.rho is not None and not 0 < p.rho <= 1:
-            raise ConfigError(f"rho must be in (0, 1], got {p.rho}")
-        if not 0 < p.random_ratio <= 1:
-            raise ConfigError(f"random_ratio (lambda) must be in (0, 1], got {p.random_ratio}")
-        for name in ("tau_c", "tau_e", "tau_r"):
-            if getattr(p, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(p, name)}")
-        if p.das_mode not in DAS_MODES:
-            raise ConfigError(f"unknown das_mode '{p.das_mode}'; allowed: {', '.join(DAS_MODES)}")
-        if p.client_agg_scope not in AGG_SCOPES:
-            raise ConfigError(f"unknown client_agg_scope '{p.client_agg_scope}'; allowed: {', '.join(AGG_SCOPES)}")
-        if p.clients_per_cluster is not None and p.clients_per_cluster < 1:
-            raise ConfigError(f"clients_per_cluster must be >= 1, got {p.clients_per_cluster}")
         given = [name for name, v in (("rho", p.rho), ("clients_per_cluster", p.clients_per_cluster),
                                       ("clients_per_round", cfg.clients_per_round)) if v is not None]
         if len(given) > 1:

@@ -5,11 +5,11 @@ server (:mod:`~raysfl.algorithms.gapsl.algorithm`: LGI and GDA on the per-client
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from raysfl.algorithms.baselines.spec import ROUND_STEPS, ROUND_STEPS_HELP, RoundStepsParams
+from raysfl.algorithms.knobs import knob
 from raysfl.algorithms.spec import Algorithm, role
-from raysfl.algorithms.baselines.spec import RoundStepsParams
 from raysfl.errors import ConfigError
 
 LGI_MODES = ("lgi", "none", "random")  # GAPSL | Non-LGI (all gradients) | Rand-LGI (random subset), Sec. V-C
@@ -17,24 +17,34 @@ GDA_MODES = ("gda", "none", "random")  # GAPSL | Non-GDA | Rand-GDA, Sec. V-C (g
 REDUCTIONS = ("sum", "mean")           # L_g of eq. (8) over S^ (gda.loss_gradient)
 REGULARIZERS = ("detached", "second_order")  # eq. (7)'s term: footnote 6 | differentiated (second_order.py)
 CUT_GRADIENTS = ("eq8", "own")
-ROUND_STEPS = ("equal", "epoch")
 
 
 @dataclass
 class GAPSLParams(RoundStepsParams):
     """GAPSL's knobs; defaults are the paper's (Sec. IV-4) where it gives one."""
 
-    k_min: float = 0.2             # K_min of eq. (2)
-    k_max: float = 0.8             # K_max of eq. (2)
-    time_scaling: bool = True      # eq. (2)'s t/T factor (False: Algorithm 1, line 10, which omits it)
-    gda_eta: float = 0.5           # eta of eq. (6): larger = stricter threshold (the paper gives no value)
-    gda_lambda: float = 5e-4       # lambda of eq. (7): 5e-4 for VGG-16, 3e-5 for ViT (Sec. IV-4)
-    gda_regularizer: str = "detached"  # detached: footnote 6 (lambda has no effect) | second_order
-    gda_reduction: str = "sum"     # sum: eq. (8) as written | mean: the selected clients' average
-    cut_gradients: str = "eq8"     # eq8: dL_g/da_i (zero outside S^) | own: every client its own loss's
-    round_steps: str = "equal"     # equal: every client in every server step (Sec. III-A) | epoch: own epoch
-    lgi: str = "lgi"               # lgi | none (Non-LGI) | random (Rand-LGI), Sec. V-C
-    gda: str = "gda"               # gda | none (Non-GDA) | random (Rand-GDA), Sec. V-C
+    k_min: float = knob(0.2, "GAPSL eq. 2: lowest share of clients in the leader gradient (K_min)", above=0,
+                        at_most=1)
+    k_max: float = knob(0.8, "GAPSL eq. 2: highest share of clients in the leader gradient (K_max)", above=0,
+                        at_most=1)
+    time_scaling: bool = knob(True, "GAPSL eq. 2's t/T factor (--no-time-scaling: Algorithm 1, line 10, as "
+                                    "printed)")
+    gda_eta: float = knob(0.5, "GAPSL eq. 6: threshold = mean - eta x std of the angles to the leader (larger: "
+                               "stricter; the paper gives no value)", at_least=0)
+    gda_lambda: float = knob(5e-4, "GAPSL eq. 7: regularisation weight (5e-4 for VGG-16, 3e-5 for ViT, Sec. IV-4; "
+                                   "no effect with --gda-regularizer detached, footnote 6)", at_least=0)
+    gda_regularizer: str = knob("detached", "GAPSL eq. 7: detached (footnote 6: g_i and g_lead constants, lambda "
+                                            "has no effect) | second_order (double back-propagation)",
+                                choices=REGULARIZERS)
+    gda_reduction: str = knob("sum", "GAPSL eq. 8 over the selected clients: sum (as written) | mean",
+                              choices=REDUCTIONS)
+    cut_gradients: str = knob("eq8", "GAPSL eq. 8: eq8 (dL_g/da_i, zero for clients outside S^) | own (every "
+                                     "client its own loss's)", choices=CUT_GRADIENTS)
+    round_steps: str = knob("equal", ROUND_STEPS_HELP, choices=ROUND_STEPS)
+    lgi: str = knob("lgi", "GAPSL leader gradient: lgi | none (Non-LGI) | random (Rand-LGI), Sec. V-C",
+                    choices=LGI_MODES)
+    gda: str = knob("gda", "GAPSL alignment: gda | none (Non-GDA) | random (Rand-GDA), Sec. V-C",
+                    choices=GDA_MODES)
 
 
 class GAPSL(Algorithm):
@@ -62,14 +72,3 @@ class GAPSL(Algorithm):
         p = cfg.algo_params
         if not 0 < p.k_min <= p.k_max <= 1:
             raise ConfigError(f"need 0 < k_min <= k_max <= 1, got k_min={p.k_min}, k_max={p.k_max}")
-        if not (math.isfinite(p.gda_eta) and p.gda_eta >= 0):
-            raise ConfigError(f"gda_eta must be a finite number >= 0, got {p.gda_eta}")
-        if not (math.isfinite(p.gda_lambda) and p.gda_lambda >= 0):
-            raise ConfigError(f"gda_lambda must be a finite number >= 0, got {p.gda_lambda}")
-        for name, value, allowed in (("lgi", p.lgi, LGI_MODES), ("gda", p.gda, GDA_MODES),
-                                     ("gda_reduction", p.gda_reduction, REDUCTIONS),
-                                     ("gda_regularizer", p.gda_regularizer, REGULARIZERS),
-                                     ("cut_gradients", p.cut_gradients, CUT_GRADIENTS),
-                                     ("round_steps", p.round_steps, ROUND_STEPS)):
-            if value not in allowed:
-                raise ConfigError(f"unknown {name} '{value}'; allowed: {', '.join(allowed)}")

@@ -6,9 +6,9 @@ super-network, collaborative aggregation)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from raysfl.algorithms.knobs import knob
 from raysfl.algorithms.spec import Algorithm, role
 from raysfl.errors import ConfigError
 
@@ -22,19 +22,28 @@ FUSION_MODES = ("full", "no_loss", "no_depth", "equal")  # TPGF's client weight,
 class SuperSFLParams:
     """SuperSFL's knobs; defaults are the paper's (Sec. II, III-A)."""
 
-    depth_alpha: float = 0.5         # alpha in eq. (1): layers per GB of memory
-    depth_beta: float = 4.0          # beta in eq. (1): extra layers for the lowest latency
-    allocation: str = "profile"      # profile: device profiles | measured: timed once at start-up (Sec. II-A)
-    fusion: str = "full"             # TPGF client weight (eq. 3): full | no_loss | no_depth | equal (Sec. IV)
-    clip_norm: float = 0.5           # tau: L2 clip of the local encoder gradient (Alg. 2, line 8)
-    consensus_lambda: float = 0.01   # lambda in eqs. (7)-(8): pull towards the server's copy of a layer
-    server_timeout_s: float = 5.0    # wait for the server's answer before a fallback step (Sec. II-C)
-    server_availability: float = 1.0  # fraction of rounds with server gradients (Table III)
-    availability_rounds: str | None = None  # explicit schedule instead: rounds with server gradients, e.g. "1-5,9"
-    availability_mode: str = "gradients"  # rounds without: gradients (the server trains, its gradient
-                                          # is missing or late) | server (the server is off)
-    classifier_head: str = "spatial"  # client classifier on feature maps: spatial (pooled to <= 4x4 and
-                                      # flattened) | pooled (one value per channel); ViT tokens: the same head
+    depth_alpha: float = knob(0.5, "SuperSFL eq. 1: client layers per GB of memory (alpha)", at_least=0)
+    depth_beta: float = knob(4.0, "SuperSFL eq. 1: extra client layers for the lowest latency (beta)", at_least=0)
+    allocation: str = knob("profile", "SuperSFL depths from: profile (sampled devices) | measured (timed once at "
+                                      "start-up, Sec. II-A)", choices=ALLOCATIONS)
+    fusion: str = knob("full", "SuperSFL TPGF client weight (eq. 3): full | no_loss | no_depth | equal (Sec. IV)",
+                       choices=FUSION_MODES)
+    clip_norm: float = knob(0.5, "SuperSFL: tau, the L2 clip of the local encoder gradient (Alg. 2, line 8)",
+                            above=0)
+    consensus_lambda: float = knob(0.01, "SuperSFL eqs. 7-8: lambda, the pull of each layer towards the server's "
+                                         "copy", at_least=0)
+    server_timeout_s: float = knob(5.0, "SuperSFL: seconds a client waits for the server before a fallback step "
+                                        "(Sec. II-C)", above=0)
+    server_availability: float = knob(1.0, "SuperSFL: fraction of rounds with server gradients (Table III)",
+                                      at_least=0, at_most=1)
+    availability_rounds: str | None = knob(None, "SuperSFL: rounds with server gradients, e.g. 1-10,15 (instead "
+                                                 "of --server-availability)")
+    availability_mode: str = knob("gradients", "SuperSFL rounds without server gradients: gradients (the server "
+                                               "trains, the client takes the local step) | server (the server is "
+                                               "off)", choices=AVAILABILITY_MODES)
+    classifier_head: str = knob("spatial", "SuperSFL client classifier on feature maps: spatial (pooled to <=4x4, "
+                                           "flattened) | pooled (one value per channel); ViT tokens: the same head",
+                                choices=CLASSIFIER_HEADS)
 
 
 def parse_round_set(text: str) -> set[int]:
@@ -66,24 +75,6 @@ class SuperSFL(Algorithm):
     @classmethod
     def validate(cls, cfg) -> None:
         p = cfg.algo_params
-        if p.allocation not in ALLOCATIONS:
-            raise ConfigError(f"unknown allocation '{p.allocation}'; allowed: {', '.join(ALLOCATIONS)}")
-        if p.fusion not in FUSION_MODES:
-            raise ConfigError(f"unknown fusion '{p.fusion}'; allowed: {', '.join(FUSION_MODES)}")
-        if p.availability_mode not in AVAILABILITY_MODES:
-            raise ConfigError(f"unknown availability_mode '{p.availability_mode}'; allowed: "
-                              f"{', '.join(AVAILABILITY_MODES)}")
-        if p.classifier_head not in CLASSIFIER_HEADS:
-            raise ConfigError(f"unknown classifier_head '{p.classifier_head}'; allowed: {', '.join(CLASSIFIER_HEADS)}")
-        for name in ("depth_alpha", "depth_beta", "consensus_lambda"):
-            if not math.isfinite(getattr(p, name)) or getattr(p, name) < 0:
-                raise ConfigError(f"{name} must be a finite number >= 0, got {getattr(p, name)}")
-        if not p.clip_norm > 0:
-            raise ConfigError(f"clip_norm must be > 0, got {p.clip_norm}")
-        if not p.server_timeout_s > 0:
-            raise ConfigError(f"server_timeout_s must be > 0 seconds, got {p.server_timeout_s}")
-        if not 0 <= p.server_availability <= 1:
-            raise ConfigError(f"server_availability must be in [0, 1], got {p.server_availability}")
         if p.availability_rounds is not None:
             try:
                 parse_round_set(str(p.availability_rounds))

@@ -187,7 +187,7 @@ def test_epsl_learns(quick):
 
 @pytest.mark.parametrize("algo,params,match", [
     ("psl", {"server_reduction": "max"}, "unknown server_reduction 'max'; allowed: mean, sum"),
-    ("epsl", {"phi": 1.5}, r"phi must be in \[0, 1\] \(0 = PSL, 1 = every row aggregated\), got 1.5"),
+    ("epsl", {"phi": 1.5}, r"phi must be a finite number in \[0, 1\], got 1.5"),
 ])
 def test_bad_psl_and_epsl_settings_are_refused(algo, params, match):
     from raysfl.errors import ConfigError

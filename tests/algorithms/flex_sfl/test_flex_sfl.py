@@ -375,10 +375,10 @@ def test_paper_defaults_and_knobs_are_flags():
 
 
 @pytest.mark.parametrize("args,match", [
-    (["--edge-servers", "0"], "edge_servers must be between 1 and clients"),
-    (["--rho", "0"], "rho must be in"),
+    (["--edge-servers", "0"], "edge_servers must be an integer >= 1, got 0"),
+    (["--rho", "0"], "rho must be a finite number in (0, 1], got 0.0"),
     (["--random-ratio", "1.5"], "random_ratio"),
-    (["--tau-c", "0"], "tau_c must be >= 1"),
+    (["--tau-c", "0"], "tau_c must be an integer >= 1"),
     (["--das-mode", "magic"], "unknown das_mode 'magic'"),
     (["--min-cut", "5", "--max-cut", "6"], "holds no valid cut"),
     (["--clients-per-round", "5", "--rho", "0.2"], "set by one of rho, clients_per_cluster or clients_per_round"),

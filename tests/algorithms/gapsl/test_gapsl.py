@@ -209,7 +209,7 @@ def test_gapsl_learns_on_non_iid_data(quick):
     ({"gda_reduction": "max"}, "unknown gda_reduction 'max'; allowed: sum, mean"),
     ({"gda_regularizer": "exact"}, "unknown gda_regularizer 'exact'; allowed: detached, second_order"),
     ({"cut_gradients": "all"}, "unknown cut_gradients 'all'; allowed: eq8, own"),
-    ({"round_steps": "max"}, "unknown round_steps 'max'; allowed: equal, epoch"),
+    ({"round_steps": "max"}, "unknown round_steps 'max'; allowed: epoch, equal"),
 ])
 def test_bad_gapsl_settings_are_refused(params, match):
     with pytest.raises(ConfigError, match=match):

@@ -402,10 +402,10 @@ def test_availability_fraction_and_schedule_parsing():
 @pytest.mark.parametrize("params,match", [
     ({"fusion": "mean"}, "unknown fusion 'mean'; allowed: full, no_loss, no_depth, equal"),
     ({"allocation": "guess"}, "unknown allocation 'guess'"),
-    ({"server_availability": 1.5}, "server_availability must be in \\[0, 1\\], got 1.5"),
+    ({"server_availability": 1.5}, "server_availability must be a finite number in \\[0, 1\\], got 1.5"),
     ({"availability_rounds": "3-1"}, "availability_rounds must list rounds like '1-5,9', got '3-1'"),
-    ({"server_timeout_s": 0}, "server_timeout_s must be > 0"),
-    ({"clip_norm": -1}, "clip_norm must be > 0"),
+    ({"server_timeout_s": 0}, "server_timeout_s must be a finite number > 0"),
+    ({"clip_norm": -1}, "clip_norm must be a finite number > 0"),
     ({"availability_mode": "off"}, "unknown availability_mode 'off'; allowed: gradients, server"),
     ({"classifier_head": "mlp"}, "unknown classifier_head 'mlp'; allowed: spatial, pooled"),
 ])
