@@ -23,7 +23,7 @@ from pathlib import Path
 from raysfl.algorithms import get_algorithm
 from raysfl.config import Config
 from raysfl.errors import ConfigError
-from raysfl.resolve import from_dict, validate
+from raysfl.resolve import from_dict, validate_run
 
 # Settings a resumed run may change (plus the ``resources`` section); everything else must
 # match the original run. Fault handling is among them, so a run that gave up can go on: more
@@ -80,7 +80,7 @@ class RunResult:
 
                 cfg = copy.deepcopy(self.config)
                 with custom_objects(cfg, *self._inputs):
-                    self._prepared = prepare(validate(cfg))
+                    self._prepared = prepare(*validate_run(cfg))
             ctx, shared = self._prepared.ctx, self._prepared.planner.shared()
         agg = spec.aggregator(self.config, ctx, shared, {})
         agg.load_state(fed_state)
@@ -129,7 +129,7 @@ class RunResult:
     def _split_state_dict(self, round: int | None) -> dict:
         from raysfl.runtime.trained import global_weights
 
-        weights = global_weights(self.config, self._checkpoint(round))
+        weights = global_weights(self.config, self._checkpoint(round), get_algorithm(self.config.algo))
         if weights is None:
             raise ConfigError(f"'{self.config.algo}' keeps no single global model (each client runs its own); "
                               f"use client_models() / raysfl export --clients")
@@ -341,8 +341,8 @@ def run(cfg: Config, *, model=None, data=None, loss=None, callbacks=None) -> Run
     # SIGINT and SIGTERM raise interrupts.Interrupted (a KeyboardInterrupt) while the run goes on:
     # the finished rounds are checkpointed on the way out (docs/reliability.md, "Signals")
     with custom_objects(cfg, model, data, loss), interrupts.handling():
-        cfg = validate(cfg)
-        run_dir, rows, prepared, stopped = run_experiment(cfg, hooks)
+        cfg, algo = validate_run(cfg)
+        run_dir, rows, prepared, stopped = run_experiment(cfg, algo, hooks)
     return RunResult(run_dir, rows, config=cfg, stopped=stopped, _model=prepared.model, _prepared=prepared,
                      _inputs=(model, data, loss))
 

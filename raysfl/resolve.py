@@ -21,6 +21,7 @@ from pathlib import Path
 
 from raysfl.algorithms import ALGORITHMS, get_algorithm, load_recorded_plugins
 from raysfl.algorithms.knobs import check_knobs
+from raysfl.algorithms.spec import ResolvedAlgorithm, resolve_algorithm
 from raysfl.config import (AGGREGATION_WEIGHTS, EPOCH_RULES, OPTIMIZERS, RUN_DEFAULTS, SECTIONS, STRATEGIES,
                            TRANSFER_DTYPES, Config, coerce)
 from raysfl.data import DATASETS, PARTITIONERS, check_dataset_args, dataset_info
@@ -173,13 +174,6 @@ def _writable_dir(path: str, what: str) -> None:
                           f"({e.strerror or e})") from None
 
 
-def _plans_own_steps(planner) -> bool:
-    """Whether the algorithm's planner decides the local steps itself (then --local-steps is not the count)."""
-    from raysfl.algorithms.roles import Planner
-
-    return type(planner).plan_steps is not Planner.plan_steps
-
-
 def _check_ints(cfg: Config) -> None:
     """Every integer setting fits a 64-bit integer (Parquet, NumPy and TensorBoard store them so):
     --rounds 99999999999999999999999 is refused, not overflowed later."""
@@ -216,10 +210,10 @@ def check_name(name: str | None) -> None:
     _check(len(name.encode()) <= 200, f"name must be at most 200 bytes long, got {len(name.encode())}")
 
 
-def resolve_defaults(cfg: Config) -> Config:
+def resolve_defaults(cfg: Config, algo_cls=None) -> Config:
     """Fill the settings left None: the algorithm's paper setting for the data set
     (``dataset_defaults``), then its general one (``config_defaults``), then raysfl's own (:data:`raysfl.config.RUN_DEFAULTS`). In place; returns ``cfg``."""
-    algo_cls = get_algorithm(cfg.algo)
+    algo_cls = algo_cls or get_algorithm(cfg.algo)
     for defaults in (algo_cls.dataset_defaults.get(cfg.dataset, {}), algo_cls.config_defaults):
         for name, value in defaults.items():
             if getattr(cfg, name) is None:
@@ -264,8 +258,14 @@ def _check_loss(cfg: Config, algo_cls, info) -> None:
 
 def validate(cfg: Config) -> Config:
     """Check every value before Ray starts; returns cfg with its defaults and algo_params resolved."""
+    return validate_run(cfg)[0]
+
+
+def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
+    """:func:`validate`, and the run's algorithm resolved once (its spec and planner), which the
+    runtime is given instead of looking the algorithm up by name."""
     algo_cls = get_algorithm(cfg.algo)
-    resolve_defaults(cfg)
+    resolve_defaults(cfg, algo_cls)
     if cfg.algo_params is None or not isinstance(cfg.algo_params, algo_cls.params_cls):
         cfg.algo_params = algo_cls.params_cls()
     _check_finite(cfg, "", flags=True)
@@ -396,20 +396,18 @@ def validate(cfg: Config) -> Config:
     from raysfl.faults import check_roles, check_rounds, parse_faults
 
     faults = parse_faults(cfg.faults)
-    planner = algo_cls.make_planner(cfg)  # as the params shape it (FLEX-SFL's edge servers)
-    check_roles(faults, planner.servers, cfg.algo, cfg.resources.num_client_actors(cfg.clients))
+    algo = resolve_algorithm(algo_cls, cfg)  # the planner as the params shape it (FLEX-SFL's edge servers)
+    check_roles(faults, algo.servers, cfg.algo, cfg.resources.num_client_actors(cfg.clients))
     check_rounds(faults, cfg.rounds)
-    if cfg.local_steps is not None and not _plans_own_steps(planner):
+    if cfg.local_steps is not None and not algo.plans_own_steps:
         from raysfl.faults import check_steps
 
         check_steps(faults, cfg.local_steps, "--local-steps")
-    exchange = planner.exchange
-    if exchange is not None and exchange.sequential and (cfg.round_deadline_s or cfg.step_deadline_s
-                                                         or cfg.sim_deadline_s):
-        raise ConfigError(f"deadlines (--round-deadline-s, --step-deadline-s, --sim-deadline-s) are not supported "
-                          f"for the sequential algorithm '{cfg.algo}' (its clients take turns within one round)")
+    exchange = algo.exchange
+    if exchange is not None:
+        exchange.check(cfg)  # what the round's shape cannot honour (SL's turns: no deadlines)
     if cfg.max_restarts == 0 and any(f.action == "kill" for f in faults):
         raise ConfigError("kill faults need --max-restarts >= 1 (with 0, the first kill ends the run)")
     if faults and exchange is None:
         raise ConfigError(f"faults need actors; algorithm '{cfg.algo}' runs in one process")
-    return cfg
+    return cfg, algo

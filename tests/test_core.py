@@ -182,15 +182,15 @@ def test_evaluating_a_client_model_leaves_the_global_model_alone():
     follow them (it once aliased the model's tensors: a never-trained PSL client then started
     from the last evaluated client's model, FLEX-SFL's 'initial' parts drifted)."""
     import raysfl
-    from raysfl.resolve import validate
+    from raysfl.resolve import validate_run
     from raysfl.runtime.experiment import prepare
     from raysfl.runtime.fed_actor import FedActor
 
-    cfg = validate(raysfl.config_from_kwargs(algo="psl", clients=2))
+    cfg, algo = validate_run(raysfl.config_from_kwargs(algo="psl", clients=2))
     from raysfl.runtime.fed_actor import ClientViews
 
     ds = load_dataset("digits")
-    p = prepare(cfg, ds)  # the run's context and planner, as the runtime builds them
+    p = prepare(cfg, algo, ds)  # the run's context and planner, as the runtime builds them
     fed = FedActor()
     fed.setup("test", cfg, p.spec, p.ctx, p.planner.shared(), ds, ClientViews([], np.ones((2, 10))))
     before = {k: v.copy() for k, v in fed.role.global_state.items()}

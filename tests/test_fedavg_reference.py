@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import raysfl
 from raysfl.evaluation import evaluate
-from raysfl.resolve import validate
+from raysfl.resolve import validate, validate_run
 from raysfl.runtime.experiment import prepare
 
 SETTINGS = dict(algo="fedavg", dataset="digits", clients=5, rounds=3, partition="dirichlet", alpha=0.3, seed=3,
@@ -23,7 +23,7 @@ SETTINGS = dict(algo="fedavg", dataset="digits", clients=5, rounds=3, partition=
 
 def reference_fedavg(cfg, rounds: int) -> tuple[list[dict], list[float]]:
     """The plain loop: each round's global state and test accuracy."""
-    prep = prepare(cfg)
+    prep = prepare(*validate_run(cfg))
     ds, parts, model = prep.ds, prep.parts, copy.deepcopy(prep.model)
     sizes = np.array([len(p) for p in parts], dtype=np.float64)
     states, accs = [], []
@@ -56,12 +56,12 @@ def reference_fedavg(cfg, rounds: int) -> tuple[list[dict], list[float]]:
 @pytest.mark.usefixtures("ray_session")
 def test_fedavg_equals_a_plain_reference_loop_round_for_round(tmp_path):
     cfg = validate(raysfl.config_from_kwargs(**SETTINGS, out=str(tmp_path)))
-    sizes = [len(p) for p in prepare(cfg).parts]
+    sizes = [len(p) for p in prepare(*validate_run(cfg)).parts]
     assert max(sizes) > 2 * min(sizes) and any(s % 32 for s in sizes)  # size-skewed, short last batches
     states, accs = reference_fedavg(cfg, cfg.rounds)
     result = raysfl.run(raysfl.config_from_kwargs(**SETTINGS, out=str(tmp_path)))
     got = [r["test_accuracy"] for r in result.metrics]
-    n_test = len(prepare(cfg).ds.y_test)
+    n_test = len(prepare(*validate_run(cfg)).ds.y_test)
     for rnd, (a, b) in enumerate(zip(got, accs), start=1):
         assert abs(a - b) <= 1.0 / n_test + 1e-9, (rnd, a, b)  # within one test sample (float reorderings)
     for rnd in range(1, cfg.rounds + 1):

@@ -118,11 +118,11 @@ def get_algorithm(name: str) -> type[Algorithm]:
     return ALGORITHMS[name]
 
 
-def plugin_of(name: str) -> str | None:
-    """The module another process imports to have algorithm ``name`` registered (recorded in a
+def plugin_of(spec: type[Algorithm]) -> str | None:
+    """The module another process imports to have algorithm ``spec`` registered (recorded in a
     run's ``config.json`` as ``plugins``, so a resume or ``load_run`` needs no ``--plugin``):
     None for raysfl's own algorithms and for one defined in a script run as ``__main__``."""
-    module = get_algorithm(name).__module__
+    module = spec.__module__
     if module == "__main__" or module.split(".")[0] == "raysfl":
         return None
     # the module given to --plugin when it holds the algorithm's (sfl_prox for sfl_prox.algorithm)

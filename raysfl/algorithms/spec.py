@@ -129,3 +129,37 @@ class Algorithm:
     @classmethod
     def roles(cls) -> dict[str, type]:
         return {"planner": cls.planner, "client": cls.client, "server": cls.server, "aggregator": cls.aggregator}
+
+
+@dataclass(frozen=True)
+class ResolvedAlgorithm:
+    """An algorithm as one run uses it, resolved once when the config is validated
+    (:func:`raysfl.resolve.validate_run`) and passed down: its spec (roles, knobs, facets) and its
+    planner, built for the run's config (the runtime sets it up once the data are split). What
+    the runtime asks of an algorithm it asks here, never by name again."""
+
+    spec: type[Algorithm]
+    planner: "Planner"
+
+    @property
+    def exchange(self):
+        """How a round's steps are wired (None: one process, no actors: the centralised run)."""
+        return self.planner.exchange
+
+    @property
+    def runs_actors(self) -> bool:
+        return self.planner.exchange is not None
+
+    @property
+    def servers(self) -> int:
+        """Server actors the run starts."""
+        return self.planner.servers
+
+    @property
+    def plans_own_steps(self) -> bool:
+        return self.planner.plans_own_steps()
+
+
+def resolve_algorithm(spec: type[Algorithm], cfg: "Config") -> ResolvedAlgorithm:
+    """``spec`` resolved for the validated ``cfg``: its planner built (not yet set up)."""
+    return ResolvedAlgorithm(spec, spec.make_planner(cfg))

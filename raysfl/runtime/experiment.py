@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from raysfl import checkpoint
-from raysfl.algorithms import get_algorithm, plugin_of
+from raysfl.algorithms import plugin_of
 from raysfl.algorithms.roles import FederationContext
 from raysfl.errors import ConfigError, RunFailed
 from raysfl.metrics import RunLogger
@@ -41,8 +41,9 @@ class Prepared:
     planner: object            # its planner, set up
 
 
-def run_experiment(cfg, callbacks=None) -> tuple[Path, list[dict], "object", "object", bool]:
-    """Run (or resume, if ``cfg.resume`` is set) the validated config ``cfg``; return the run
+def run_experiment(cfg, algo, callbacks=None) -> tuple[Path, list[dict], "object", "object", bool]:
+    """Run (or resume, if ``cfg.resume`` is set) the validated config ``cfg`` with its resolved
+    algorithm ``algo`` (:func:`raysfl.resolve.validate_run`); return the run
     directory, its metrics rows, what :func:`prepare` made (the initial model, the algorithm
     and its planner) and whether a callback stopped the run early (``callbacks``:
     :class:`raysfl.callbacks.Callbacks`).
@@ -56,7 +57,7 @@ def run_experiment(cfg, callbacks=None) -> tuple[Path, list[dict], "object", "ob
 
     from raysfl.runtime.placement import check_ray_address
 
-    if get_algorithm(cfg.algo).planner.exchange is not None and not ray.is_initialized():
+    if algo.runs_actors and not ray.is_initialized():
         check_ray_address()
     if cfg.resume:
         run_dir = Path(cfg.resume)
@@ -69,11 +70,11 @@ def run_experiment(cfg, callbacks=None) -> tuple[Path, list[dict], "object", "ob
         run_dir, state = None, None
     stages = StartupClock(None, cfg.progress)  # the run directory is known once the data loads
     ds = _load_data(cfg)
-    check_fault_steps(cfg, ds)
+    check_fault_steps(cfg, ds, algo)
     if run_dir is None:
         run_dir = _new_run_dir(cfg)
     try:
-        return _run_in(cfg, run_dir, state, ds, stages, callbacks)
+        return _run_in(cfg, algo, run_dir, state, ds, stages, callbacks)
     except BaseException as e:
         try:
             e.raysfl_run_dir = run_dir
@@ -82,7 +83,7 @@ def run_experiment(cfg, callbacks=None) -> tuple[Path, list[dict], "object", "ob
         raise
 
 
-def check_fault_steps(cfg, ds) -> None:
+def check_fault_steps(cfg, ds, algo) -> None:
     """A kill at ``step=S`` past the most local steps a client takes in a round is refused before
     the run starts (it could never fire there). With --local-steps validation did it; with
     --local-epochs the count comes from the clients' shares of the data, known once it is split.
@@ -92,11 +93,7 @@ def check_fault_steps(cfg, ds) -> None:
     from raysfl.runtime.planning import client_schedule
 
     faults = [f for f in parse_faults(cfg.faults) if f.step is not None]
-    if not faults or cfg.local_steps is not None:
-        return
-    from raysfl.algorithms.roles import Planner
-
-    if type(get_algorithm(cfg.algo).make_planner(cfg)).plan_steps is not Planner.plan_steps:
+    if not faults or cfg.local_steps is not None or algo.plans_own_steps:
         return
     parts, _ = hold_out(split_clients(cfg, ds), cfg.local_test_fraction, cfg.seed)
     most = max(client_schedule(cfg, len(p), 0)[0] for p in parts)  # --epoch: a round from an epoch's start
@@ -150,10 +147,10 @@ def split_clients(cfg, ds) -> list[np.ndarray]:
                      quantity_skew=cfg.quantity_skew or None, seed=cfg.seed)
 
 
-def prepare(cfg, ds=None) -> Prepared:
+def prepare(cfg, algo, ds=None) -> Prepared:
     """Load (unless given) and partition the data, sample the device profiles, build the model
-    once (its shapes and FLOPs) and set the algorithm's planner up (``planner.setup``), as the
-    run does; also used to rebuild a finished run's roles (``raysfl.api.load_run``)."""
+    once (its shapes and FLOPs) and set the resolved algorithm's planner up (``planner.setup``),
+    as the run does; also used to rebuild a finished run's roles (``raysfl.api.load_run``)."""
     from raysfl.data import hold_out, label_histograms
     from raysfl.devices import sample_profiles
     from raysfl.models import build_model
@@ -172,13 +169,11 @@ def prepare(cfg, ds=None) -> Prepared:
                             histograms=histograms, profiles=profiles,
                             block_flops=model.block_flops(), conv_blocks=model.leading_conv_blocks(),
                             num_classes=ds.num_classes, loss=get_loss(cfg.loss))
-    spec = get_algorithm(cfg.algo)
-    planner = spec.make_planner(cfg)
-    planner.setup(ctx)
-    return Prepared(ds, parts, local_tests, model, ctx, spec, planner)
+    algo.planner.setup(ctx)
+    return Prepared(ds, parts, local_tests, model, ctx, algo.spec, algo.planner)
 
 
-def _run_in(cfg, run_dir: Path, state: dict | None, ds, stages: "StartupClock", callbacks):
+def _run_in(cfg, algo, run_dir: Path, state: dict | None, ds, stages: "StartupClock", callbacks):
     from raysfl.callbacks import Callbacks
     from raysfl.faults import parse_faults
     from raysfl.runtime.rounds import Experiment, new_counters
@@ -188,21 +183,21 @@ def _run_in(cfg, run_dir: Path, state: dict | None, ds, stages: "StartupClock", 
         from raysfl.trackers import MLflowLogger
 
         callbacks.items.append(MLflowLogger(cfg.mlflow))
-    plugin = plugin_of(cfg.algo)
+    plugin = plugin_of(algo.spec)
     (run_dir / "config.json").write_text(json.dumps({**cfg.to_dict(), **({"plugins": [plugin]} if plugin else {})},
                                                     indent=2) + "\n")
     _write_own_keys(run_dir, cfg.model)
     stages.run_dir = run_dir
     launch = None
-    if get_algorithm(cfg.algo).planner.exchange is not None:
+    if algo.runs_actors:
         # Ray and the actors' processes start on this thread while the data are partitioned and
         # the model is built on another: the two are the longest stages of a cold start
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(1, thread_name_prefix="raysfl-setup") as threads:
-            future = threads.submit(stages.timed, "setup", "setting up", lambda: prepare(cfg, ds))
+            future = threads.submit(stages.timed, "setup", "setting up", lambda: prepare(cfg, algo, ds))
             try:
-                launch = launch_actors(cfg, run_dir.name, stages)
+                launch = launch_actors(cfg, algo.servers, run_dir.name, stages)
             finally:
                 try:
                     p = future.result()
@@ -213,7 +208,7 @@ def _run_in(cfg, run_dir: Path, state: dict | None, ds, stages: "StartupClock", 
                         pool.destroy(launch.actors)
                     raise
     else:
-        p = stages.timed("setup", "setting up", lambda: prepare(cfg, ds))
+        p = stages.timed("setup", "setting up", lambda: prepare(cfg, algo, ds))
     if state:
         check_same_model(state, p.model, run_dir)
     stages.say(f"{cfg.dataset} ({ds.num_train} training samples) split among {cfg.clients} clients "
@@ -245,7 +240,7 @@ def _run_in(cfg, run_dir: Path, state: dict | None, ds, stages: "StartupClock", 
             if error is None:
                 from raysfl.runtime.trained import global_state_dict
 
-                callbacks.model(lambda: global_state_dict(cfg, run_dir))
+                callbacks.model(lambda: global_state_dict(cfg, run_dir, algo.spec))
         finally:
             callbacks.end(run_dir, logger.rows, error)
     _warn_thin_rounds(cfg, logger.rows)
@@ -363,7 +358,7 @@ class Launch:
     started_ray: bool          # this run started the local Ray (kept for later runs of the process)
 
 
-def launch_actors(cfg, run_name: str, stages: "StartupClock") -> Launch:
+def launch_actors(cfg, num_servers: int, run_name: str, stages: "StartupClock") -> Launch:
     """Start Ray (unless this process has one) and the run's actors: a warm set from the pool
     when an earlier run of this process left one of the same shape, new processes otherwise
     (their start is not waited for here)."""
@@ -374,7 +369,6 @@ def launch_actors(cfg, run_name: str, stages: "StartupClock") -> Launch:
     from raysfl.runtime import pool
 
     num_actors = cfg.resources.num_client_actors(cfg.clients)
-    num_servers = get_algorithm(cfg.algo).make_planner(cfg).servers
     if ray.is_initialized():
         started = False
         stages.mark("ray")

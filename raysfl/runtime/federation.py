@@ -404,16 +404,13 @@ class Federation:
             w.aux.append(srv.begin_round.remote(
                 {c: p.cut for c, p in mine.items()}, self.cfg.server_lr_at(rnd), deadline, rnd,
                 {c: (self.actor_of(c), p.steps) for c, p in mine.items()}, window))
-        turns = [[c] for c in plans] if self.exchange.sequential else ([list(plans)] if plans else [])
         stats_refs, stats_actor, markers = [], [], []
-        for turn in turns:
+        for turn in self.exchange.turns(list(plans)):  # SL: one client at a time
             u, st, actors, m = self._run_group(w, {c: plans[c] for c in turn}, server_of)
             stats_refs += st
             stats_actor += actors
             markers += m
-            if self.exchange.sequential:  # the next client starts from this one's model
-                w.aux.append(self.fed.aggregate.remote(rnd, None, [], u))
-            else:
+            if not self.exchange.hand_over(w, self.fed, rnd, u):
                 flight.updates += list(zip(actors, u))
         flight.sync = self.planner.sync_servers(rnd)
         server_stats, server_metrics = [], []

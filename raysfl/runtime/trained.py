@@ -8,18 +8,17 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def global_weights(cfg, state: dict) -> dict | None:
-    """{SplitModel key: array} of the global model in checkpoint ``state``, or None."""
-    from raysfl.algorithms import get_algorithm
-
+def global_weights(cfg, state: dict, spec) -> dict | None:
+    """{SplitModel key: array} of the global model in checkpoint ``state`` of a run of algorithm
+    ``spec``, or None."""
     if "model" in state:  # the centralised run: one model
         return state["model"]
-    agg = get_algorithm(cfg.algo).aggregator(cfg, None, None, {})
+    agg = spec.aggregator(cfg, None, None, {})
     agg.load_state(state["federation"]["fed"])
     return agg.global_model()
 
 
-def global_state_dict(cfg, run_dir: Path) -> dict | None:
+def global_state_dict(cfg, run_dir: Path, spec) -> dict | None:
     """The newest checkpoint's global model as a ``state_dict`` of torch tensors, in your keys."""
     import numpy as np
     import torch
@@ -29,7 +28,7 @@ def global_state_dict(cfg, run_dir: Path) -> dict | None:
 
     if not checkpoint.rounds_saved(run_dir):
         return None
-    weights = global_weights(cfg, checkpoint.load_latest(run_dir))
+    weights = global_weights(cfg, checkpoint.load_latest(run_dir), spec)
     if weights is None:
         return None
     return own_keys.to_own({k: torch.from_numpy(np.array(v)) for k, v in weights.items()}, own_keys.read(run_dir))

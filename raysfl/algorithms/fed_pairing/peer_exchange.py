@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from raysfl.algorithms.roles.exchange import Exchange, as_list
+from raysfl.errors import ConfigError
 
 
 @dataclass
@@ -54,7 +55,12 @@ class PeerExchange(Exchange):
     the gradient at the cut, which the next forward applies."""
 
     server_side = False
-    real_deadlines = False  # partners wait for each other
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        if cfg.round_deadline_s is not None or cfg.step_deadline_s is not None:
+            raise ConfigError(f"{cfg.algo} does not take real-time deadlines (round_deadline_s, step_deadline_s): "
+                              "partners wait for each other; use sim_deadline_s")
 
     @classmethod
     def steps(cls, w, plans_by_actor, server_of, prev):

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 from raysfl.algorithms.knobs import knob
 from raysfl.algorithms.spec import Algorithm, role
-from raysfl.errors import ConfigError
 
 PAIRINGS = ("greedy", "random", "location", "computation")  # Alg. 1 and Table I's baselines (pairing.py)
 PAIR_WEIGHTS = ("fedavg", "paper")  # the loss weights of eqs. (2)-(3) (weighting.py)
@@ -61,9 +60,3 @@ class FedPairing(Algorithm):
     @classmethod
     def facets(cls, cfg) -> dict[str, str]:
         return {**super().facets(cfg), "cost_model": cfg.algo_params.link_model}
-
-    @classmethod
-    def validate(cls, cfg) -> None:
-        if cfg.round_deadline_s is not None or cfg.step_deadline_s is not None:
-            raise ConfigError("fed_pairing does not take real-time deadlines (round_deadline_s, step_deadline_s): "
-                              "partners wait for each other; use sim_deadline_s")

@@ -25,6 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from raysfl.errors import ConfigError
+from raysfl.simclock import round_time
+
 
 def as_list(refs, n: int) -> list:
     """The refs of a call with ``num_returns=n`` as a list (Ray gives a bare ref for n = 1)."""
@@ -41,11 +44,32 @@ class Wiring:
 
 
 class Exchange:
-    """The steps of one round's group (``plans_by_actor``: {client actor: {client: plan}})."""
+    """The steps of one round's group (``plans_by_actor``: {client actor: {client: plan}}), and
+    the round's shape around them: which clients step together (:meth:`turns`), what becomes of
+    a turn's updates (:meth:`hand_over`), how long the round lasts on the simulated clock
+    (:meth:`round_time`) and which run settings the shape cannot honour (:meth:`check`)."""
 
     server_side: ClassVar[bool] = True     # runs server actors
-    sequential: ClassVar[bool] = False     # clients take turns, each starting from the last one's model
-    real_deadlines: ClassVar[bool] = True  # can drop what misses a real-time deadline
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        """Raise ConfigError for settings this shape cannot honour (validation, before Ray starts)."""
+
+    @classmethod
+    def turns(cls, clients: list[int]) -> list[list[int]]:
+        """The groups of the round's clients that step together, in order (default: all at once)."""
+        return [list(clients)] if clients else []
+
+    @classmethod
+    def hand_over(cls, w: Wiring, fed, rnd: int, updates: list) -> bool:
+        """After a turn: True when its ``updates`` went elsewhere than the round's aggregation
+        (default: False, they are aggregated with the round's others)."""
+        return False
+
+    @classmethod
+    def round_time(cls, client_times: list[float]) -> float:
+        """The round's simulated seconds from its clients' (default: the slowest, all at once)."""
+        return round_time(client_times)
 
     @classmethod
     def steps(cls, w: Wiring, plans_by_actor: dict[int, dict], server_of: dict[int, int],
@@ -91,11 +115,28 @@ class SplitExchange(Exchange):
 
 
 class SequentialExchange(SplitExchange):
-    """Vanilla split learning: the split steps, one client at a time (the runtime aggregates
-    each client's model into the next one's start); the deadlines make no sense here."""
+    """Vanilla split learning: the split steps, one client at a time, each client's model
+    aggregated into the next one's start; deadlines make no sense here."""
 
-    sequential = True
-    real_deadlines = False
+    @classmethod
+    def check(cls, cfg) -> None:
+        if cfg.round_deadline_s or cfg.step_deadline_s or cfg.sim_deadline_s:
+            raise ConfigError(f"deadlines (--round-deadline-s, --step-deadline-s, --sim-deadline-s) are not "
+                              f"supported for the sequential algorithm '{cfg.algo}' (its clients take turns within "
+                              f"one round)")
+
+    @classmethod
+    def turns(cls, clients):
+        return [[c] for c in clients]
+
+    @classmethod
+    def hand_over(cls, w, fed, rnd, updates):
+        w.aux.append(fed.aggregate.remote(rnd, None, [], updates))  # the next client starts from this one's model
+        return True
+
+    @classmethod
+    def round_time(cls, client_times):
+        return round_time(client_times, sequential=True)
 
 
 class LocalExchange(Exchange):

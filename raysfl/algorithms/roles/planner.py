@@ -44,6 +44,12 @@ class Planner:
         FLEX-SFL's clusters). Default: none."""
         return None
 
+    @classmethod
+    def plans_own_steps(cls) -> bool:
+        """Whether it decides each client's local steps itself (``plan_steps``: GAPSL's equal
+        counts), so that --local-steps / --local-epochs are not the count the runtime checks."""
+        return cls.plan_steps is not Planner.plan_steps
+
     measures_clients: ClassVar[bool] = False  # wants each client's (memory GB, latency s), measured
                                               # once after the actors start (SuperSFL's allocation)
 
@@ -126,4 +132,4 @@ class Planner:
     def round_sim_time(self, client_times: list[float]) -> float:
         """Simulated length of the round from its clients' times (the slowest; the sum when the
         clients take turns)."""
-        return round_time(client_times, sequential=bool(self.exchange is not None and self.exchange.sequential))
+        return self.exchange.round_time(client_times) if self.exchange is not None else round_time(client_times)
