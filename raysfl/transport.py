@@ -176,7 +176,7 @@ class ClientRoundStats:
     def record(self, name: str, value: float) -> None:
         """Note a client-side figure of this round (an algorithm's client hook does, e.g. TPGF's
         fusion weight); its mean over the round's clients and records becomes the metric
-        column ``name`` (the algorithm lists it in ``client_metric_names``)."""
+        column ``name`` (the client role lists it in ``columns``)."""
         self.metrics.setdefault(name, []).append(float(value))
 
     def merge(self, other: "ClientRoundStats") -> None:

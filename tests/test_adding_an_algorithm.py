@@ -257,3 +257,13 @@ def test_a_knob_declares_its_help_choices_and_bounds_and_validation_checks_them(
     for cls in ALGORITHMS.values():
         for f in dataclasses.fields(cls.params_cls):
             assert f.metadata.get("raysfl.knob"), f"{cls.name}.{f.name} is declared without knob(...)"
+
+
+def test_the_architecture_page_lists_each_roles_interface_as_the_code_has_it():
+    """docs/architecture.md's "Each role's interface" is scripts/role_interfaces.py's output."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from role_interfaces import END, START, render
+
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    section = doc[doc.index(START):doc.index(END) + len(END)]
+    assert section == render(), "run: python scripts/role_interfaces.py --write"
