@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import copy
 import time
-import uuid
 
 import numpy as np
 import torch
 
 from raysfl.algorithms.roles import ClientRound, Reply
 from raysfl.optim import build_optimizer
-from raysfl.runtime.placement import configure_torch, device_for_actor
+from raysfl.runtime.actor_base import RunActor
+from raysfl.runtime.placement import configure_torch
 from raysfl.runtime.refs import fetch, require_run
 from raysfl.transport import ClientRoundStats, Smashed, pack, state_nbytes, unpack
 
@@ -54,17 +54,17 @@ def sample_stream(indices: np.ndarray, client: int, seed: int, start: int, count
     return np.asarray(out, dtype=np.int64)
 
 
-class ClientActor:
+class ClientActor(RunActor):
     """Started once (its process, torch, its device) and set up for each run that uses it
     (:mod:`raysfl.runtime.pool`: a warm federation's next run reuses it)."""
 
+    run_fields = ("cfg", "ds", "parts", "model", "flops", "role", "_spare", "_perms")
+
     def __init__(self, index: int, gpus: float = 0.0):
-        self.index, self.gpus = index, gpus
-        self.device = device_for_actor(gpus, f"client actor {index}")
-        self.run_name: str | None = None  # the run it serves (cluster/chaos.py asks)
+        super().__init__(gpus, f"client actor {index}")
+        self.index = index
         self.active: dict[int, ClientRound] = {}
         self.deadline: float | None = None  # epoch seconds (--round-deadline-s)
-        self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
 
     def setup(self, run_name: str, cfg, spec, ctx, shared, dataset, parts: dict[int, np.ndarray], model=None) -> str:
         """Take on a run: its config, its algorithm's client role, the data, this actor's clients'
@@ -83,34 +83,8 @@ class ClientActor:
 
     def teardown(self) -> None:
         """Drop the run (its data, model and role) and wait for the next one."""
-        for name in ("cfg", "ds", "parts", "model", "flops", "role", "_spare", "_perms"):
-            self.__dict__.pop(name, None)
-        self.run_name, self.active, self.deadline = None, {}, None
-
-    def ping(self) -> str:
-        return self.incarnation
-
-    def serving(self) -> str | None:
-        """The run this actor serves now (None: idle in the pool)."""
-        return self.run_name
-
-    def warm_up(self, batch: int) -> float:
-        """Before round 1 (:func:`raysfl.runtime.probe.warm_up`); seconds taken."""
-        from raysfl.runtime.probe import warm_up
-
-        return warm_up(self.model, self.ds.input_shape, batch, self.device)
-
-    def where(self) -> dict:
-        """Node, GPU ids and device of this actor (``placement.json``)."""
-        from raysfl.runtime.placement import actor_location
-
-        return actor_location()
-
-    def memory(self) -> int:
-        """Resident set size in bytes (soak benchmarks)."""
-        from raysfl.runtime.probe import rss_bytes
-
-        return rss_bytes()
+        super().teardown()
+        self.active, self.deadline = {}, None
 
     def probe(self, server, batch: int) -> dict:
         """Measure this actor's device once (SuperSFL, Sec. II-A): memory available to it

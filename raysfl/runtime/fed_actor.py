@@ -11,14 +11,14 @@ evaluates (:class:`Evaluator`).
 
 from __future__ import annotations
 
-import uuid
 
 import numpy as np
 
 from raysfl.evaluation import evaluate, evaluate_by_class, evaluate_predictions, mix_weighted_accuracy
 from raysfl.algorithms.roles.aggregator import block_of
 from raysfl.objective import objective_of
-from raysfl.runtime.placement import configure_torch, device_for_actor
+from raysfl.runtime.actor_base import RunActor
+from raysfl.runtime.placement import configure_torch
 from raysfl.runtime.refs import fetch, require_run
 from raysfl.transport import state_to_wire, wire_to_state
 
@@ -34,14 +34,13 @@ class ClientViews:
         self.histograms = None if histograms is None else np.asarray(histograms)
 
 
-class FedActor:
+class FedActor(RunActor):
     """Started once and set up for each run that uses it (:mod:`raysfl.runtime.pool`)."""
 
+    run_fields = ("cfg", "ds", "views", "model", "role")
+
     def __init__(self, gpus: float = 0.0):
-        self.gpus = gpus
-        self.device = device_for_actor(gpus, "fed server")
-        self.run_name: str | None = None
-        self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
+        super().__init__(gpus, "fed server")
 
     def setup(self, run_name: str, cfg, spec, ctx, shared, dataset, views: ClientViews | None = None,
               model=None) -> str:
@@ -58,37 +57,6 @@ class FedActor:
         self.loss = objective_of(ctx)  # the run's loss (raysfl.objective): the test loss and accuracy
         self.role = spec.aggregator(cfg, ctx, shared, {k: v.copy() for k, v in state_to_wire(self.model.state_dict()).items()})
         return self.incarnation
-
-    def teardown(self) -> None:
-        """Drop the run (its aggregator, data and model) and wait for the next one."""
-        for name in ("cfg", "ds", "views", "model", "role"):
-            self.__dict__.pop(name, None)
-        self.run_name = None
-
-    def ping(self) -> str:
-        return self.incarnation
-
-    def serving(self) -> str | None:
-        """The run this actor serves now (None: idle in the pool)."""
-        return self.run_name
-
-    def warm_up(self, batch: int) -> float:
-        """Before round 1 (:func:`raysfl.runtime.probe.warm_up`); seconds taken."""
-        from raysfl.runtime.probe import warm_up
-
-        return warm_up(self.model, self.ds.input_shape, batch, self.device)
-
-    def where(self) -> dict:
-        """Node, GPU ids and device of this actor (``placement.json``)."""
-        from raysfl.runtime.placement import actor_location
-
-        return actor_location()
-
-    def memory(self) -> int:
-        """Resident set size in bytes (soak benchmarks)."""
-        from raysfl.runtime.probe import rss_bytes
-
-        return rss_bytes()
 
     def dispatch(self, actor_plans: list[dict[int, int]]):
         """Models for each client actor (``actor_plans``: {client: blocks it holds}): {"global":
@@ -122,7 +90,7 @@ class FedActor:
         the role's ``round_weights``). The state the aggregator wants every server to adopt
         goes to ``servers`` (actor handles) here, before this call returns. Returns (the number
         of late updates applied, this actor's incarnation: the driver sees at once whether Ray
-        restarted it during the round).
+        restarted it during the round, the round means of what the aggregator recorded).
         """
         require_run(self)
         role = self.role
@@ -136,10 +104,11 @@ class FedActor:
             u.late = True
         updates = sorted(updates + late, key=lambda u: (u.client, u.late))
         role.last_clients = [u.client for u in updates]
+        role.take_records()  # what a rolled-back attempt recorded is not this round's
         merged = role.aggregate(rnd, server_states, updates)
         if merged is not None and servers:  # e.g. FLEX-SFL's w_e to every edge server (eq. 26)
             fetch([srv.load_shared.remote(merged) for srv in servers])  # a dead one is restored next round
-        return len(late), self.incarnation
+        return len(late), self.incarnation, role.take_records()
 
     def evaluate(self) -> tuple[float, float, dict[str, float]]:
         """(test accuracy, test loss, extra metrics) per the aggregator's ``evaluate``; with
@@ -148,6 +117,7 @@ class FedActor:
         require_run(self)
         ev = Evaluator(self.model, self.ds, self.device, self.views, self.loss)
         acc, loss, extras = self.role.evaluate(ev)
+        extras = {**self.role.take_records(), **extras}  # what it recorded while evaluating
         if ev.has_local_tests and "test_accuracy_local" not in extras:
             extras = {**extras, "test_accuracy_local": self._local_accuracy(ev)}
         return acc, loss, extras

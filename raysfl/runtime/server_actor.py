@@ -9,24 +9,24 @@ waits for its senders, unpacks and packs the tensors, and counts each client's s
 
 from __future__ import annotations
 
-import uuid
 
 import numpy as np
 import torch
 
-from raysfl.runtime.placement import configure_torch, device_for_actor
+from raysfl.runtime.actor_base import RunActor
+from raysfl.runtime.placement import configure_torch
 from raysfl.runtime.refs import LATE, fetch, gather, require_run
 from raysfl.transport import ClientRoundStats, GradReply, pack, unpack
 
 
-class ServerActor:
+class ServerActor(RunActor):
     """Started once and set up for each run that uses it (:mod:`raysfl.runtime.pool`)."""
 
+    run_fields = ("cfg", "role", "flops", "cuts", "lo", "stats", "routes", "dropped")
+
     def __init__(self, index: int, gpus: float = 0.0):
-        self.index, self.gpus = index, gpus
-        self.device = device_for_actor(gpus, f"server {index}")
-        self.run_name: str | None = None
-        self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
+        super().__init__(gpus, f"server {index}")
+        self.index = index
 
     def setup(self, run_name: str, cfg, spec, ctx, shared, input_shape, model=None) -> str:
         """Take on a run: its config, its algorithm's server role on a copy of the run's initial
@@ -48,36 +48,8 @@ class ServerActor:
         self.dropped: set[int] = set()  # clients whose smashed data missed a step's deadline this round
         return self.incarnation
 
-    def teardown(self) -> None:
-        """Drop the run (its role, model and optimiser) and wait for the next one."""
-        for name in ("cfg", "role", "flops", "cuts", "lo", "stats", "routes", "dropped"):
-            self.__dict__.pop(name, None)
-        self.run_name = None
-
-    def ping(self) -> str:
-        return self.incarnation
-
-    def serving(self) -> str | None:
-        """The run this actor serves now (None: idle in the pool)."""
-        return self.run_name
-
-    def warm_up(self, batch: int) -> float:
-        """Before round 1 (:func:`raysfl.runtime.probe.warm_up`); seconds taken."""
-        from raysfl.runtime.probe import warm_up
-
-        return warm_up(self.role.model, self.input_shape, batch, self.role.device)
-
-    def where(self) -> dict:
-        """Node, GPU ids and device of this actor (``placement.json``)."""
-        from raysfl.runtime.placement import actor_location
-
-        return actor_location()
-
-    def memory(self) -> int:
-        """Resident set size in bytes (soak benchmarks)."""
-        from raysfl.runtime.probe import rss_bytes
-
-        return rss_bytes()
+    def warm_target(self) -> tuple:
+        return self.role.model, self.input_shape, self.role.device
 
     def echo(self, activation) -> int:
         """Answer a calibration probe (SuperSFL's measured allocation): the bytes received."""

@@ -1,0 +1,58 @@
+"""What every raysfl actor does besides its role: it has an identity that changes when Ray
+restarts it (``ping``), serves one run at a time and goes back to the pool between runs
+(``serving``, ``teardown``), warms its model up before round 1, and says where it runs and how
+much memory it holds. :class:`~raysfl.runtime.client_actor.ClientActor`,
+:class:`~raysfl.runtime.server_actor.ServerActor` and :class:`~raysfl.runtime.fed_actor.FedActor`
+add their role's calls.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import ClassVar
+
+from raysfl.runtime.placement import actor_location, device_for_actor
+from raysfl.runtime.probe import rss_bytes, warm_up
+
+
+class RunActor:
+    """The lifecycle the three actor kinds share."""
+
+    # what a run sets on the actor (``setup``), dropped by ``teardown``
+    run_fields: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, gpus: float, what: str):
+        self.gpus = gpus
+        self.device = device_for_actor(gpus, what)
+        self.run_name: str | None = None  # the run it serves (cluster/chaos.py asks)
+        self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
+
+    def teardown(self) -> None:
+        """Drop the run (:attr:`run_fields`) and wait for the next one."""
+        for name in self.run_fields:
+            self.__dict__.pop(name, None)
+        self.run_name = None
+
+    def ping(self) -> str:
+        return self.incarnation
+
+    def serving(self) -> str | None:
+        """The run this actor serves now (None: idle in the pool)."""
+        return self.run_name
+
+    def warm_up(self, batch: int) -> float:
+        """Before round 1 (:func:`raysfl.runtime.probe.warm_up`); seconds taken."""
+        model, input_shape, device = self.warm_target()
+        return warm_up(model, input_shape, batch, device)
+
+    def warm_target(self) -> tuple:
+        """(model, input shape, device) that :meth:`warm_up` runs."""
+        return self.model, self.ds.input_shape, self.device
+
+    def where(self) -> dict:
+        """Node, GPU ids and device of this actor (``placement.json``)."""
+        return actor_location()
+
+    def memory(self) -> int:
+        """Resident set size in bytes (soak benchmarks)."""
+        return rss_bytes()
