@@ -53,6 +53,7 @@ class RoundResult:
     fed_restarted: bool = False
     restarted: int = 0  # servers Ray restarted during the round (put back to the snapshot)
     server_metrics: dict[str, float] = field(default_factory=dict)  # round means of the server roles' records
+    aggregator_metrics: dict[str, float] = field(default_factory=dict)  # ... and of the aggregator's, aggregating
 
 
 @dataclass
@@ -485,7 +486,7 @@ class Federation:
                                        self.servers if flight.sync else [])
         eval_ref = self.fed.evaluate.remote() if evaluate else None
         try:
-            self.late_applied, incarnation = ray.get(ok)
+            self.late_applied, incarnation, flight.result.aggregator_metrics = ray.get(ok)
             result = ray.get(eval_ref) if eval_ref is not None else None
         except Exception as e:  # noqa: BLE001 - classified
             self._clean = False

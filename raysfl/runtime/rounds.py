@@ -348,7 +348,8 @@ def round_metrics(exp: Experiment, rnd: int, res: RoundResult, result, wall: flo
     for k in spec.client.columns(cfg):
         values = [v for m in recorded for v in m.get(k, [])]
         row[k] = float(sum(values) / len(values)) if values else nan
-    row.update({k: float(extras.get(k, nan)) for k in spec.aggregator.columns(cfg)})
+    recorded = {**res.aggregator_metrics, **extras}  # what the aggregator recorded while aggregating or evaluating
+    row.update({k: float(recorded.get(k, nan)) for k in spec.aggregator.columns(cfg)})
     if cfg.local_test_fraction:  # every algorithm, on the clients' local test splits
         row["test_accuracy_local"] = float(extras.get("test_accuracy_local", nan))
     return row, client_rows

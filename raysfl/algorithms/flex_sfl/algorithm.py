@@ -99,6 +99,7 @@ class HiLoAggregator(Aggregator):
             # replaced, never changed in place, by later aggregations)
             self.state.w_global = {"round": rnd, "edge_model": self.state.edge_model or {},
                                    "cluster_models": {n: self._cluster_start(n) for n in range(len(self.das.clusters))}}
+        self.record("w_global_round", (self.state.w_global or {"round": 0})["round"])
         return merged
 
     def _aggregate(self, rnd: int, server_states: list[dict], updates: list[ClientUpdate]):
@@ -155,8 +156,9 @@ class HiLoAggregator(Aggregator):
         forward until the next (the initial model before the first), as the paper evaluates it.
         W_global holds N complete models, cluster n's being w_c^n on blocks [0, cut_n) and w_e
         on [cut_n, L); reported is their beta_n-weighted mean, ``acc_cluster_n`` each one's.
-        ``acc_mix``: the same Combine of the *latest* parts every round (fresh only at tau_G);
-        ``w_global_round``: the round W_global was built (0: the initial model)."""
+        ``acc_mix``: the same Combine of the *latest* parts every round (fresh only at tau_G).
+        ``w_global_round`` (recorded as it aggregates, so every round has it): the round W_global
+        was built (0: the initial model)."""
         st = self.state
         mix, _, _ = self._evaluate_parts(ev, st.cluster_models, st.edge_model or {})
         w = st.w_global or {"round": 0, "cluster_models": {}, "edge_model": {}}
@@ -164,7 +166,7 @@ class HiLoAggregator(Aggregator):
         if cached is None or cached["round"] != w["round"]:  # evaluated once per W_global
             acc, loss, per = self._evaluate_parts(ev, w["cluster_models"], w["edge_model"])
             cached = st.w_global_eval = {"round": w["round"], "acc": acc, "loss": loss, "per": per}
-        return cached["acc"], cached["loss"], {**cached["per"], "acc_mix": mix, "w_global_round": float(w["round"])}
+        return cached["acc"], cached["loss"], {**cached["per"], "acc_mix": mix}
 
     def client_model(self, client: int) -> dict[str, np.ndarray]:
         """W_global's model for the client's cluster (``test_accuracy_local``)."""

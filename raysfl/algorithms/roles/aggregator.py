@@ -42,12 +42,25 @@ class Aggregator:
         self.own: dict[int, dict[str, np.ndarray]] = {}  # per-client state kept between rounds
         self.last_clients: list[int] = []                 # this round's aggregated participants
         self.round_weights: dict[int, float] = {}         # this round's server-chosen weights (ServerSide.weights)
+        self.metrics: dict[str, list[float]] = {}         # this round's figures (``record``)
         self.state = self.state_cls() if self.state_cls is not None else None
 
     @classmethod
     def columns(cls, cfg) -> list[str]:
-        """Extra columns :meth:`evaluate` fills (NaN in rounds without evaluation)."""
+        """Extra columns it fills with :meth:`record` (while it aggregates: every round; while it
+        evaluates: NaN in rounds without evaluation) or with :meth:`evaluate`'s extras."""
         return []
+
+    def record(self, name: str, value: float) -> None:
+        """Note a figure of this round (as ``ServerSide.record``); its round mean becomes the
+        column ``name``."""
+        self.metrics.setdefault(name, []).append(float(value))
+
+    def take_records(self) -> dict[str, float]:
+        """The round means of what was recorded since the last call, which it forgets."""
+        out = {k: float(np.mean(v)) for k, v in self.metrics.items() if v}
+        self.metrics = {}
+        return out
 
     # ----------------------------------------------------------------- a round
     def client_start(self, client: int, cut: int) -> tuple[dict[str, np.ndarray] | None, bool]:

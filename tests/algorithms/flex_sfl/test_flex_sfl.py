@@ -309,7 +309,7 @@ def test_fed_evaluate_combines_cluster_and_edge_models():
     assert extras["acc_mix"] == pytest.approx((0.25 + 0.5) / 2)  # beta = (40, 40)/80
     # no W_global yet: test_accuracy is the initial model's (both clusters), W built at round 0
     assert seen[2] == seen[3] == {"blocks.0.w": 0.0, "blocks.1.w": 0.0, "blocks.2.w": 0.0, "blocks.3.w": 0.0}
-    assert (acc, loss, extras["w_global_round"]) == (0.0, 0.0, 0.0)
+    assert (acc, loss) == (0.0, 0.0) and "w_global_round" not in extras  # recorded as it aggregates
 
 
 def test_w_global_is_built_at_tau_g_and_evaluated_until_the_next():
@@ -327,23 +327,26 @@ def test_w_global_is_built_at_tau_g_and_evaluated_until_the_next():
     servers = [{**_st(1, 1.0), **_st(2, 1.0), **_st(3, 1.0)}, {**_st(2, 1.0), **_st(3, 1.0)}]
     agg.aggregate(1, servers, [ClientUpdate(0, _st(0, 4.0), 8)])
     assert agg.state.w_global is None                          # round 1: no sync
+    assert agg.take_records() == {"w_global_round": 0.0}       # the initial model (recorded as it aggregates)
     acc1, _, ex1 = agg.evaluate(ev)
-    assert acc1 == 0.0 and ex1["w_global_round"] == 0.0        # the initial model
+    assert acc1 == 0.0
     agg.aggregate(2, servers, [ClientUpdate(0, _st(0, 8.0), 8)])
     assert agg.state.w_global["round"] == 2                    # round 2 = tau_G: W_global built
+    assert agg.take_records() == {"w_global_round": 2.0}
     acc2, _, ex2 = agg.evaluate(ev)
     # cluster 0: D = (10, 30) -> (8*10 + 0*30)/40 = 2.0; cluster 1 untouched (0.0); beta = 1/2 each
-    assert acc2 == pytest.approx(1.0) and ex2["w_global_round"] == 2.0 and ex2["acc_cluster_0"] == 2.0
+    assert acc2 == pytest.approx(1.0) and ex2["acc_cluster_0"] == 2.0
     agg.aggregate(3, servers, [ClientUpdate(1, _st(0, 40.0), 8)])
+    assert agg.take_records() == {"w_global_round": 2.0}       # carried forward between syncs
     n = len(calls)
     acc3, _, ex3 = agg.evaluate(ev)
     assert len(calls) == n + 2                                  # only the mix is evaluated (2 clusters)
-    assert acc3 == acc2 and ex3["w_global_round"] == 2.0        # carried forward between syncs
+    assert acc3 == acc2
     assert ex3["acc_mix"] == ex2["acc_mix"]                     # client 1's model waits for tau_c
     agg.aggregate(4, servers, [])
     acc4, _, ex4 = agg.evaluate(ev)
     # cluster 0 at round 4: client 1 (D=30) 40.0 and client 0 (D=10) back on the aggregate 2.0 -> 30.5
-    assert ex4["w_global_round"] == 4.0 and ex4["acc_cluster_0"] == pytest.approx(30.5)
+    assert agg.take_records() == {"w_global_round": 4.0} and ex4["acc_cluster_0"] == pytest.approx(30.5)
 
 
 # ------------------------------------------------------------------ config
@@ -450,6 +453,17 @@ def test_edge_aggregate_reaches_every_edge_server_and_accuracy_moves_only_at_tau
     for n, server in enumerate(state["servers"]):
         own = {k: v for k, v in server["model"].items() if int(k.split(".")[1]) >= cuts[n]}
         assert own and all(np.array_equal(v, edge[k]) for k, v in own.items()), n
+
+
+def test_a_figure_recorded_as_the_aggregator_aggregates_is_in_every_round(quick):
+    """The aggregator's ``record`` while it aggregates (W_global's round) fills its column in
+    rounds that --eval-every skips, where what it computes while evaluating is NaN."""
+    cfg = quick(algo="flex_sfl", clients=12, rounds=3, local_steps=1, quantity_skew=0.0, eval_every=3,
+                flex_sfl={"edge_servers": 2, "clients_per_cluster": 2, "tau_c": 2, "tau_e": 1, "tau_r": 1,
+                          "das_mode": "spread", "max_cut": 2})
+    rows = raysfl.run(cfg).metrics
+    assert [r["w_global_round"] for r in rows] == [0.0, 2.0, 2.0]
+    assert [r["acc_mix"] == r["acc_mix"] for r in rows] == [False, False, True]  # evaluated in round 3 only
 
 
 @pytest.mark.parametrize("seed", [0, 1])
