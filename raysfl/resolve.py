@@ -147,14 +147,6 @@ def _check_finite(obj, where: str, flags: bool) -> None:
             raise ConfigError(f"{name} must be a finite number, got {v}")
 
 
-def _check_algo_params(cfg: Config) -> None:
-    p = cfg.algo_params
-    for f in dataclasses.fields(p):
-        v = getattr(p, f.name)
-        if isinstance(v, float) and not math.isfinite(v):
-            raise ConfigError(f"{cfg.algo}.{f.name} (--{f.name.replace('_', '-')}) must be a finite number, got {v}")
-
-
 def _writable_dir(path: str, what: str) -> None:
     """``path`` is a directory this process can write in, or can be created as one. Tried by
     creating (and removing) a temporary directory: permission bits say little for root, a
@@ -271,7 +263,7 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
     _check_finite(cfg, "", flags=True)
     _check_finite(cfg.devices, "devices.", flags=False)
     _check_finite(cfg.resources, "resources.", flags=False)
-    _check_algo_params(cfg)
+    check_knobs(cfg.algo_params)  # each knob against its declaration: choices, bounds, finite numbers
     if custom_data.is_custom(cfg.dataset):  # your own data (raysfl.run(cfg, data=...)): given to this run?
         _check(custom_data.lookup(cfg.dataset) is not None, str(custom_data.missing(cfg.dataset)))
     else:
@@ -391,7 +383,6 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
         cuts = model_info(cfg.model).cuts  # the zoo's catalogue, or your model's own: nothing is built
         _check(cfg.cut in cuts,
                f"cut {cfg.cut} is not valid for model '{cfg.model}'; valid cuts: {cuts[0]}..{cuts[-1]}")
-    check_knobs(cfg.algo_params)  # each knob against its declaration: choices, bounds, finite numbers
     algo_cls.validate(cfg)
     from raysfl.faults import check_roles, check_rounds, parse_faults
 

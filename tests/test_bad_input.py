@@ -113,7 +113,7 @@ BAD_FLAGS = [
     (["--memory-gb", "inf", "inf"], "devices.memory_gb must be a finite number, got (inf, inf)"),
     (["--clients-per-actor", "-1"], "resources.clients_per_actor must be >= 1"),
     (["--name", "../../x"], "name must be one directory name inside --out"),
-    (["--algo", "fedprox", "--mu", "nan"], "fedprox.mu (--mu) must be a finite number, got nan"),
+    (["--algo", "fedprox", "--mu", "nan"], "mu must be a finite number >= 0, got nan"),
     (["--algo", "splitfed_v1", "--mu", "0.1"], "'fedprox.mu' (--mu) belongs to algorithm 'fedprox'"),
     (["--rounds", "5", "--faults", "kill:client:round=30"], "'kill:client:round=30' is scheduled after the last round"),
     (["--faults", "delay:client:p=0.5:seconds=inf"], "seconds=inf must be finite"),
