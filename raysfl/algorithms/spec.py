@@ -114,12 +114,19 @@ class Algorithm:
                 "server_updates": "1 per batch"}
 
     @classmethod
+    def columns(cls, cfg: "Config") -> list[str]:
+        """The metric columns its roles fill with ``record`` (the server's, the clients' through
+        ``stats.record``, the aggregator's, or its evaluation's extras), in that order: one list,
+        the one the runtime reads (a column nobody recorded in a round is NaN there)."""
+        return [k for role in (cls.server, cls.client, cls.aggregator) for k in role.columns(cfg)]
+
+    @classmethod
     def columns_written(cls, cfg: "Config") -> set[str]:
         """The metrics columns a run of ``cfg`` writes that a table or a tuning may read: the test
-        accuracy and loss (on the local splits too, when the run holds them) and its roles'
-        columns."""
+        accuracy and loss (on the local splits too, when the run holds them) and its
+        :meth:`columns`."""
         written = {"test_accuracy", "test_loss"} | ({"test_accuracy_local"} if cfg.local_test_fraction else set())
-        return written | {k for role in (cls.server, cls.client, cls.aggregator) for k in role.columns(cfg)}
+        return written | set(cls.columns(cfg))
 
     @classmethod
     def make_planner(cls, cfg: "Config") -> Planner:

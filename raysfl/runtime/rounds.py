@@ -343,13 +343,14 @@ def round_metrics(exp: Experiment, rnd: int, res: RoundResult, result, wall: flo
         below_min_included=bool(selected) and completed < cfg.min_included * selected)
     extras = result[2] if result is not None else {}
     row.update(planner.round_info(rnd))
-    row.update({k: float(res.server_metrics.get(k, nan)) for k in spec.server.columns(cfg)})
-    recorded = [st.metrics for st in stats.values()]
-    for k in spec.client.columns(cfg):
-        values = [v for m in recorded for v in m.get(k, [])]
-        row[k] = float(sum(values) / len(values)) if values else nan
-    recorded = {**res.aggregator_metrics, **extras}  # what the aggregator recorded while aggregating or evaluating
-    row.update({k: float(recorded.get(k, nan)) for k in spec.aggregator.columns(cfg)})
+    # what every role recorded this round: round means (the clients' over all their values)
+    by_client: dict[str, list[float]] = {}
+    for st in stats.values():
+        for k, values in st.metrics.items():
+            by_client.setdefault(k, []).extend(values)
+    recorded = {**{k: sum(v) / len(v) for k, v in by_client.items() if v}, **res.server_metrics,
+                **res.aggregator_metrics, **extras}
+    row.update({k: float(recorded.get(k, nan)) for k in spec.columns(cfg)})
     if cfg.local_test_fraction:  # every algorithm, on the clients' local test splits
         row["test_accuracy_local"] = float(extras.get("test_accuracy_local", nan))
     return row, client_rows
