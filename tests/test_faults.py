@@ -432,8 +432,10 @@ def test_late_updates_join_the_next_round_when_the_algorithm_wants_them(quick):
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # actors cannot import the tests
     register(LateFriendly)
     try:
-        kw = dict(clients=4, rounds=4, round_deadline_s=3.0,
-                  faults="delay:client:round=2:seconds=4:clock=real:p=1",
+        # a deadline that a loaded 2-core machine's rounds still meet (3 s did not, beside a second
+        # process), and a delay 1 s past it: the straggler is done when round 3 aggregates
+        kw = dict(clients=4, rounds=4, round_deadline_s=10.0,
+                  faults="delay:client:round=2:seconds=11:clock=real:p=1",
                   resources={"clients_per_actor": 1, "client_cpus": 0.25})
         res = raysfl.run(quick(algo="test_late_friendly", **kw))
         rows = res.metrics
