@@ -30,8 +30,9 @@ def runs_at_once(configs: list, cpus: float, gpus: float, requested: int | None 
         if requested < 1:
             raise ConfigError(f"--parallel must be >= 1, got {requested}")
         return min(requested, len(configs))
-    need_cpu = max(run_demand(c)[0] for c in configs)
-    need_gpu = max(run_demand(c)[1] for c in configs)
+    demands = [run_demand(c) for c in configs]  # each planner built once
+    need_cpu = max(cpu for cpu, _ in demands)
+    need_gpu = max(gpu for _, gpu in demands)
     fits = [math.floor(cpus / need_cpu + 1e-9) if need_cpu else len(configs),
             math.floor(gpus / need_gpu + 1e-9) if need_gpu else len(configs)]
     return max(1, min(len(configs), *fits))
