@@ -111,19 +111,17 @@ class Smashed:
 
 @dataclass
 class GradReply:
-    """The server's answer to one smashed batch: the gradient at the cut and, for algorithms
-    that fuse it with a local loss (SuperSFL's eq. 3), the server-side loss as one float32;
-    for algorithms that distil from the server's predictions (BESplit's DTD, eq. 15), the
-    server-side outputs (logits) of the batch."""
+    """The server's answer to one smashed batch: the gradient at the cut, and whatever else
+    the algorithm's server side sends back with it (``extra``, from ``StepResult.replies``: a
+    float travels as one float32, a tensor packed; e.g. SuperSFL's server-side loss, BESplit's
+    teacher logits), counted in the bytes received."""
 
     grad: Wire
-    loss: float | None = None
-    logits: Wire | None = None
+    extra: dict[str, "Wire | float"] = field(default_factory=dict)
 
     @property
     def nbytes(self) -> int:
-        return (self.grad.nbytes + (4 if self.loss is not None else 0)
-                + (self.logits.nbytes if self.logits is not None else 0))
+        return self.grad.nbytes + sum(4 if isinstance(v, float) else v.nbytes for v in self.extra.values())
 
 
 @dataclass

@@ -17,7 +17,7 @@ from pathlib import Path
 # the roles' declared capabilities (raysfl/algorithms/roles/*, algorithms/spec.py), past and present
 CAPABILITIES = {"exchange", "runs_actors", "server_side", "sequential", "real_deadlines", "uses_cut",
                 "measures_clients", "plan_steps", "plans_own_steps", "uploads_model", "survives_server_loss",
-                "keeps_optimizer", "late_updates", "reply_loss", "stacked_copies", "regularizer", "has_regularizer"}
+                "keeps_optimizer", "late_updates", "stacked_copies", "regularizer", "has_regularizer"}
 
 
 def branches(root: Path) -> list[tuple[str, int, str]]:

@@ -62,6 +62,10 @@ def render() -> str:
             else:
                 continue
             out.append(f"- {kind}`{_signature(name, fn)}`: {_first_line(fn)}")
+        for base in cls.__mro__[1:-1]:  # what it inherits (the Recorder's metrics channel)
+            for name, fn in base.__dict__.items():
+                if inspect.isfunction(fn) and not name.startswith("_") and name not in cls.__dict__:
+                    out.append(f"- `{_signature(name, fn)}` (from `{base.__name__}`): {_first_line(fn)}")
         out.append("")
     out.append(END)
     return "\n".join(out)

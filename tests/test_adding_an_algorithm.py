@@ -211,6 +211,49 @@ def test_client_roles_record_per_round_metrics(quick):
     assert [r["test_accuracy"] for r in res.metrics] == [r["test_accuracy"] for r in plain.metrics]
 
 
+class CountingFailures(Aggregator):
+    """FedAvg that records how many of the round's clients the simulated deadline dropped,
+    from the ``failures`` the runtime hands it (as Flower's aggregate_fit receives them)."""
+
+    @classmethod
+    def columns(cls, cfg):
+        return ["past_sim_deadline"]
+
+    def aggregate(self, rnd, server_states, updates, failures):
+        assert not set(failures) & {u.client for u in updates}  # a failure has no update
+        self.record("past_sim_deadline", sum(why == "past_sim_deadline" for why in failures.values()))
+        return super().aggregate(rnd, server_states, updates, failures)
+
+
+class FailureCounting(Algorithm):
+    name = "test_failure_counting"
+    aggregator = CountingFailures
+
+
+def test_the_aggregator_receives_the_rounds_failures(quick):
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    register(FailureCounting)
+    try:
+        res = raysfl.run(quick(algo="test_failure_counting", clients=10, rounds=3, sim_deadline_s=30.0,
+                               faults="delay:client:p=0.3:seconds=100"))
+    finally:
+        ALGORITHMS.pop("test_failure_counting", None)
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    assert sum(r["dropped"] for r in res.metrics) >= 1
+    assert [r["past_sim_deadline"] for r in res.metrics] == [float(r["dropped"]) for r in res.metrics]
+
+
+def test_failures_name_every_client_that_trained_without_an_update():
+    from raysfl.runtime.federation import RoundResult, failures
+
+    res = RoundResult(stats={c: None for c in range(5)})
+    res.failed, res.late = {1}, {3}
+    assert failures(res, [0, 2]) == {1: "failed", 3: "late", 4: "past_sim_deadline"}
+    assert failures(res, None) == {1: "failed", 3: "late"}
+
+
 def test_a_role_state_round_trips_through_a_checkpoint():
     """A role's typed state is checkpointed as plain data and comes back as its dataclass."""
     from raysfl import checkpoint

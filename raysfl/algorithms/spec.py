@@ -115,10 +115,11 @@ class Algorithm:
 
     @classmethod
     def columns(cls, cfg: "Config") -> list[str]:
-        """The metric columns its roles fill with ``record`` (the server's, the clients' through
-        ``stats.record``, the aggregator's, or its evaluation's extras), in that order: one list,
-        the one the runtime reads (a column nobody recorded in a round is NaN there)."""
-        return [k for role in (cls.server, cls.client, cls.aggregator) for k in role.columns(cfg)]
+        """The metric columns its roles fill with ``record`` (the planner's, the server's, the
+        clients' through ``stats.record``, the aggregator's, or its evaluation's extras), in
+        that order: one list, the one the runtime reads (a column nobody recorded in a round is
+        NaN there)."""
+        return [k for role in (cls.planner, cls.server, cls.client, cls.aggregator) for k in role.columns(cfg)]
 
     @classmethod
     def columns_written(cls, cfg: "Config") -> set[str]:

@@ -191,8 +191,8 @@ class ClientActor(RunActor):
                 a.stats.traffic.grad_down += r.nbytes
                 a.stats.traffic.messages += 1
                 acts, a.pending = a.pending, None
-                outputs = unpack(r.logits, self.device) if r.logits is not None else None
-                yield a, acts, Reply(unpack(r.grad, self.device), r.loss, outputs)
+                extra = {k: v if isinstance(v, float) else unpack(v, self.device) for k, v in r.extra.items()}
+                yield a, acts, Reply(unpack(r.grad, self.device), extra)
 
     def apply_grads(self, grad_refs: list) -> None:
         """Apply the gradients that arrived. A client still waiting for one lost its server

@@ -79,7 +79,8 @@ class FedActor(RunActor):
         return out if len(out) != 1 else out[0]
 
     def aggregate(self, rnd: int, aggregated: list[int] | None, server_state_refs: list, update_refs: list,
-                  late_refs: list = (), weights: dict[int, float] | None = None, servers: list = ()):
+                  late_refs: list = (), weights: dict[int, float] | None = None, servers: list = (),
+                  failures: dict[int, str] | None = None):
         """Merge this round's server-side states and client updates (ObjectRefs: one per
         server, one list of updates per client actor) into the aggregator's state.
 
@@ -87,7 +88,8 @@ class FedActor(RunActor):
         skipped, as are clients not in ``aggregated`` (stragglers past the deadline; None: all).
         ``late_refs``: earlier rounds' late update lists, for aggregators that take them.
         ``weights``: the aggregation weight the servers chose per client (``ServerSide.weights``;
-        the role's ``round_weights``). The state the aggregator wants every server to adopt
+        the role's ``round_weights``). ``failures``: the round's clients without an update, and
+        why (the driver's verdict; the aggregator's ``failures`` argument). The state the aggregator wants every server to adopt
         goes to ``servers`` (actor handles) here, before this call returns. Returns (the number
         of late updates applied, this actor's incarnation: the driver sees at once whether Ray
         restarted it during the round, the round means of what the aggregator recorded).
@@ -105,7 +107,7 @@ class FedActor(RunActor):
         updates = sorted(updates + late, key=lambda u: (u.client, u.late))
         role.last_clients = [u.client for u in updates]
         role.take_records()  # what a rolled-back attempt recorded is not this round's
-        merged = role.aggregate(rnd, server_states, updates)
+        merged = role.aggregate(rnd, server_states, updates, dict(failures or {}))
         if merged is not None and servers:  # e.g. FLEX-SFL's w_e to every edge server (eq. 26)
             fetch([srv.load_shared.remote(merged) for srv in servers])  # a dead one is restored next round
         return len(late), self.incarnation, role.take_records()

@@ -80,6 +80,18 @@ class RoundInFlight:
         return [u for a, u in self.updates if a in self.result.late_actors]
 
 
+def failures(res: RoundResult, aggregated: list[int] | None) -> dict[int, str]:
+    """The round's clients that trained without an update in its aggregation, and why (one of
+    the aggregator's ``FAILURES``): its actor or server died or it lost its server's answer
+    (``failed``), it missed the real-time deadline (``late``), or the simulated deadline
+    dropped it (``past_sim_deadline``)."""
+    keep = set(res.stats) if aggregated is None else set(aggregated)
+    out = {c: "failed" for c in res.failed}
+    out.update({c: "late" for c in res.late})
+    out.update({c: "past_sim_deadline" for c in res.stats if c not in keep and c not in out})
+    return dict(sorted(out.items()))
+
+
 def step_window(cfg) -> float | None:
     """How long (real seconds) a server step waits for the other clients' smashed data once the
     first batch of the step is in: ``--step-deadline-s``, else a quarter of
@@ -483,7 +495,7 @@ class Federation:
         if self._carry:  # earlier rounds' stragglers that have finished by now
             late, _ = ray.wait(self._carry, num_returns=len(self._carry), timeout=0, fetch_local=False)
         ok = self.fed.aggregate.remote(flight.rnd, aggregated, states, flight.on_time(), late, flight.agg_weights,
-                                       self.servers if flight.sync else [])
+                                       self.servers if flight.sync else [], failures(flight.result, aggregated))
         eval_ref = self.fed.evaluate.remote() if evaluate else None
         try:
             self.late_applied, incarnation, flight.result.aggregator_metrics = ray.get(ok)

@@ -76,6 +76,7 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
     t0 = time.perf_counter()
     events = {k: 0 for k in EVENT_COLUMNS}
     events["restarts"] += fed.recover()["restarts"]
+    planner.take_records(), planner.take_client_records()  # what it recorded before this round is not this round's
     plans, server_of = plan_round(cfg, planner, rnd, ctx, exp.counters["stream_pos"])
     selected = len(plans)
     rf = plan_faults(exp.faults, rnd, cfg.seed, sorted(plans), fed.num_actors, len(fed.servers))
@@ -316,12 +317,13 @@ def round_metrics(exp: Experiment, rnd: int, res: RoundResult, result, wall: flo
     delays = sim_delay if delays is None else delays
     included = set(stats) if included is None else included
     client_rows, times, compute = [], [], []
+    planned, planned_clients = planner.take_records(), planner.take_client_records()  # what it recorded planning
     for c in sorted(stats):
         t = planner.client_sim_time(c, stats[c], ctx.profiles[c], server_speed) + sim_delay.get(c, 0.0)
         times.append(t)
         compute.append(compute_time(stats[c], ctx.profiles[c], server_speed))
         client_rows.append({**client_row(rnd, stats[c], t, delays.get(c, 0.0), c in included),
-                            **planner.client_round_info(rnd, c)})
+                            **planned_clients.get(c, {})})
     sim = planner.round_sim_time(times)
     if cfg.sim_deadline_s is not None:  # the round ends at the deadline at the latest
         sim = min(sim, cfg.sim_deadline_s)
@@ -342,13 +344,12 @@ def round_metrics(exp: Experiment, rnd: int, res: RoundResult, result, wall: flo
         fallback_steps=sum(s.fallback_steps for s in stats.values()), events=events or {},
         below_min_included=bool(selected) and completed < cfg.min_included * selected)
     extras = result[2] if result is not None else {}
-    row.update(planner.round_info(rnd))
     # what every role recorded this round: round means (the clients' over all their values)
     by_client: dict[str, list[float]] = {}
     for st in stats.values():
         for k, values in st.metrics.items():
             by_client.setdefault(k, []).extend(values)
-    recorded = {**{k: sum(v) / len(v) for k, v in by_client.items() if v}, **res.server_metrics,
+    recorded = {**planned, **{k: sum(v) / len(v) for k, v in by_client.items() if v}, **res.server_metrics,
                 **res.aggregator_metrics, **extras}
     row.update({k: float(recorded.get(k, nan)) for k in spec.columns(cfg)})
     if cfg.local_test_fraction:  # every algorithm, on the clients' local test splits

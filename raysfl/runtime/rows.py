@@ -2,9 +2,10 @@
 ``clients.parquet`` (a row per client per round), used by the federated rounds and the
 centralised run alike, so the two cannot drift apart.
 
-An algorithm adds columns after the base ones: its planner's ``round_info``, its server
-role's, client role's and aggregator's ``columns``; ``test_accuracy_local`` with
-``--local-test-fraction``.
+An algorithm adds columns after the base ones: its roles' ``columns`` (planner, server,
+client, aggregator: ``Algorithm.columns``), filled with what they ``record``; the planner's
+per-client records are columns of ``clients.parquet`` (FedPairing's ``partner``);
+``test_accuracy_local`` with ``--local-test-fraction``.
 """
 
 from __future__ import annotations

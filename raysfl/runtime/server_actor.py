@@ -120,9 +120,9 @@ class ServerActor(RunActor):
         res = self.role.step(batches)
         passes = self.role.updates_per_step()
         for c, cut, _, y in batches:
-            loss = float(res.losses[c]) if self.role.reply_loss else None
-            outputs = pack(res.outputs[c], self.cfg.transfer_dtype) if c in res.outputs else None
-            out[owner[c]][c] = GradReply(pack(res.grads[c], self.cfg.transfer_dtype), loss, outputs)
+            extra = {k: float(v) if isinstance(v, (float, int)) else pack(v, self.cfg.transfer_dtype)
+                     for k, v in res.replies.get(c, {}).items()}
+            out[owner[c]][c] = GradReply(pack(res.grads[c], self.cfg.transfer_dtype), extra)
             st = self.stats[c]
             rows = len(y) + res.extra_rows.get(c, 0)
             st.server_flops += passes * 3.0 * rows * float(sum(self.flops[cut:]))
@@ -149,8 +149,7 @@ class ServerActor(RunActor):
                     self.stats[c].agg_weight = float(w)
         self.role.end_round(weights, self.dropped)
         state = self.role.export(self.lo) if export and self.lo is not None else {}
-        metrics = {k: float(np.mean(v)) for k, v in self.role.metrics.items() if v}
-        return state, [self.stats[c] for c in sorted(self.stats)], metrics
+        return state, [self.stats[c] for c in sorted(self.stats)], self.role.take_records()
 
     def load_shared(self, state: dict | None) -> None:
         """Adopt a merged server-side state from the fed server (keys it holds; others stay)."""

@@ -152,7 +152,7 @@ class EvidentialServer(PerClientServer):
             record_gradient_angle(self, torch.stack([self.client_gradient(c, cut) for c, cut, _, _ in batches]))
         # the server's outputs go back as DTD's global teacher (eq. 15); the borrower's model ran
         # the lent rows: its server FLOPs
-        return StepResult(grads, losses, logits if p.dtd else {}, lent)
+        return StepResult(grads, losses, {c: {"logits": t} for c, t in logits.items()} if p.dtd else {}, lent)
 
     def weights(self, weights: dict[int, float]) -> dict[int, float]:
         """End of round: fold this round's statistics into the records (eq. 6), drop expired
@@ -208,7 +208,7 @@ class DTDClient(OwnModuleClient):
         if c.head is None:
             return
         p = self.params
-        loss, _ = dtd_loss(c.head, c.x, c.y, acts.detach(), reply.outputs, c.round, anneal_total(self.cfg), p.kd_tau,
+        loss, _ = dtd_loss(c.head, c.x, c.y, acts.detach(), reply.extra.get("logits"), c.round, anneal_total(self.cfg), p.kd_tau,
                            p.kd_lambda_c, p.kd_lambda_g, p.evidence, p.kd_c_distance)
         c.head_opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -236,7 +236,7 @@ class EvidentialAggregator(Aggregator):
             return None, True
         return self.prefix_with_own(client, cut), True
 
-    def aggregate(self, rnd: int, server_states: list[dict], updates: list[ClientUpdate]):
+    def aggregate(self, rnd: int, server_states: list[dict], updates: list[ClientUpdate], failures: dict[int, str]):
         parts = []
         for u in updates:
             aux = {k: v for k, v in u.state.items() if k.startswith((HEAD, HEAD_OPTIMIZER))}

@@ -10,7 +10,7 @@ step, on the same batch, with
 
 where z_C is the client-side model's smashed output for the batch (teacher 1, eq. 16-17) and
 the global model's prediction (teacher 2, eq. 15) is the server's output for that smashed
-batch, which comes back with the gradient (``StepResult.outputs``): the split model
+batch, which comes back with the gradient (``StepResult.replies``): the split model
 [W_C, W_S] the client is training, which is W_g at the start of the round. No model is
 downloaded for it; the logits cost B x N floats per step, counted as traffic.
 

@@ -88,6 +88,7 @@ class PairingPlanner(Planner):
         for c, j in self.pairs(rnd, clients).items():
             overlap = [] if j is None else overlapping_layers(self.num_blocks, self._lengths[c], self._lengths[j])
             out[c] = PairPlan(j, overlap, float(weights[c]))
+            self.record("partner", -1 if j is None else int(j), client=c)  # clients.parquet: -1 trains alone
         return out
 
     def restrict(self, rnd: int, plans: dict, clients: list[int]) -> dict:
@@ -99,11 +100,6 @@ class PairingPlanner(Planner):
                 p = dataclasses.replace(p, cut=self.num_blocks, role=PairPlan(None, [], p.role.weight))
             out[c] = p
         return out
-
-    def client_round_info(self, rnd: int, client: int) -> dict:
-        """clients.parquet's ``partner`` column: the client it trained with (-1: alone)."""
-        partner = self._partner.get(client)
-        return {"partner": -1 if partner is None else int(partner)}
 
     def client_info(self, client: int) -> dict:
         return {"position_m": [float(v) for v in self.positions[client]], "cpu_ghz": float(self.freq_ghz[client]),

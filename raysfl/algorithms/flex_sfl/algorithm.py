@@ -91,7 +91,7 @@ class HiLoAggregator(Aggregator):
         self.state.have[client] = version
         return self._cluster_start(n), charged
 
-    def aggregate(self, rnd: int, server_states: list[dict], updates: list[ClientUpdate]):
+    def aggregate(self, rnd: int, server_states: list[dict], updates: list[ClientUpdate], failures: dict[int, str]):
         merged = self._aggregate(rnd, server_states, updates)
         if rnd % global_period(self.params.tau_c, self.params.tau_e) == 0:
             # eq. (28): W_global = Combine({w_c^n}, w_e) at t mod tau_G = 0, "used for evaluation

@@ -97,10 +97,14 @@ class FlexPlanner(Planner):
     def assign_servers(self, rnd, clients, cuts, ctx):
         return {c: self.das.cluster_of(c) for c in clients}
 
-    def sync_servers(self, rnd: int) -> bool:
-        return schedule(rnd, self.params.tau_c, self.params.tau_e)["edge"]
+    @classmethod
+    def columns(cls, cfg) -> list[str]:
+        return ["client_aggregation", "edge_aggregation", "global_sync"]  # HiLo's schedule (recorded below)
 
-    def round_info(self, rnd: int) -> dict[str, float]:
+    def sync_servers(self, rnd: int) -> bool:
+        """HiLo-Agg (Sec. 3.3, eqs. 24-27): the edge servers aggregate every tau_e rounds; the round's whole
+        schedule is recorded (client aggregation, edge aggregation, global sync)."""
         s = schedule(rnd, self.params.tau_c, self.params.tau_e)
-        return {"client_aggregation": float(s["client"]), "edge_aggregation": float(s["edge"]),
-                "global_sync": float(s["global"])}
+        for name, key in (("client_aggregation", "client"), ("edge_aggregation", "edge"), ("global_sync", "global")):
+            self.record(name, float(s[key]))
+        return s["edge"]

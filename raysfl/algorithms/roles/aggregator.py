@@ -20,6 +20,12 @@ import numpy as np
 
 from raysfl.aggregation import weighted_average
 from raysfl.algorithms.roles.context import ClientUpdate, FederationContext
+from raysfl.algorithms.roles.records import Recorder
+
+# why a client that trained in a round has no update in its aggregation (Aggregator.aggregate's failures):
+# its actor or server died, or it lost its server's answer; it missed the real-time deadline;
+# the simulated clock's deadline (--sim-deadline-s) dropped it
+FAILURES = ("failed", "late", "past_sim_deadline")
 
 # what evaluate_own_models adds to the test accuracy (extra columns)
 OWN_MODEL_METRICS = ["test_accuracy_avg_client", "test_accuracy_label_mix", "own_class_share"]
@@ -29,7 +35,7 @@ def block_of(key: str) -> int:
     return int(key.split(".")[1])
 
 
-class Aggregator:
+class Aggregator(Recorder):
     """FedAvg of the client-side models (weighted by samples), the servers' states merged in."""
 
     state_cls: ClassVar[type | None] = None  # the role's own state (a dataclass; None: none)
@@ -51,17 +57,6 @@ class Aggregator:
         evaluates: NaN in rounds without evaluation) or with :meth:`evaluate`'s extras."""
         return []
 
-    def record(self, name: str, value: float) -> None:
-        """Note a figure of this round (as ``ServerSide.record``); its round mean becomes the
-        column ``name``."""
-        self.metrics.setdefault(name, []).append(float(value))
-
-    def take_records(self) -> dict[str, float]:
-        """The round means of what was recorded since the last call, which it forgets."""
-        out = {k: float(np.mean(v)) for k, v in self.metrics.items() if v}
-        self.metrics = {}
-        return out
-
     # ----------------------------------------------------------------- a round
     def client_start(self, client: int, cut: int) -> tuple[dict[str, np.ndarray] | None, bool]:
         """(the state client ``client``, holding blocks [0, ``cut``) this round, starts from --
@@ -75,10 +70,13 @@ class Aggregator:
         state.update(self.own.get(client, {}))
         return state
 
-    def aggregate(self, rnd: int, server_states: list[dict[str, np.ndarray]],
-                  updates: list[ClientUpdate]) -> dict[str, np.ndarray] | None:
-        """Merge round ``rnd``'s client updates and server-side states. Returns the state every
-        server adopts (FLEX-SFL's w_e, SuperSFL's super-network), or None."""
+    def aggregate(self, rnd: int, server_states: list[dict[str, np.ndarray]], updates: list[ClientUpdate],
+                  failures: dict[int, str]) -> dict[str, np.ndarray] | None:
+        """Merge round ``rnd``'s client updates and server-side states. ``failures``: the
+        clients that trained this round without an update in ``updates``, and why (``FAILURES``:
+        ``failed``, ``late``, ``past_sim_deadline``), as Flower's ``aggregate_fit`` receives
+        them. Returns the state every server adopts (FLEX-SFL's w_e, SuperSFL's
+        super-network), or None."""
         self.global_state = self.average(self.global_state, updates)
         for state in server_states:
             self.global_state.update(state)
@@ -134,7 +132,7 @@ class OwnModels(Aggregator):
             return self.own[client], False
         return None, True
 
-    def aggregate(self, rnd, server_states, updates):
+    def aggregate(self, rnd, server_states, updates, failures):
         for u in updates:
             self.own[u.client] = u.state
         for state in server_states:

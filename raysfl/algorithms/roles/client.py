@@ -38,8 +38,7 @@ class Reply:
     """The server's answer to one smashed batch, as the client role sees it."""
 
     grad: torch.Tensor                 # d(loss)/d(activations) at the cut
-    loss: float | None = None          # the server-side loss (SuperSFL's TPGF)
-    outputs: torch.Tensor | None = None  # the server-side outputs (BESplit's DTD teacher)
+    extra: dict = field(default_factory=dict)  # what the server side sent with it (``StepResult.replies``)
 
 
 @dataclass

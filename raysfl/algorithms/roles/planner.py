@@ -16,10 +16,11 @@ import numpy as np
 
 from raysfl.algorithms.roles.context import FederationContext
 from raysfl.algorithms.roles.exchange import Exchange, SplitExchange
+from raysfl.algorithms.roles.records import Recorder
 from raysfl.simclock import client_time, round_time
 
 
-class Planner:
+class Planner(Recorder):
     """SplitFed's planning: every client (or a seeded uniform sample) each round, one cut, one
     server actor, the runtime's step rule."""
 
@@ -29,6 +30,8 @@ class Planner:
     def __init__(self, cfg):
         self.cfg = cfg
         self.params = cfg.algo_params
+        self.metrics: dict[str, list[float]] = {}          # the planned round's figures (``record``)
+        self.client_metrics: dict[int, dict[str, object]] = {}  # ... per client (``record(..., client=)``)
 
     # ----------------------------------------------------------------- once per run
     @property
@@ -115,14 +118,25 @@ class Planner:
         ``rnd`` (every round by default; FLEX-SFL only every tau_e rounds)."""
         return True
 
-    def round_info(self, rnd: int) -> dict[str, float]:
-        """Extra columns of round ``rnd``'s metrics row (same keys every round)."""
-        return {}
+    @classmethod
+    def columns(cls, cfg) -> list[str]:
+        """Metric columns it fills with :meth:`record` while it plans a round (SuperSFL's
+        ``server_available``, FLEX-SFL's HiLo schedule)."""
+        return []
 
-    def client_round_info(self, rnd: int, client: int) -> dict:
-        """Extra columns of a client's clients.parquet row in round ``rnd`` (same keys for every
-        client and round; FedPairing: its partner)."""
-        return {}
+    def record(self, name: str, value, client: int | None = None) -> None:
+        """Note a figure of the round being planned: its round mean becomes the metric column
+        ``name``; with ``client``, the value (as given) is that client's clients.parquet column
+        ``name`` (the same names for every client and round; FedPairing's ``partner``)."""
+        if client is None:
+            super().record(name, value)
+        else:
+            self.client_metrics.setdefault(client, {})[name] = value
+
+    def take_client_records(self) -> dict[int, dict[str, object]]:
+        """What :meth:`record` noted per client since the last call, which it forgets."""
+        out, self.client_metrics = self.client_metrics, {}
+        return out
 
     def client_sim_time(self, client: int, stats, profile, server_flops_per_s: float) -> float:
         """Simulated seconds client ``client`` spent in the round (default: simclock.client_time:

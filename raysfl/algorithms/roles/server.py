@@ -25,6 +25,7 @@ import torch
 from raysfl.aggregation import weighted_average
 from raysfl.angles import mean_pairwise_angle
 from raysfl.algorithms.roles.context import FederationContext
+from raysfl.algorithms.roles.records import Recorder
 from raysfl.objective import objective_of
 from raysfl.optim import build_optimizer
 from raysfl.server_steps import (StackedCopies, per_client_gradients, per_client_server_step, shared_server_step,
@@ -34,13 +35,15 @@ from raysfl.transport import load_optimizer_state, optimizer_state_to_wire, stat
 
 @dataclass
 class StepResult:
-    """A server step's answers: per client the gradient at its cut and its mean loss; the
-    server-side outputs where the clients want them (BESplit's DTD); rows a client's model ran
-    beyond its own batch (BESplit's lent rows, eq. 33: they count towards its server FLOPs)."""
+    """A server step's answers: per client the gradient at its cut and its mean loss; what
+    else goes back to a client with its gradient (``replies``: {name: float or tensor}, the
+    client role reads them as ``reply.extra``; SuperSFL's server loss, BESplit's DTD teacher);
+    rows a client's model ran beyond its own batch (BESplit's lent rows, eq. 33: they count
+    towards its server FLOPs)."""
 
     grads: dict[int, torch.Tensor]
     losses: dict[int, float]
-    outputs: dict[int, torch.Tensor] = field(default_factory=dict)
+    replies: dict[int, dict[str, "torch.Tensor | float"]] = field(default_factory=dict)
     extra_rows: dict[int, int] = field(default_factory=dict)
 
 
@@ -51,10 +54,9 @@ def record_gradient_angle(server: "ServerSide", grads: torch.Tensor) -> None:
         server.record("grad_angle_deg", math.degrees(mean_pairwise_angle(grads)))
 
 
-class ServerSide:
+class ServerSide(Recorder):
     """SplitFed V2's server side."""
 
-    reply_loss: ClassVar[bool] = False  # the server-side loss travels back with the gradient (SuperSFL's TPGF)
     state_cls: ClassVar[type | None] = None  # the role's state across rounds (a dataclass; None: none)
 
     def __init__(self, cfg, ctx: FederationContext, shared, model, device):
@@ -76,10 +78,6 @@ class ServerSide:
         NaN in a round without them). Default: the mean pairwise angle of the clients' server-side
         gradients with ``--grad-angles``."""
         return ["grad_angle_deg"] if cfg.grad_angles else []
-
-    def record(self, name: str, value: float) -> None:
-        """Note a server-side figure of this round; its round mean becomes the column ``name``."""
-        self.metrics.setdefault(name, []).append(float(value))
 
     # ----------------------------------------------------------------- a round
     def begin_round(self, rnd: int, cuts: dict[int, int], lr: float | None) -> None:

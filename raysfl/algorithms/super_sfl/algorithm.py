@@ -129,13 +129,13 @@ class TPGFClient(OwnModuleClient):
         g_server = [torch.zeros_like(p) if g is None else g for p, g in zip(enc, g_server)]
         x = c.state
         depth, server_depth = c.cut, self.ctx.num_blocks - c.cut
-        w = client_weight(depth, server_depth, x.loss_client, reply.loss, self.params.fusion)
+        w = client_weight(depth, server_depth, x.loss_client, reply.extra["loss"], self.params.fusion)
         for p, g in zip(enc, fuse(x.g_client, g_server, w)):
             p.grad = g
         c.opt.step()
         c.opt.zero_grad(set_to_none=True)
         c.stats.client_flops += 2.0 * x.batch * c.fwd_flops  # TPGF's second backward through the encoder
-        x.ls_sum += reply.loss * x.batch
+        x.ls_sum += reply.extra["loss"] * x.batch
         x.ns += x.batch
         x.w_sum += w
         x.gn_server_sum += l2_norm(g_server)
@@ -181,9 +181,12 @@ class TPGFClient(OwnModuleClient):
 
 class SuperNetworkServer(ServerSide):
     """The main server holding the whole super-network; its loss travels back with the gradient
-    (TPGF's phase 2)."""
+    (TPGF's phase 2: the client's eq. (3) weight reads it)."""
 
-    reply_loss = True
+    def step(self, batches):
+        res = super().step(batches)
+        res.replies = {c: {"loss": float(loss)} for c, loss in res.losses.items()}
+        return res
 
 
 @dataclass
@@ -207,7 +210,7 @@ class CollaborativeAggregator(Aggregator):
         the device in a deployment; parked on the fed actor here, not counted as traffic)."""
         return self.prefix_with_own(client, cut), True
 
-    def aggregate(self, rnd: int, server_states: list[dict], updates: list[ClientUpdate]):
+    def aggregate(self, rnd: int, server_states: list[dict], updates: list[ClientUpdate], failures: dict[int, str]):
         """Eq. (6) weights, eq. (8) per layer; classifiers stay local. Returns the new global
         model, which the main server adopts (its copy of every layer)."""
         server_copy = dict(self.global_state)

@@ -76,15 +76,19 @@ class DepthPlanner(Planner):
     def assign_cuts(self, rnd, clients, ctx):
         return {c: int(self.depths[c]) for c in clients}
 
+    @classmethod
+    def columns(cls, cfg) -> list[str]:
+        return ["server_available"]  # Table III's availability of round t (recorded in servers_down)
+
     def servers_down(self, rnd: int) -> set[int]:
         """``availability_mode=server`` only: the server is off in rounds without gradients
         (in ``gradients`` mode it keeps training; the client role drops its gradient)."""
-        if self.params.availability_mode == "gradients" or server_up(self.params, self.cfg.seed, rnd):
+        up = server_up(self.params, self.cfg.seed, rnd)
+        self.record("server_available", float(up))
+        if self.params.availability_mode == "gradients" or up:
             return set()
         return {0}
 
     def on_server_down(self, rnd: int, clients: list[int]) -> list[int]:
         return list(clients)  # every client trains on its local classifier (Alg. 3)
 
-    def round_info(self, rnd: int) -> dict[str, float]:
-        return {"server_available": float(server_up(self.params, self.cfg.seed, rnd))}

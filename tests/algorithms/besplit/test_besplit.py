@@ -339,7 +339,7 @@ def test_ea_weighs_the_client_side_models_too_or_only_the_server_side(sides, wan
     agg = BESplit.aggregator(_cfg(ea_sides=sides, dtd=False), None, None, {"w": np.zeros(1)})
     agg.round_weights = {0: 0.9, 1: 0.1}
     updates = [ClientUpdate(0, {"w": np.ones(1)}, 10.0), ClientUpdate(1, {"w": np.zeros(1)}, 10.0)]
-    agg.aggregate(1, [], updates)
+    agg.aggregate(1, [], updates, {})
     assert agg.global_state["w"][0] == pytest.approx(want)
 
 

@@ -259,7 +259,7 @@ def test_fed_aggregate_hilo_by_hand():
     agg = _agg(_zeros(), tau_c=2, tau_e=2)
     assert agg.das.clusters == [[0, 1], [2, 3]] and agg.das.cluster_cut == [1, 2]
     # round 1: client 0 trains; no aggregation yet (tau_c = tau_e = 2), it keeps its model
-    assert agg.aggregate(1, [], [ClientUpdate(0, _st(0, 1.0), 8)]) is None
+    assert agg.aggregate(1, [], [ClientUpdate(0, _st(0, 1.0), 8)], {}) is None
     assert set(agg.own) == {0}
     state, charged = agg.client_start(0, 1)
     assert state["blocks.0.w"][0] == 1.0 and not charged          # its own copy: no download
@@ -267,7 +267,7 @@ def test_fed_aggregate_hilo_by_hand():
     assert state["blocks.0.w"][0] == 0.0 and charged               # the initial model: a download
     # round 2: client 2 trains (cut 2); both aggregations happen
     servers = [{**_st(1, 2.0), **_st(2, 2.0)}, _st(2, 4.0)]         # edge 0 holds blocks 1.., edge 1 blocks 2..
-    merged = agg.aggregate(2, servers, [ClientUpdate(2, {**_st(0, 3.0), **_st(1, 3.0)}, 8)])
+    merged = agg.aggregate(2, servers, [ClientUpdate(2, {**_st(0, 3.0), **_st(1, 3.0)}, 8)], {})
     cm = agg.state.cluster_models
     # cluster 0: client 0 (D=10) trained to 1.0; client 1 (D=30) still holds 0.0 -> 0.25 (eq. 23 over C_n)
     assert cm[0]["blocks.0.w"][0] == pytest.approx(0.25)
@@ -287,7 +287,7 @@ def test_fed_aggregate_trained_scope():
     from raysfl.algorithms.roles import ClientUpdate
 
     agg = _agg(_zeros(), tau_c=1, tau_e=1, client_agg_scope="trained")
-    agg.aggregate(1, [{}, {}], [ClientUpdate(0, _st(0, 1.0), 8)])
+    agg.aggregate(1, [{}, {}], [ClientUpdate(0, _st(0, 1.0), 8)], {})
     assert agg.state.cluster_models[0]["blocks.0.w"][0] == pytest.approx(1.0)
     assert 1 not in agg.state.cluster_models  # nobody in cluster 1 trained
 
@@ -325,25 +325,25 @@ def test_w_global_is_built_at_tau_g_and_evaluated_until_the_next():
         return float(state["blocks.0.w"][0]), 0.0
 
     servers = [{**_st(1, 1.0), **_st(2, 1.0), **_st(3, 1.0)}, {**_st(2, 1.0), **_st(3, 1.0)}]
-    agg.aggregate(1, servers, [ClientUpdate(0, _st(0, 4.0), 8)])
+    agg.aggregate(1, servers, [ClientUpdate(0, _st(0, 4.0), 8)], {})
     assert agg.state.w_global is None                          # round 1: no sync
     assert agg.take_records() == {"w_global_round": 0.0}       # the initial model (recorded as it aggregates)
     acc1, _, ex1 = agg.evaluate(ev)
     assert acc1 == 0.0
-    agg.aggregate(2, servers, [ClientUpdate(0, _st(0, 8.0), 8)])
+    agg.aggregate(2, servers, [ClientUpdate(0, _st(0, 8.0), 8)], {})
     assert agg.state.w_global["round"] == 2                    # round 2 = tau_G: W_global built
     assert agg.take_records() == {"w_global_round": 2.0}
     acc2, _, ex2 = agg.evaluate(ev)
     # cluster 0: D = (10, 30) -> (8*10 + 0*30)/40 = 2.0; cluster 1 untouched (0.0); beta = 1/2 each
     assert acc2 == pytest.approx(1.0) and ex2["acc_cluster_0"] == 2.0
-    agg.aggregate(3, servers, [ClientUpdate(1, _st(0, 40.0), 8)])
+    agg.aggregate(3, servers, [ClientUpdate(1, _st(0, 40.0), 8)], {})
     assert agg.take_records() == {"w_global_round": 2.0}       # carried forward between syncs
     n = len(calls)
     acc3, _, ex3 = agg.evaluate(ev)
     assert len(calls) == n + 2                                  # only the mix is evaluated (2 clusters)
     assert acc3 == acc2
     assert ex3["acc_mix"] == ex2["acc_mix"]                     # client 1's model waits for tau_c
-    agg.aggregate(4, servers, [])
+    agg.aggregate(4, servers, [], {})
     acc4, _, ex4 = agg.evaluate(ev)
     # cluster 0 at round 4: client 1 (D=30) 40.0 and client 0 (D=10) back on the aggregate 2.0 -> 30.5
     assert agg.take_records() == {"w_global_round": 4.0} and ex4["acc_cluster_0"] == pytest.approx(30.5)

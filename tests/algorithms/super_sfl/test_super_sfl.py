@@ -119,7 +119,7 @@ def test_tpgf_client_step_is_eqs_3_and_4():
     role.forward(a, acts, y)
     for p, want in zip(a.head.parameters(), want_head):
         torch.testing.assert_close(p.detach(), want)
-    role.backward(a, acts, Reply(grad_at_cut, server_loss))
+    role.backward(a, acts, Reply(grad_at_cut, {"loss": server_loss}))
     for p, want in zip(a.part.parameters(), want_enc):
         torch.testing.assert_close(p.detach(), want)
     assert 0 < w < 2 / 8  # depth term 2/8 times a loss ratio < 1
@@ -150,7 +150,7 @@ def test_gradients_mode_ignores_the_server_gradient_in_rounds_without_it():
     g = clip_l2(list(torch.autograd.grad(loss_c, enc)), 0.5)
     acts = a.part(x)
     role.forward(a, acts, y)
-    role.backward(a, acts, Reply(torch.randn_like(acts), 0.3))  # a gradient that arrived, to be ignored
+    role.backward(a, acts, Reply(torch.randn_like(acts), {"loss": 0.3}))  # a gradient that arrived, to be ignored
     for p, r, gi in zip(a.part.parameters(), enc, g):
         torch.testing.assert_close(p.detach(), r.detach() - 0.1 * gi)
     assert a.stats.fallback_steps == 1 and a.stats.loss_count == 0  # the server counted this batch's loss
@@ -163,7 +163,7 @@ def test_gradients_mode_ignores_the_server_gradient_in_rounds_without_it():
     b.round = 1
     acts = b.part(x)
     role.forward(b, acts, y)
-    role.backward(b, acts, Reply(torch.zeros_like(acts), 0.3))
+    role.backward(b, acts, Reply(torch.zeros_like(acts), {"loss": 0.3}))
     assert b.stats.fallback_steps == 0 and role.report(b)["w_client"] is not None
     server_mode, gradients_mode = (_planner(availability_rounds="1", availability_mode="server"),
                                    _planner(availability_rounds="1"))
@@ -178,7 +178,7 @@ def test_tpgf_ablation_modes_reach_the_client(mode, expect):
     x, y = torch.randn(4, 1, 8, 8), torch.randint(0, 10, (4,))
     acts = a.part(x)
     role.forward(a, acts, y)
-    role.backward(a, acts, Reply(torch.zeros_like(acts), 2.0))
+    role.backward(a, acts, Reply(torch.zeros_like(acts), {"loss": 2.0}))
     assert role.report(a)["w_client"] == pytest.approx(expect)
     assert a.stats.metrics["tpgf_w_client"] == [pytest.approx(expect)]
 
@@ -209,7 +209,7 @@ def test_fed_aggregate_wiring():
     assert r0["loss"] == pytest.approx(2.25) and r1["loss"] == pytest.approx(0.5)
     u0 = ClientUpdate(0, {"blocks.0.w": v(1.0), "blocks.1.w": v(2.0), "head.1.weight": v(7.0)}, 5.0, report=r0)
     u1 = ClientUpdate(1, {"blocks.0.w": v(3.0), "head.1.weight": v(8.0)}, 50.0, report=r1)
-    out = agg.aggregate(1, [server], [u0, u1])
+    out = agg.aggregate(1, [server], [u0, u1], {})
     # eq. 6: depth 2/3, 1/3 times inverse loss (1/2.25, 1/0.5) / (1/2.25 + 2)   (sample counts play no part)
     inv = np.array([1 / 2.25, 2.0])
     w0, w1 = 2 / 3 * inv[0] / inv.sum(), 1 / 3 * inv[1] / inv.sum()
