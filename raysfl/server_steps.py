@@ -68,16 +68,17 @@ def shared_server_step(model: SplitModel, opt: torch.optim.Optimizer,
     (total / n_total).backward()
     opt.step()
     grads: dict[int, torch.Tensor] = {}
-    losses_out: dict[int, float] = {}
+    order: list[int] = []
     for cut, idx in by_cut.items():
         offset = 0
-        for i, mean in zip(idx, means[cut]):
+        for i in idx:
             client, n = batches[i][0], int(batches[i][3].shape[0])
             g = inputs[cut].grad[offset:offset + n]
             grads[client] = g * (n_total / n)
-            losses_out[client] = mean.item()
+            order.append(client)
             offset += n
-    return grads, losses_out
+    values = torch.stack([m.detach() for cut in by_cut for m in means[cut]]).tolist()  # one host sync
+    return grads, dict(zip(order, values))
 
 
 def per_client_server_step(models: dict[int, SplitModel], opts: dict[int, torch.optim.Optimizer],
@@ -86,7 +87,7 @@ def per_client_server_step(models: dict[int, SplitModel], opts: dict[int, torch.
     """One step of each client's own server-side model on its own batch (SplitFed V1)."""
     loss = _loss(loss)
     grads: dict[int, torch.Tensor] = {}
-    losses: dict[int, float] = {}
+    values: list[torch.Tensor] = []
     for client, cut, x, y in batches:
         opt = opts[client]
         opt.zero_grad(set_to_none=True)
@@ -95,8 +96,9 @@ def per_client_server_step(models: dict[int, SplitModel], opts: dict[int, torch.
         value.backward()
         opt.step()
         grads[client] = x.grad
-        losses[client] = value.item()
-    return grads, losses
+        values.append(value.detach())
+    losses = torch.stack(values).tolist() if values else []  # one host sync for the group
+    return grads, {b[0]: v for b, v in zip(batches, losses)}
 
 
 @contextlib.contextmanager
@@ -156,10 +158,11 @@ def per_client_gradients(model: SplitModel, batches: list[tuple[int, int, torch.
             x = torch.stack([batches[i][2].detach() for i in idx])
             y = torch.stack([batches[i][3] for i in idx])
             (g_params, g_x), loss = grad_fn(params, x, y)
+            values = loss.detach().tolist()  # one host sync per group of equal batch sizes
             for k, i in enumerate(idx):
                 flat[i] = torch.cat([g_params[n][k].reshape(-1) for n in names])
                 act_grads[batches[i][0]] = g_x[k]
-                losses[batches[i][0]] = float(loss[k])
+                losses[batches[i][0]] = values[k]
     return torch.stack(flat), act_grads, losses, names, has_bn
 
 
@@ -234,9 +237,10 @@ class StackedCopies:
             else:
                 loss = torch.stack([self.loss(out[k], y[k]) for k in range(len(js))])
             loss.sum().backward()
+            values = loss.detach().tolist()  # one host sync per group of equal batch sizes
             for k, j in enumerate(js):
                 grads[batches[j][0]] = x.grad[k]
-                losses[batches[j][0]] = float(loss[k].detach())
+                losses[batches[j][0]] = values[k]
         state_keep = {}
         if absent:
             for p in self.params.values():

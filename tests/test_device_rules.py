@@ -233,3 +233,24 @@ def test_deterministic_runs_on_the_cpu_and_gives_the_same_rows(quick):
         res = raysfl.run(quick(algo="besplit", rounds=1, deterministic=det))
         rows.append([{k: v for k, v in r.items() if "wall_time" not in k} for r in res.metrics])
     assert rows[0] == rows[1]
+
+
+def test_a_pooled_process_does_not_keep_the_last_runs_deterministic_flags():
+    """A pooled actor is set up again for every run: a run without --deterministic after one
+    with it gets torch's default (non-deterministic) kernels back, not the last run's flags."""
+    import torch
+
+    import raysfl
+    from raysfl.runtime.placement import configure_torch
+
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+              torch.get_num_threads())
+    try:
+        configure_torch(raysfl.config_from_kwargs(deterministic=True), 1)
+        assert torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.deterministic
+        configure_torch(raysfl.config_from_kwargs(deterministic=False), 1)
+        assert not torch.are_deterministic_algorithms_enabled() and not torch.backends.cudnn.deterministic
+    finally:
+        torch.use_deterministic_algorithms(before[0])
+        torch.backends.cudnn.deterministic = before[1]
+        torch.set_num_threads(before[2])

@@ -32,11 +32,13 @@ def configure_torch(cfg, cpus: float | None) -> None:
     cuBLAS's fixed workspace. On the CPU raysfl's runs are deterministic without it; on a GPU
     they are not, unless it is set (docs/reliability.md)."""
     set_threads(cpus)
-    if getattr(cfg, "deterministic", False):
+    deterministic = bool(getattr(cfg, "deterministic", False))
+    if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before the first cuBLAS call
-        torch.use_deterministic_algorithms(True)
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.deterministic = True
+    # set both ways: a pooled actor's next run must not inherit the last one's flags
+    torch.use_deterministic_algorithms(deterministic)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = deterministic
 
 
 def device_for_actor(gpus: float, role: str | None = None) -> torch.device:
