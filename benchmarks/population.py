@@ -1,0 +1,161 @@
+"""Memory against the size of the population: peak RSS of the whole process tree (the driver,
+the local Ray it starts and every actor) of a run with many virtual clients of which a few
+train each round (issue 44's scale goal: 10,000 clients, 100 a round, within 8 GB).
+
+    .venv/bin/python benchmarks/population.py                                  # 10,000 and 1,000 clients
+    .venv/bin/python benchmarks/population.py --clients 10000 --per-round 100 --rounds 5 --algos psl
+
+Every run is its own process (``raysfl.run`` on synthetic 1x8x8 data, digits-sized CNN,
+``--samples-per-client`` training samples per client and a fixed test set of 360 samples, so
+evaluation costs the same at every population size), watched from here: every 0.5 s the RSS
+of each process of its tree is read from ``/proc`` (Linux) and summed. RSS counts pages a
+process has touched, shared ones once per process (Ray's object store and torch's libraries
+are counted in every process that maps them), so the sum is an upper bound of what the run
+holds; PSS (proportional set size) divides every shared page among the processes that map
+it, so its sum is what the tree holds. Also reported: the sum right after the actors are up (before round 1), the growth
+per round after it, and the median round time. A population effect shows as growth per round
+(a state per client that was trained, such as PSL's client-side models) or as a start that
+grows with the population.
+
+Writes docs/results/population.md (+ .csv, .parquet).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sweep import ROOT, write_tables  # noqa: E402
+
+TEST_SAMPLES = 360  # digits' test set size
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    return kids
+
+
+def tree_rss(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) in bytes of ``pid`` and every process below it, summed (/proc/PID/smaps_rollup).
+    RSS counts a shared page in every process that maps it; PSS divides it among them."""
+    kids, todo, rss, pss = _children(), [pid], 0, 0
+    while todo:
+        p = todo.pop()
+        todo += kids.get(p, [])
+        try:
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Rss:"):
+                    rss += int(line.split()[1]) * 1024
+                elif line.startswith("Pss:"):
+                    pss += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return rss, pss
+
+
+def one_run(ns) -> None:
+    """The child: one run; prints one JSON line per round (its wall time) and at the start."""
+    import numpy as np
+
+    import raysfl
+    from raysfl.callbacks import Callback
+
+    rng = np.random.default_rng(0)
+    n = ns.clients * ns.samples_per_client
+    x = rng.normal(size=(n + TEST_SAMPLES, 1, 8, 8)).astype(np.float32)
+    y = rng.integers(0, 10, n + TEST_SAMPLES)
+
+    class Report(Callback):
+        def on_round(self, row):
+            print(json.dumps({"round": row["round"], "wall": row["wall_time_s"]}), flush=True)
+
+    cfg = raysfl.config_from_kwargs(algo=ns.one, clients=ns.clients, clients_per_round=ns.per_round,
+                                    rounds=ns.rounds, local_steps=2, batch_size=4, seed=0, checkpoint_every=0,
+                                    progress=False, out=ns.out)
+    raysfl.run(cfg, data=(x[:n], y[:n], x[n:], y[n:]), callbacks=[Report()])
+
+
+def measure(algo: str, ns, out: str) -> dict:
+    cmd = [sys.executable, __file__, "--one", algo, "--clients", str(ns.clients_now), "--per-round",
+           str(ns.per_round), "--rounds", str(ns.rounds), "--samples-per-client", str(ns.samples_per_client),
+           "--out", out]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    peak, peak_pss, at_round, walls, t0 = [0], [0], {}, [], time.time()
+
+    def read_rounds():  # the child's round lines, each noted with the tree's RSS when it came
+        for line in proc.stdout:
+            if line.startswith("{"):
+                r = json.loads(line)
+                at_round[r["round"]] = tree_rss(proc.pid)[0]
+                walls.append(r["wall"])
+
+    reader = threading.Thread(target=read_rounds, daemon=True)
+    reader.start()
+    while proc.poll() is None:
+        rss, pss = tree_rss(proc.pid)
+        peak[0], peak_pss[0] = max(peak[0], rss), max(peak_pss[0], pss)
+        time.sleep(0.5)
+    reader.join()
+    peak = peak[0]
+    if proc.returncode:
+        raise SystemExit(f"{algo} with {ns.clients_now} clients failed (exit {proc.returncode}): {' '.join(cmd)}")
+    rounds = sorted(at_round)
+    growth = ((at_round[rounds[-1]] - at_round[rounds[0]]) / (len(rounds) - 1)) if len(rounds) > 1 else 0.0
+    return {"algo": algo, "clients": ns.clients_now, "per_round": ns.per_round, "rounds": ns.rounds,
+            "peak_rss_gb": round(peak / 2**30, 2), "peak_pss_gb": round(peak_pss[0] / 2**30, 2),
+            "after_round_1_gb": round(at_round[rounds[0]] / 2**30, 2),
+            "growth_per_round_mb": round(growth / 2**20, 1), "median_round_s": round(statistics.median(walls), 2),
+            "whole_run_s": round(time.time() - t0, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    ap.add_argument("--clients", type=int, nargs="+", default=[10000, 1000])
+    ap.add_argument("--per-round", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--samples-per-client", type=int, default=5)
+    ap.add_argument("--algos", nargs="+", default=["psl", "splitfed_v2"])
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    ns = ap.parse_args()
+    if ns.one:
+        ns.clients = ns.clients[0]
+        one_run(ns)
+        return
+    if ns.rounds < 2:
+        ap.error(f"--rounds {ns.rounds}: the growth per round needs at least 2 rounds")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="raysfl-population-") as tmp:
+        for clients in ns.clients:
+            for algo in ns.algos:
+                ns.clients_now = clients
+                rows.append(measure(algo, ns, tmp))
+                print(rows[-1], flush=True)
+    lines = ["| algorithm | clients | a round | rounds | peak RSS, whole tree (GB) | peak PSS (GB) | RSS after round 1 "
+             "(GB) | RSS growth per round (MB) | median round (s) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['algo']} | {r['clients']:,} | {r['per_round']} | {r['rounds']} | {r['peak_rss_gb']:.2f} | "
+                     f"{r['peak_pss_gb']:.2f} | {r['after_round_1_gb']:.2f} | {r['growth_per_round_mb']:.1f} | {r['median_round_s']:.2f} |")
+    write_tables(rows, ROOT / "docs" / "results" / "population.md", "Memory against the size of the population",
+                 " ".join(__doc__.split("\n\n")[0].split()), "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
