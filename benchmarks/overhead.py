@@ -2,23 +2,30 @@
 sequential single-process SplitFed loop, on the same work.
 
     .venv/bin/python benchmarks/overhead.py [--clients 10 100] [--rounds 30] [--model cnn --cut 2] [--threads N]
+        [--eval default off] [--runs 3]
 
-For every algorithm and client count, in one process (each raysfl run starts its own
-local Ray with raysfl's defaults, as a user's run does):
+For every algorithm, client count and evaluation setting, in one process (each raysfl run
+starts its own local Ray with raysfl's defaults, as a user's run does):
 
 - **raysfl**: ``--rounds`` rounds on digits with ``--model`` at ``--cut``, every client every
-  round, one local epoch, batch 32, seed 0; evaluation only after the last round;
+  round, one local epoch, batch 32, seed 0; with ``--eval default`` evaluated every round
+  at the defaults, as users run (``--eval-passes`` 10 included), with ``--eval off`` only
+  after the last round;
 - **centralised** (``--algo centralized``): the same model on the pooled samples, the same
-  number of samples per round and batch size, in the driver's process with every core;
-- **sequential reference** (:func:`sequential_splitfed`): SplitFed V1 as the papers'
-  reference code runs it, one process, clients one after another, one server-side model
-  per client, FedAvg of both halves at the end of the round, every core for torch.
+  number of samples per round and batch size and the same evaluation, in the driver's
+  process with every core;
+- **sequential reference** (:func:`sequential_splitfed`, with ``--eval off`` only: it does not
+  evaluate): SplitFed V1 as the papers' reference code runs it, one process, clients one
+  after another, one server-side model per client, FedAvg of both halves at the end of the
+  round, every core for torch.
 
-Time per round is the median of rounds 2..R-1 (round 1 starts the actors, round R
-evaluates); the centralised run is measured before and after the distributed ones and its
-rounds pooled, so drift of the machine during the benchmark shows less in the ratios. Because algorithms choose different cuts and client subsets, the ratios are
-per unit of work: seconds per training FLOP (client plus server side, as each run counts
-them), which for equal work is the ratio of round times.
+Time per round is the median of rounds 2..R-1 (round 1 starts the actors; with evaluation
+off, round R evaluates); the centralised run is measured before and after the distributed
+ones and its rounds pooled, so drift of the machine shows less in the ratios. The whole set
+is repeated ``--runs`` times and each figure is the median over them. Because algorithms
+choose different cuts and client subsets, the ratios are per unit of work: seconds per
+training FLOP (client plus server side, as each run counts them), which for equal work is
+the ratio of round times.
 """
 
 from __future__ import annotations
@@ -105,53 +112,78 @@ def sequential_splitfed(clients: int, rounds: int, threads: int, model_name: str
     return statistics.median(times[1:-1] or times)
 
 
+def measure(n: int, evaluation: str, args) -> list[dict]:
+    """One measurement of every algorithm at ``n`` clients: rows of round times and ratios."""
+    settings = dict(COMMON, model=args.model, cut=args.cut, clients=n, rounds=args.rounds,
+                    eval_every=1 if evaluation == "default" else 10**6)
+    tag = f"{n:>5} clients, evaluation {evaluation:<7}"
+    central = run(algo="centralized", **settings)
+    c_flops = flops_per_round(central)
+    print(f"{tag} centralised: {steady(central) * 1000:.1f} ms/round", flush=True)
+    measured = []
+    for algo in ["splitfed_v1", *args.algos]:
+        out = run(algo=algo, **settings)
+        seq = float("nan")
+        if algo == "splitfed_v1" and evaluation == "off":
+            seq = sequential_splitfed(n, args.rounds, args.threads, args.model, args.cut)
+        print(f"{tag} {algo}: {steady(out) * 1000:.1f} ms/round"
+              + (f", sequential reference: {seq * 1000:.1f} ms/round" if seq == seq else ""), flush=True)
+        measured.append((algo, out, seq))
+    # the limit once more after the distributed runs: the median of both measurements
+    again = run(algo="centralized", **settings)
+    c_time = statistics.median([r["wall_time_s"] for r in central[1:-1] + again[1:-1]])
+    print(f"{tag} centralised (both measurements): {c_time * 1000:.1f} ms/round", flush=True)
+    return [{"clients": n, "evaluation": evaluation, "algo": algo, "round_ms": 1000 * steady(out),
+             "central_ms": 1000 * c_time, "ratio_central": steady(out) / c_time * c_flops / flops_per_round(out),
+             "sequential_ms": 1000 * seq, "ratio_sequential": steady(out) / seq}
+            for algo, out, seq in measured]
+
+
+def medians(runs: list[list[dict]]) -> list[dict]:
+    """Each figure's median over the repeated measurements (rows matched by position)."""
+    out = []
+    for rows in zip(*runs):
+        row = dict(rows[0])
+        for k in ("round_ms", "central_ms", "ratio_central", "sequential_ms", "ratio_sequential"):
+            row[k] = statistics.median(r[k] for r in rows)
+        row["ratio_range"] = (min(r["ratio_central"] for r in rows), max(r["ratio_central"] for r in rows))
+        out.append(row)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, nargs="+", default=[10, 100])
     ap.add_argument("--algos", nargs="+", default=["splitfed_v2", "psl", "flex_sfl"])
     ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--eval", nargs="+", choices=["default", "off"], default=["default", "off"],
+                    help="evaluation every round at the defaults, as users run, and/or only after the last round")
+    ap.add_argument("--runs", type=int, default=3, help="repeat every measurement; figures are medians over them")
     ap.add_argument("--model", default="cnn", help="model (vit: heavier steps, so less overhead per FLOP)")
     ap.add_argument("--cut", type=int, default=2)
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads of the sequential reference")
     ap.add_argument("--out", default=str(ROOT / "docs/results/overhead.md"))
     args = ap.parse_args()
+    if args.runs < 1 or args.rounds < 4:
+        ap.error(f"--runs must be >= 1 and --rounds >= 4 (rounds 2..R-1 are timed), got {args.runs} and {args.rounds}")
 
     rows = []
     for n in args.clients:
-        settings = dict(COMMON, model=args.model, cut=args.cut, clients=n, rounds=args.rounds, eval_every=10**6)
-        central = run(algo="centralized", **settings)
-        c_time, c_flops = steady(central), flops_per_round(central)
-        print(f"{n:>4} clients  centralised: {c_time * 1000:.1f} ms/round", flush=True)
-        measured = []
-        v1 = run(algo="splitfed_v1", **settings)
-        seq_time = sequential_splitfed(n, args.rounds, args.threads, args.model, args.cut)
-        v1_time = steady(v1)
-        print(f"{n:>4} clients  splitfed_v1: {v1_time * 1000:.1f} ms/round, sequential reference: "
-              f"{seq_time * 1000:.1f} ms/round", flush=True)
-        measured.append(("splitfed_v1", v1, seq_time))
-        for algo in args.algos:
-            out = run(algo=algo, **settings)
-            print(f"{n:>4} clients  {algo}: {steady(out) * 1000:.1f} ms/round", flush=True)
-            measured.append((algo, out, float("nan")))
-        # the limit once more after the distributed runs: the median of both measurements
-        again = run(algo="centralized", **settings)
-        c_time = statistics.median([r["wall_time_s"] for r in central[1:-1] + again[1:-1]])
-        print(f"{n:>4} clients  centralised (both measurements): {c_time * 1000:.1f} ms/round", flush=True)
-        for algo, out, seq in measured:
-            t = steady(out)
-            rows.append({"clients": n, "algo": algo, "round_ms": 1000 * t, "central_ms": 1000 * c_time,
-                         "ratio_central": t / c_time * c_flops / flops_per_round(out), "sequential_ms": 1000 * seq,
-                         "ratio_sequential": t / seq})
-    lines = ["| clients | algorithm | raysfl ms / round | centralised ms / round | raysfl / centralised (per FLOP) "
-             "| sequential reference ms / round | raysfl / sequential |", "|---:|---|---:|---:|---:|---:|---:|"]
+        for evaluation in args.eval:
+            rows += medians([measure(n, evaluation, args) for _ in range(args.runs)])
+    lines = ["| clients | evaluation | algorithm | raysfl ms / round | centralised ms / round "
+             "| raysfl / centralised (per FLOP) | range over runs | sequential reference ms / round "
+             "| raysfl / sequential |", "|---:|---|---|---:|---:|---:|---|---:|---:|"]
     for r in rows:
         seq = "—" if r["sequential_ms"] != r["sequential_ms"] else f"{r['sequential_ms']:.1f}"
         rs = "—" if r["ratio_sequential"] != r["ratio_sequential"] else f"{r['ratio_sequential']:.2f}"
-        lines.append(f"| {r['clients']} | {r['algo']} | {r['round_ms']:.1f} | {r['central_ms']:.1f} | "
-                     f"{r['ratio_central']:.2f} | {seq} | {rs} |")
-    intro = (f"Model {args.model} at cut {args.cut}, {args.rounds} rounds per run, raysfl's default actor layout, "
-             f"sequential reference on "
-             f"{args.threads} torch threads. "
+        lo, hi = r["ratio_range"]
+        lines.append(f"| {r['clients']} | {r['evaluation']} | {r['algo']} | {r['round_ms']:.1f} | {r['central_ms']:.1f} | "
+                     f"{r['ratio_central']:.2f} | {lo:.2f}-{hi:.2f} | {seq} | {rs} |")
+    for r in rows:
+        r["ratio_range"] = list(r["ratio_range"])
+    intro = (f"Model {args.model} at cut {args.cut}, {args.rounds} rounds per run, medians over {args.runs} "
+             f"runs, raysfl's default actor layout, sequential reference on {args.threads} torch threads. "
              f"{__doc__.split(chr(10) + chr(10), 2)[2].strip()}")
     write_tables(rows, args.out, "Overhead: raysfl against centralised training and a sequential loop", intro,
                  "\n".join(lines),

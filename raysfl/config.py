@@ -128,6 +128,7 @@ class Config:
     transfer_dtype: str = "float32"
     deterministic: bool = False  # deterministic kernels (torch.use_deterministic_algorithms): GPU runs reproducible
     eval_every: int = 1
+    eval_passes: int = 10  # test-set passes per round of the per-client models' evaluation, dealt among them (ours)
     checkpoint_every: int = 1
     keep_checkpoints: int = 2  # the newest N checkpoints are kept (0: every one)
     keep_best: bool = False    # ... and the one of the best test accuracy

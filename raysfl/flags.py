@@ -71,6 +71,11 @@ SETTINGS: dict[str, tuple[str, str]] = {
                                   "without autotuning): GPU runs repeat exactly; CPU runs do without it"),
     # evaluation, output and resume
     "eval_every": ("evaluation", "evaluate every K rounds (and at the last)"),
+    "eval_passes": ("evaluation", "where every client keeps a model of its own (psl, epsl, gapsl; SuperSFL's and "
+                                  "BESplit's per-client metrics): the test-set passes their evaluation makes a "
+                                  "round, in all. With more such models than this, each is scored on a seeded "
+                                  "share of the test set, stratified by class (ours; metrics column "
+                                  "eval_test_share; 0 = every model on the whole set)"),
     "checkpoint_every": ("evaluation", "checkpoint every K rounds (and at the last; 0 = never)"),
     "keep_checkpoints": ("evaluation", "keep the newest N checkpoints (0 = every one)"),
     "keep_best": ("evaluation", "also keep the checkpoint of the best test accuracy (the lowest test loss for a "

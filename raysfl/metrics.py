@@ -85,7 +85,7 @@ def _sim_ms(row: dict) -> int:
 # Settings that are not hyperparameters: where a run writes and how it is kept, resumed, shown and
 # placed (they change nothing the run computes), kept out of TensorBoard's hparams.
 NOT_HPARAMS = {"out", "name", "resume", "progress", "checkpoint_every", "keep_checkpoints", "keep_best", "mlflow",
-               "max_restarts", "max_round_retries", "data_root", "download", "eval_every", "resources"}
+               "max_restarts", "max_round_retries", "data_root", "download", "eval_every", "eval_passes", "resources"}
 
 
 def hparam_values(config: dict, prefix: str = "") -> dict:
@@ -312,6 +312,11 @@ def summary_table(rows: list[dict], run_dir: Path | None = None, stopped: bool =
         f"{'wall time':<22}{last['wall_time_total_s']:.2f} s (rounds only)",
         f"{'faults, fallbacks':<22}{_events(totals) or 'none'}",
     ]
+    shares = [r["eval_test_share"] for r in evaluated if r.get("eval_test_share", 1.0) < 1.0]
+    if shares:  # per-client models scored on shares of the test set (--eval-passes)
+        span = f"{min(shares):.1%}" + (f" to {max(shares):.1%}" if max(shares) > min(shares) else "")
+        lines.insert(len(scores) + 4, f"{'per-client models':<22}scored on {span} of the test set each, in "
+                                      f"{len(shares)} of {len(evaluated)} evaluations (--eval-passes; 0 = the whole set)")
     if stopped:
         lines.insert(3, f"{'stopped':<22}by a callback after round {last['round']}")
     if run_dir is not None:

@@ -305,6 +305,8 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
     _check(cfg.transfer_dtype in TRANSFER_DTYPES,
            f"unknown transfer-dtype '{cfg.transfer_dtype}'; allowed: {', '.join(TRANSFER_DTYPES)}")
     _check(cfg.eval_every >= 1, f"eval-every must be >= 1, got {cfg.eval_every}")
+    _check(cfg.eval_passes >= 0, f"eval-passes must be >= 0 (0 = every per-client model on the whole test set), "
+                                 f"got {cfg.eval_passes}")
     _check(cfg.checkpoint_every >= 0, f"checkpoint-every must be >= 0 (0 = never), got {cfg.checkpoint_every}")
     _check(cfg.keep_checkpoints >= 0,
            f"keep-checkpoints must be >= 0 (the newest N are kept; 0 = every one), got {cfg.keep_checkpoints}")

@@ -14,7 +14,7 @@ BOOKKEEPING = ("out", "name", "progress", "mlflow", "keep_checkpoints", "keep_be
 
 
 # settings added after runs were cached, at the value every earlier run had: left out of the key
-LATER_SETTINGS = {"loss": "cross_entropy", "validation": 0.0}
+LATER_SETTINGS = {"loss": "cross_entropy", "validation": 0.0, "eval_passes": 10}
 
 
 def cache_key(cfg) -> str:

@@ -181,6 +181,18 @@ def test_a_local_ray_is_given_no_more_gpus_than_the_machine_has(monkeypatch):
     assert placement.local_gpus(1.5) == 2       # no CUDA: placeholders, the actors run on the CPU (warned)
 
 
+def test_the_centralised_bound_trains_on_the_gpu_when_the_run_asks_for_gpus_and_there_is_one(monkeypatch):
+    import raysfl
+    from raysfl.runtime.centralized import centralized_device
+
+    on_cpu = raysfl.config_from_kwargs(algo="centralized")
+    on_gpu = raysfl.config_from_kwargs(algo="centralized", resources={"server_gpus": 1.0})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert (str(centralized_device(on_cpu)), str(centralized_device(on_gpu))) == ("cpu", "cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert str(centralized_device(on_gpu)) == "cpu"  # asked, but this process has no GPU
+
+
 def test_an_actor_meant_for_a_gpu_that_runs_on_the_cpu_says_so(capsys):
     from raysfl.runtime.placement import device_for_actor
 

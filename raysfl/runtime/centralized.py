@@ -29,12 +29,22 @@ from raysfl.transport import state_to_wire, wire_to_state
 POOLED_STREAM = 2**31 - 1
 
 
+def centralized_device(cfg) -> torch.device:
+    """Where the centralised bound trains: on the GPU when this process has one and the run asks
+    for GPUs for any role (``--server-gpus``, ``--client-gpus``, ``--fed-gpus``), so that it bounds
+    the distributed runs of the same settings on the same hardware; else on the CPU."""
+    r = cfg.resources
+    wants_gpu = max(r.client_gpus or 0.0, r.server_gpus or 0.0, r.fed_gpus or 0.0) > 0
+    return torch.device("cuda") if wants_gpu and torch.cuda.is_available() else torch.device("cpu")
+
+
 def run_centralized(exp, state: dict | None) -> None:
     """Train ``exp``'s model on the pooled data round by round (resuming from ``state``)."""
     cfg, planner, ds, ctx, logger = exp.cfg, exp.planner, exp.ds, exp.ctx, exp.logger
     loss_fn = exp.spec.client(cfg, ctx).loss  # the client role's loss (the run's: raysfl.objective)
     configure_torch(cfg, cfg.resources.num_cpus or torch.get_num_threads())
-    model = copy.deepcopy(exp.model)  # the run's initial model (a zoo model from the seed, or yours)
+    device = centralized_device(cfg)
+    model = copy.deepcopy(exp.model).to(device)  # the run's initial model (a zoo model from the seed, or yours)
     model.train()
     opt = build_optimizer(model.parameters(), cfg, cfg.lr)
     pooled = np.sort(np.concatenate(exp.parts))
@@ -43,8 +53,8 @@ def run_centralized(exp, state: dict | None) -> None:
     counters.setdefault("pos", 0)  # position in the pooled stream
     start = 0
     if state:
-        model.load_state_dict(wire_to_state(state["model"]))
-        opt.load_state_dict(state["opt"])
+        model.load_state_dict(wire_to_state(state["model"], device))
+        opt.load_state_dict(state["opt"])  # its tensors follow the parameters' device
         start = state["round"]
     for rnd in range(start + 1, cfg.rounds + 1):
         t0 = time.perf_counter()
@@ -52,22 +62,25 @@ def run_centralized(exp, state: dict | None) -> None:
             group["lr"] = cfg.lr_at(rnd)
         plans, _ = plan_round(cfg, planner, rnd, ctx, {})
         samples = sum(p.samples for p in plans.values())
-        loss_sum, seen = 0.0, 0
+        # the round's loss summed where it is computed, in float64 (as Python floats would be):
+        # one host sync a round, not one a step
+        loss_sum, seen = torch.zeros((), dtype=torch.float64, device=device), 0
         while seen < samples:
             b = min(cfg.batch_size, samples - seen)
             idx = sample_stream(pooled, POOLED_STREAM, cfg.seed, counters["pos"], b)
             counters["pos"] += b
-            x = ds.to_tensor(ds.x_train[idx])
-            y = torch.from_numpy(ds.y_train[idx])
+            x = ds.to_tensor(ds.x_train[idx]).to(device)
+            y = torch.from_numpy(ds.y_train[idx]).to(device)
             loss = loss_fn(model(x), y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            loss_sum += loss.detach().item() * b
+            loss_sum += loss.detach().double() * b
             seen += b
+        loss_sum = float(loss_sum)
         evaluate_now = exp.due(rnd, cfg.eval_every)
-        acc, test_loss = (evaluate(model, ds.x_test, ds.y_test, ds.to_tensor, loss=objective_of(ctx)) if evaluate_now
-                          else (float("nan"), float("nan")))
+        acc, test_loss = (evaluate(model, ds.x_test, ds.y_test, ds.to_tensor, device=device, loss=objective_of(ctx))
+                          if evaluate_now else (float("nan"), float("nan")))
         wall = time.perf_counter() - t0
         sim = samples * flops_per_sample / (cfg.devices.server_tflops * 1e12)
         counters["sim_total"] += sim

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from raysfl.evaluation import evaluate, evaluate_by_class, evaluate_predictions, mix_weighted_accuracy
+from raysfl.evaluation import evaluate, evaluate_by_class, evaluate_predictions, mix_weighted_accuracy, test_shares
 from raysfl.algorithms.roles.aggregator import block_of
 from raysfl.objective import objective_of
 from raysfl.runtime.actor_base import RunActor
@@ -112,12 +112,13 @@ class FedActor(RunActor):
             fetch([srv.load_shared.remote(merged) for srv in servers])  # a dead one is restored next round
         return len(late), self.incarnation, role.take_records()
 
-    def evaluate(self) -> tuple[float, float, dict[str, float]]:
-        """(test accuracy, test loss, extra metrics) per the aggregator's ``evaluate``; with
-        local test splits also ``test_accuracy_local``: the mean over clients of the model each
-        would run (``Aggregator.client_model``) on its own split."""
+    def evaluate(self, rnd: int = 0) -> tuple[float, float, dict[str, float]]:
+        """(test accuracy, test loss, extra metrics) of round ``rnd`` per the aggregator's
+        ``evaluate``; with local test splits also ``test_accuracy_local``: the mean over clients
+        of the model each would run (``Aggregator.client_model``) on its own split."""
         require_run(self)
-        ev = Evaluator(self.model, self.ds, self.device, self.views, self.loss)
+        ev = Evaluator(self.model, self.ds, self.device, self.views, self.loss,
+                       passes=self.cfg.eval_passes, seed=(self.cfg.seed, rnd))
         acc, loss, extras = self.role.evaluate(ev)
         extras = {**self.role.take_records(), **extras}  # what it recorded while evaluating
         if ev.has_local_tests and "test_accuracy_local" not in extras:
@@ -156,16 +157,39 @@ class Evaluator:
     * ``ev.own_class_share(m, client)``: the share of ``m``'s predictions on the global test set
       that fall in the classes ``client`` trains on (a model that only ever predicts its
       client's classes scores 1);
-    * ``ev.for_client(m, client)``: all of the above on the global test set in one pass.
+    * ``ev.for_client(m, client)``: all of the above on the global test set in one pass;
+    * ``ev.shares(clients)``: {client: the test rows its own model is scored on, or None for
+      all}, for the ``rows`` argument of ``module``, ``on_label_mix`` and ``for_client``: with
+      more per-client models than ``--eval-passes``, the test set is dealt among them
+      (:func:`raysfl.evaluation.test_shares`, seeded by the run's seed and the round) and
+      ``ev.test_share`` says the share each got (1.0: the whole set).
     """
 
-    def __init__(self, model, ds, device, views: ClientViews | None = None, loss=None):
+    def __init__(self, model, ds, device, views: ClientViews | None = None, loss=None, passes: int = 0,
+                 seed=0):
         from raysfl.objective import BUILT_IN
 
         self.model, self.ds, self.device = model, ds, device
         self.loss = loss if loss is not None else BUILT_IN["cross_entropy"]
         self.num_classes = ds.num_classes
         self.views = views or ClientViews([], None)
+        self.passes, self.seed = int(passes or 0), seed
+        self.test_share = float("nan")  # set by shares()
+
+    def shares(self, clients) -> dict[int, np.ndarray | None]:
+        clients = sorted(clients)
+        dealt = test_shares(self.ds.y_test, len(clients), self.passes, self.seed)
+        if dealt is None:
+            self.test_share = 1.0
+            return dict.fromkeys(clients)
+        self.test_share = min(1.0, self.passes / len(clients))
+        return dict(zip(clients, dealt))
+
+    def _test(self, rows) -> tuple[np.ndarray, np.ndarray]:
+        """The global test set, or its ``rows``."""
+        if rows is None:
+            return self.ds.x_test, self.ds.y_test
+        return self.ds.x_test[rows], np.asarray(self.ds.y_test)[rows]
 
     @property
     def has_local_tests(self) -> bool:
@@ -180,9 +204,9 @@ class Evaluator:
         self.model.load_state_dict(wire_to_state(state, self.device))
         return self.model
 
-    def module(self, m) -> tuple[float, float]:
-        return evaluate(m.to(self.device), self.ds.x_test, self.ds.y_test, self.ds.to_tensor, device=self.device,
-                        loss=self.loss)
+    def module(self, m, rows=None) -> tuple[float, float]:
+        x, y = self._test(rows)
+        return evaluate(m.to(self.device), x, y, self.ds.to_tensor, device=self.device, loss=self.loss)
 
     def local(self, m, client: int) -> float:
         """Accuracy of ``m`` on ``client``'s local test split (NaN if it has none)."""
@@ -192,34 +216,44 @@ class Evaluator:
         return evaluate(m.to(self.device), self.ds.x_train[idx], self.ds.y_train[idx], self.ds.to_tensor,
                         device=self.device, loss=self.loss)[0]
 
-    def on_label_mix(self, m, client: int) -> float:
+    def on_label_mix(self, m, client: int, rows=None) -> float:
         """Accuracy of ``m`` on the global test set, each class weighted by ``client``'s share of it."""
         if self.views.histograms is None:
             raise ValueError("no label histograms were given to this evaluator")
         if self.ds.targets != "classes":  # real-valued targets: no classes to weigh
             return float("nan")
-        correct, total = evaluate_by_class(m.to(self.device), self.ds.x_test, self.ds.y_test, self.ds.to_tensor,
-                                           self.num_classes, device=self.device)
-        return mix_weighted_accuracy(correct, total, self.views.histograms[client])
+        x, y = self._test(rows)
+        correct, _ = evaluate_by_class(m.to(self.device), x, y, self.ds.to_tensor, self.num_classes,
+                                       device=self.device)
+        return self._label_mix(correct, len(y), client)
+
+    def _label_mix(self, correct: np.ndarray, n_rows: int, client: int) -> float:
+        """The label-mix accuracy from the correct predictions per class on ``n_rows`` test rows.
+        On a share, the hits are scaled by (test set size / share size), so that on average over
+        the dealing they are the whole set's (also for a class a share happens to miss)."""
+        y = np.asarray(self.ds.y_test, dtype=np.int64)
+        total = np.bincount(y, minlength=self.num_classes)[:self.num_classes]
+        scale = len(y) / max(1, n_rows)
+        return mix_weighted_accuracy(correct * scale if scale != 1 else correct, total, self.views.histograms[client])
 
     def own_class_share(self, m, client: int) -> float:
         """Share of ``m``'s global-test predictions in classes ``client`` has training samples of."""
         return self.for_client(m, client)["own_class_share"]
 
-    def for_client(self, m, client: int) -> dict[str, float]:
-        """One pass of ``m`` over the global test set, seen from ``client``: ``accuracy`` and
-        ``loss`` (as :meth:`module`), ``label_mix`` (as :meth:`on_label_mix`) and
-        ``own_class_share`` (as :meth:`own_class_share`)."""
+    def for_client(self, m, client: int, rows=None) -> dict[str, float]:
+        """One pass of ``m`` over the global test set (or its ``rows``), seen from ``client``:
+        ``accuracy`` and ``loss`` (as :meth:`module`), ``label_mix`` (as :meth:`on_label_mix`)
+        and ``own_class_share`` (as :meth:`own_class_share`)."""
         if self.views.histograms is None:
             raise ValueError("no label histograms were given to this evaluator")
         mix = np.asarray(self.views.histograms[client])
-        acc, loss, pred = evaluate_predictions(m.to(self.device), self.ds.x_test, self.ds.y_test, self.ds.to_tensor,
-                                               device=self.device, loss=self.loss)
+        x, y = self._test(rows)
+        acc, loss, pred = evaluate_predictions(m.to(self.device), x, y, self.ds.to_tensor, device=self.device,
+                                               loss=self.loss)
         if self.ds.targets != "classes":  # real-valued targets: no classes, no label mix
             return {"accuracy": acc, "loss": loss, "label_mix": float("nan"), "own_class_share": float("nan")}
-        y = np.asarray(self.ds.y_test, dtype=np.int64)
+        y = np.asarray(y, dtype=np.int64)
         correct = np.bincount(y[pred == y], minlength=self.num_classes)[:self.num_classes]
-        total = np.bincount(y, minlength=self.num_classes)[:self.num_classes]
-        return {"accuracy": acc, "loss": loss, "label_mix": mix_weighted_accuracy(correct, total, mix),
+        return {"accuracy": acc, "loss": loss, "label_mix": self._label_mix(correct, len(y), client),
                 "own_class_share": float((mix > 0)[pred].mean()) if len(pred) else float("nan")}
 

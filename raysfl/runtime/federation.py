@@ -488,7 +488,7 @@ class Federation:
             self.restore()
             self.late_applied = 0
             self._carry = late_now
-            return self.evaluate(evaluate)
+            return self.evaluate(evaluate, flight.rnd)
 
         states = flight.server_states if flight.sync else []
         late = []
@@ -496,7 +496,7 @@ class Federation:
             late, _ = ray.wait(self._carry, num_returns=len(self._carry), timeout=0, fetch_local=False)
         ok = self.fed.aggregate.remote(flight.rnd, aggregated, states, flight.on_time(), late, flight.agg_weights,
                                        self.servers if flight.sync else [], failures(flight.result, aggregated))
-        eval_ref = self.fed.evaluate.remote() if evaluate else None
+        eval_ref = self.fed.evaluate.remote(flight.rnd) if evaluate else None
         try:
             self.late_applied, incarnation, flight.result.aggregator_metrics = ray.get(ok)
             result = ray.get(eval_ref) if eval_ref is not None else None
@@ -511,14 +511,15 @@ class Federation:
         self._carry = late_now  # only once aggregation succeeded
         return result
 
-    def evaluate(self, evaluate: bool):
-        """Evaluation without aggregation (a round that included nobody): (acc, loss, extras) or None."""
+    def evaluate(self, evaluate: bool, rnd: int):
+        """Round ``rnd``'s evaluation without aggregation (a round that included nobody): (acc,
+        loss, extras) or None."""
         import ray
 
         if not evaluate:
             return None
         try:
-            return ray.get(self.fed.evaluate.remote())
+            return ray.get(self.fed.evaluate.remote(rnd))
         except Exception as e:  # noqa: BLE001 - classified
             if is_death(e):
                 raise FedServerLost(str(e).splitlines()[0] if str(e) else type(e).__name__) from e

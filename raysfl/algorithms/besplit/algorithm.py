@@ -227,7 +227,7 @@ class EvidentialAggregator(Aggregator):
     def columns(cls, cfg) -> list[str]:
         dtd = cfg.algo_params.dtd
         local = ["acc_g_local"] + (["acc_aux_local", "acc_aux_local_std"] if dtd else [])
-        return local + (["acc_aux", "acc_aux_std"] if dtd else [])
+        return local + (["acc_aux", "acc_aux_std", "eval_test_share"] if dtd else [])
 
     def client_start(self, client: int, cut: int):
         """The global client-side model (a download) plus the client's auxiliary model (kept
@@ -270,15 +270,17 @@ class EvidentialAggregator(Aggregator):
         if not self.params.dtd:
             return acc, loss, extras
         accs, local = [], []
+        rows = ev.shares(self.own)  # with more clients than --eval-passes: a share of the test set each (ours)
         for c in sorted(self.own):
             aux = auxiliary_model(ev.model, self.cfg.cut, ev.num_classes, self.params.aux_head)
             aux.load_state_dict(wire_to_state({k[len(HEAD):]: v for k, v in self.own[c].items() if k.startswith(HEAD)}))
-            accs.append(ev.module(aux)[0])
+            accs.append(ev.module(aux, rows[c])[0])
             a = ev.local(aux, c) if ev.has_local_tests else nan
             if a == a:
                 local.append(a)
         extras.update({"acc_aux": float(np.mean(accs)) if accs else nan,
                        "acc_aux_std": float(np.std(accs)) if accs else nan,
                        "acc_aux_local": float(np.mean(local)) if local else nan,
-                       "acc_aux_local_std": float(np.std(local)) if local else nan})
+                       "acc_aux_local_std": float(np.std(local)) if local else nan,
+                       "eval_test_share": ev.test_share if self.own else nan})
         return acc, loss, extras

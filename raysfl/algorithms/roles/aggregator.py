@@ -28,7 +28,7 @@ from raysfl.algorithms.roles.records import Recorder
 FAILURES = ("failed", "late", "past_sim_deadline")
 
 # what evaluate_own_models adds to the test accuracy (extra columns)
-OWN_MODEL_METRICS = ["test_accuracy_avg_client", "test_accuracy_label_mix", "own_class_share"]
+OWN_MODEL_METRICS = ["test_accuracy_avg_client", "test_accuracy_label_mix", "own_class_share", "eval_test_share"]
 
 
 def block_of(key: str) -> int:
@@ -169,6 +169,11 @@ def evaluate_own_models(agg: Aggregator, ev) -> tuple[float, float, dict[str, fl
     * ``own_class_share``: the share of each composite model's global-test predictions that
       fall in its client's own classes, averaged (1 = it predicts only what it trains on).
 
+    * ``eval_test_share``: the share of the test set each composite model was scored on. With
+      more participants than ``--eval-passes``, each is scored on a seeded, class-stratified
+      share of it, so that evaluation costs that many test passes whatever the number of
+      clients (ours; the means above are then estimates, exact at share 1).
+
     With ``--local-test-fraction`` the runtime adds ``test_accuracy_local`` (each client's
     composite model on its own held-out samples).
     """
@@ -176,14 +181,15 @@ def evaluate_own_models(agg: Aggregator, ev) -> tuple[float, float, dict[str, fl
     if not agg.last_clients:
         acc, loss = ev(agg.global_state)
         return acc, loss, dict.fromkeys(OWN_MODEL_METRICS, nan)
-    seen = []
+    seen, rows = [], ev.shares(agg.last_clients)
     for c in agg.last_clients:
         ev.load({**agg.global_state, **agg.own.get(c, {})})
-        seen.append(ev.for_client(ev.model, c))
+        seen.append(ev.for_client(ev.model, c, rows[c]))
     sizes = ev.views.histograms.sum(axis=1)
     owned = [(agg.own[c], float(sizes[c])) for c in agg.last_clients if c in agg.own]
     avg = ev(weighted_average(owned, base=agg.global_state))[0] if owned else nan
     return (float(np.mean([r["accuracy"] for r in seen])), float(np.mean([r["loss"] for r in seen])),
             {"test_accuracy_avg_client": float(avg),
              "test_accuracy_label_mix": float(np.mean([r["label_mix"] for r in seen])),
-             "own_class_share": float(np.mean([r["own_class_share"] for r in seen]))})
+             "own_class_share": float(np.mean([r["own_class_share"] for r in seen])),
+             "eval_test_share": ev.test_share})

@@ -203,7 +203,7 @@ class CollaborativeAggregator(Aggregator):
 
     @classmethod
     def columns(cls, cfg) -> list[str]:
-        return ["acc_local", "acc_local_std", "acc_local_own"]
+        return ["acc_local", "acc_local_std", "acc_local_own", "eval_test_share"]
 
     def client_start(self, client: int, cut: int):
         """The global encoder prefix (a download) plus the client's own classifier (kept on
@@ -246,17 +246,21 @@ class CollaborativeAggregator(Aggregator):
         every paper table; plus each of this round's clients' own path (:meth:`own_path`):
         ``acc_local`` (and ``acc_local_std``) on the balanced global test set, and
         ``acc_local_own`` on the client's own label mix (the test set with each class
-        weighted by the client's share of it in training), means over the clients."""
+        weighted by the client's share of it in training), means over the clients. With more
+        clients than ``--eval-passes``, each path is scored on a share of the test set
+        (``eval_test_share``; ours), and ``acc_local_std`` then includes the shares' sampling
+        spread."""
         acc, loss = ev(self.global_state)
         balanced, own = [], []
-        for c in self.last_clients:
-            m = self.own_path(ev, c)
-            if m is None:
-                continue
-            balanced.append(ev.module(m)[0])
-            own.append(ev.on_label_mix(m, c))
+        paths = {c: m for c in self.last_clients if (m := self.own_path(ev, c)) is not None}
+        rows = ev.shares(paths)
+        for c, m in paths.items():
+            seen = ev.for_client(m, c, rows[c])  # one pass: balanced accuracy and label mix
+            balanced.append(seen["accuracy"])
+            own.append(seen["label_mix"])
         nan = float("nan")
         extras = {"acc_local": float(np.mean(balanced)) if balanced else nan,
                   "acc_local_std": float(np.std(balanced)) if balanced else nan,
-                  "acc_local_own": float(np.mean(own)) if own else nan}
+                  "acc_local_own": float(np.mean(own)) if own else nan,
+                  "eval_test_share": ev.test_share if paths else nan}
         return acc, loss, extras

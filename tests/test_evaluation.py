@@ -1,0 +1,112 @@
+"""Evaluation at a fixed cost: the test set dealt among per-client models (``--eval-passes``),
+and the channels-last layout of CPU evaluation passes."""
+
+import numpy as np
+import pytest
+import torch
+
+
+def test_shares_deal_every_row_to_passes_models_in_equal_stratified_shares():
+    from raysfl.evaluation import test_shares
+
+    y = np.repeat(np.arange(10), [30, 40, 25, 36, 50, 31, 33, 44, 29, 42])
+    shares = test_shares(y, clients=37, passes=5, seed=(0, 3))
+    assert len(shares) == 37
+    sizes = [len(s) for s in shares]
+    assert max(sizes) - min(sizes) <= 1 and sum(sizes) == 5 * len(y)
+    for s in shares:
+        assert len(np.unique(s)) == len(s)  # a model sees a row at most once
+    assert np.array_equal(np.bincount(np.concatenate(shares), minlength=len(y)), np.full(len(y), 5))
+    # stratified: each share holds every class in proportion, to one row
+    share_of = np.bincount(y) / len(y)
+    for s in shares:
+        assert np.all(np.abs(np.bincount(y[s], minlength=10) - share_of * len(s)) <= 1.0 + 1e-9)
+    again = test_shares(y, clients=37, passes=5, seed=(0, 3))
+    other = test_shares(y, clients=37, passes=5, seed=(0, 4))
+    assert all(np.array_equal(a, b) for a, b in zip(shares, again))
+    assert not all(np.array_equal(a, b) for a, b in zip(shares, other))
+    assert test_shares(y, clients=5, passes=5, seed=0) is None  # enough passes: the whole set each
+    assert test_shares(y, clients=50, passes=0, seed=0) is None  # 0: always the whole set
+
+
+def test_means_over_shares_estimate_the_means_over_the_whole_set():
+    """40 different linear models on digits: their mean accuracy, label-mix accuracy and own-class
+    share over shares worth 5 passes are near the same means on the whole test set (which the
+    same evaluator gives with --eval-passes 0) for every dealing, and without bias: averaged
+    over 20 dealings (seeds), within a point."""
+    from raysfl.data import load_dataset
+    from raysfl.runtime.fed_actor import ClientViews, Evaluator
+
+    ds = load_dataset("digits")
+    rng = np.random.default_rng(0)
+    n = 40
+    hist = rng.integers(0, 30, size=(n, 10)) * (rng.random((n, 10)) < 0.4)
+    x = ds.to_tensor(ds.x_train).reshape(len(ds.x_train), -1)  # what the models see
+    models = []
+    for c in range(n):  # least squares on a random eighth of the training set, so each differs
+        idx = rng.choice(len(x), size=len(x) // 8, replace=False)
+        w = torch.linalg.lstsq(x[idx], torch.nn.functional.one_hot(torch.from_numpy(ds.y_train[idx]), 10).float()).solution
+        m = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(x.shape[1], 10, bias=False))
+        m[1].weight.data = w.T.contiguous()
+        models.append(m)
+
+    def means(passes, seed):
+        ev = Evaluator(None, ds, "cpu", ClientViews([], hist), passes=passes, seed=(0, seed))
+        rows = ev.shares(range(n))
+        seen = [ev.for_client(models[c], c, rows[c]) for c in range(n)]
+        return ev.test_share, {k: float(np.mean([s[k] for s in seen])) for k in seen[0]}
+
+    whole_share, whole = means(0, 1)
+    assert whole_share == 1.0 and 0.5 < whole["accuracy"] < 0.95  # models that differ, neither perfect nor chance
+    dealt = [means(5, seed) for seed in range(20)]
+    assert {share for share, _ in dealt} == {5 / n}
+    for k in ("accuracy", "label_mix", "own_class_share", "loss"):
+        estimates = [d[k] for _, d in dealt]
+        assert np.mean(estimates) == pytest.approx(whole[k], abs=0.01), k
+        assert max(abs(e - whole[k]) for e in estimates) < 0.06, k
+
+
+def test_channels_last_evaluation_gives_the_same_answers_and_leaves_the_model_as_it_was():
+    from raysfl.data import load_dataset
+    from raysfl.evaluation import evaluate_predictions, fast_layout
+    from raysfl.models import build_model
+
+    ds = load_dataset("digits")
+    model = build_model("cnn", ds.input_shape, ds.num_classes, seed=0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        plain = model.eval()(ds.to_tensor(ds.x_test))
+    acc, loss, pred = evaluate_predictions(model, ds.x_test, ds.y_test, ds.to_tensor)
+    assert np.array_equal(pred, plain.argmax(1).numpy())
+    want = torch.nn.functional.cross_entropy(plain, torch.from_numpy(ds.y_test)).item()
+    assert loss == pytest.approx(want, rel=1e-5)
+    for k, v in model.state_dict().items():
+        assert v.is_contiguous() and torch.equal(v, before[k]), k  # values and layout as they were
+    with fast_layout(model, ds.x_test, "cpu") as laid_out:
+        assert laid_out and model.blocks[0][0].weight.is_contiguous(memory_format=torch.channels_last)
+    with fast_layout(model, ds.x_test.reshape(len(ds.x_test), -1), "cpu") as laid_out:
+        assert not laid_out  # not images: nothing to lay out
+    assert model.blocks[0][0].weight.is_contiguous()
+
+
+def test_eval_passes_changes_what_is_measured_not_what_is_trained(quick):
+    """4 psl clients, scored on half the test set each (--eval-passes 2) or on all of it (0):
+    the same training (losses equal), the share recorded, the accuracies near each other."""
+    import raysfl
+
+    whole = raysfl.run(quick(algo="psl", eval_passes=0, rounds=3))
+    half = raysfl.run(quick(algo="psl", eval_passes=2, rounds=3))
+    assert [r["train_loss"] for r in half.metrics] == [r["train_loss"] for r in whole.metrics]
+    assert all(r["eval_test_share"] == 1.0 for r in whole.metrics)
+    assert all(r["eval_test_share"] == 0.5 for r in half.metrics)
+    assert half.final["test_accuracy"] == pytest.approx(whole.final["test_accuracy"], abs=0.1)
+
+
+def test_bad_eval_passes_is_refused_in_one_line():
+    import raysfl
+    from raysfl.errors import ConfigError
+    from raysfl.resolve import validate
+
+    with pytest.raises(ConfigError, match=r"eval-passes must be >= 0 \(0 = every per-client model on the whole "
+                                          r"test set\), got -1"):
+        validate(raysfl.config_from_kwargs(algo="psl", eval_passes=-1))
