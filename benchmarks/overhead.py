@@ -180,6 +180,13 @@ def main() -> None:
         lo, hi = r["ratio_range"]
         lines.append(f"| {r['clients']} | {r['evaluation']} | {r['algo']} | {r['round_ms']:.1f} | {r['central_ms']:.1f} | "
                      f"{r['ratio_central']:.2f} | {lo:.2f}-{hi:.2f} | {seq} | {rs} |")
+    by = {(r["clients"], r["algo"], r["evaluation"]): r["round_ms"] for r in rows}
+    shares = [(n, algo, 1 - by[(n, algo, "off")] / by[(n, algo, "default")]) for (n, algo, e) in by
+              if e == "default" and (n, algo, "off") in by]
+    if shares:  # what evaluation at the defaults costs of a round: 1 - (round without it) / (round with it)
+        lines += ["", "Evaluation's share of a default round (1 - round without it / round with it):", "",
+                  "| clients | algorithm | evaluation's share |", "|---:|---|---:|"]
+        lines += [f"| {n} | {algo} | {share:.0%} |" for n, algo, share in shares]
     for r in rows:
         r["ratio_range"] = list(r["ratio_range"])
     intro = (f"Model {args.model} at cut {args.cut}, {args.rounds} rounds per run, medians over {args.runs} "

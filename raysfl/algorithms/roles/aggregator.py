@@ -91,7 +91,8 @@ class Aggregator(Recorder):
     def evaluate(self, ev) -> tuple[float, float, dict[str, float]]:
         """(test accuracy, test loss, extra columns) of what the paper evaluates: the global model.
         ``ev`` is the fed actor's evaluator (``ev(state)``, ``ev.module(m)``, ``ev.local(m, c)``,
-        ``ev.for_client(m, c)``; raysfl.runtime.fed_actor.Evaluator)."""
+        ``ev.for_client(m, c)``, and ``ev.shares(clients)`` to score many per-client models at a
+        fixed cost; raysfl.runtime.fed_actor.Evaluator)."""
         acc, loss = ev(self.global_state)
         return acc, loss, {}
 
