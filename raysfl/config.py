@@ -72,6 +72,10 @@ class ResourceConfig:
                                   # through their owner instead of the shared-memory object store:
                                   # 1.8x faster per step on one machine (docs/performance.md);
                                   # 100 is Ray's own default; applies to the local Ray raysfl starts
+    direct_payloads: str = "auto"  # on: smashed data and gradients are put into the object store by the
+                                   # actor that made them, so the driver passes only references (ours);
+                                   # off: Ray returns them through the driver; auto: on where the
+                                   # cluster has more than one node (docs/performance.md, transport)
     num_cpus: int | None = None  # local Ray cluster size; default: what the actors need
     num_gpus: int | None = None
 
@@ -191,6 +195,7 @@ AGGREGATION_WEIGHTS = ("data_size", "processed")  # --aggregation-weights (runti
 OPTIMIZERS = ("sgd", "adamw")  # --optimizer (built by raysfl/optim.py)
 # --client-placement / --server-placement: Ray placement-group strategies (raysfl/runtime/placement.py)
 STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK", "none")
+DIRECT_PAYLOADS = ("auto", "on", "off")
 SECTIONS = {"devices": DeviceConfig, "resources": ResourceConfig}
 
 

@@ -122,6 +122,10 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "placement_timeout_s": ("resources", "seconds to wait for the cluster (or its autoscaler) to hold every actor"),
     "inline_object_kb": ("resources", "results up to this size travel inline through their owner, not the object "
                                       "store (applies to the local Ray raysfl starts; 100 is Ray's own value)"),
+    "direct_payloads": ("resources", "smashed data and gradients go from actor to actor through the object "
+                                     "store, the driver passing only references (on), or through the driver (off: "
+                                     "fastest on one machine); auto: on where the cluster has more than one node "
+                                     "(ours)"),
     "num_cpus": ("resources", "CPUs of the local Ray raysfl starts"),
     "num_gpus": ("resources", "GPUs of the local Ray raysfl starts"),
 }

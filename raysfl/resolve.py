@@ -22,8 +22,8 @@ from pathlib import Path
 from raysfl.algorithms import ALGORITHMS, get_algorithm, load_recorded_plugins
 from raysfl.algorithms.knobs import check_knobs
 from raysfl.algorithms.spec import ResolvedAlgorithm, resolve_algorithm
-from raysfl.config import (AGGREGATION_WEIGHTS, EPOCH_RULES, OPTIMIZERS, RUN_DEFAULTS, SECTIONS, STRATEGIES,
-                           TRANSFER_DTYPES, Config, coerce)
+from raysfl.config import (AGGREGATION_WEIGHTS, DIRECT_PAYLOADS, EPOCH_RULES, OPTIMIZERS, RUN_DEFAULTS, SECTIONS,
+                           STRATEGIES, TRANSFER_DTYPES, Config, coerce)
 from raysfl.data import DATASETS, PARTITIONERS, check_dataset_args, dataset_info
 from raysfl.errors import ConfigError
 from raysfl.data import custom as custom_data
@@ -356,6 +356,8 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
                f"unknown resources.{name} '{getattr(r, name)}'; allowed: {', '.join(STRATEGIES)}")
     _check(0 <= r.inline_object_kb <= 64 * 1024,
            f"resources.inline_object_kb must be between 0 and 65536 (64 MiB), got {r.inline_object_kb}")
+    _check(r.direct_payloads in DIRECT_PAYLOADS,
+           f"unknown resources.direct_payloads '{r.direct_payloads}'; allowed: {', '.join(DIRECT_PAYLOADS)}")
     _check(r.placement_timeout_s > 0, f"resources.placement_timeout_s must be > 0, got {r.placement_timeout_s}")
     check_name(cfg.name)
     _check(bool(cfg.out.strip()), f"out must name a directory (the runs go inside it), got {cfg.out!r}")

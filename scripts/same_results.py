@@ -6,6 +6,7 @@ compares metrics.parquet and clients.parquet row by row (timing columns excepted
     python scripts/same_results.py --against out.json      # this checkout against recorded rows
     python scripts/same_results.py --base REV --rel-tol 1e-5  # floats equal within a relative tolerance
     python scripts/same_results.py --base REV --set aggregation_weights=processed  # a setting here only
+    python scripts/same_results.py --against out.json --set resources.direct_payloads=on  # one key of a section
 
 ``--base REV`` checks REV out into a temporary git worktree and runs this same script there
 (``PYTHONPATH`` pointing at the worktree, so the driver and its Ray actors import the old
@@ -92,7 +93,13 @@ def fingerprint(out_file: Path, cases: list[str]) -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for name in cases:
-                kw = {**COMMON, **CASES[name], **SETTINGS, "out": tmp, "name": name.replace("+", "-")}
+                kw = {**COMMON, **CASES[name], "out": tmp, "name": name.replace("+", "-")}
+                for key, value in SETTINGS.items():  # "section.key" sets one key of a section (resources)
+                    section, _, sub = key.rpartition(".")
+                    if section:
+                        kw[section] = {**(kw.get(section) or {}), sub: value}
+                    else:
+                        kw[key] = value
                 kw = {k: v for k, v in kw.items() if v is not None}
                 run = raysfl.run(raysfl.config_from_kwargs(**kw))
                 result[name] = {"metrics": _rows(run.run_dir / "metrics.parquet"),

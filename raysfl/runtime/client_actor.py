@@ -27,7 +27,7 @@ from raysfl.algorithms.roles import ClientRound, Reply
 from raysfl.optim import build_optimizer
 from raysfl.runtime.actor_base import RunActor
 from raysfl.runtime.placement import configure_torch
-from raysfl.runtime.refs import fetch, require_run
+from raysfl.runtime.refs import fetch, hand_off, require_run, unwrap
 from raysfl.transport import ClientRoundStats, Smashed, pack, state_nbytes, unpack
 
 
@@ -58,7 +58,7 @@ class ClientActor(RunActor):
     """Started once (its process, torch, its device) and set up for each run that uses it
     (:mod:`raysfl.runtime.pool`: a warm federation's next run reuses it)."""
 
-    run_fields = ("cfg", "ds", "parts", "model", "flops", "role", "_spare", "_perms")
+    run_fields = ("cfg", "ds", "parts", "model", "flops", "role", "_spare", "_perms", "direct")
 
     def __init__(self, index: int, gpus: float = 0.0):
         super().__init__(gpus, f"client actor {index}")
@@ -77,6 +77,7 @@ class ClientActor(RunActor):
         self.flops = ctx.block_flops  # measured once by the driver (FLOP counting is slow to start)
         self.role = spec.client(cfg, ctx, shared)
         self.active, self.deadline = {}, None
+        self.direct = cfg.resources.direct_payloads == "on"  # resolved by the driver (launch_actors)
         self._spare: dict[int, list] = {}  # client-side parts of earlier rounds, by blocks: reused, not copied
         self._perms: dict = {}  # each client's permutation per epoch of its stream
         return self.incarnation
@@ -119,6 +120,7 @@ class ClientActor(RunActor):
         updates) sleeps the whole delay and finishes its work.
         """
         require_run(self)
+        models = unwrap(models)
         self.active = {}
         self.deadline = max((p.deadline or 0.0 for p in plans.values()), default=0.0) or None
         delay = max((p.delay_s for p in plans.values()), default=0.0)
@@ -242,7 +244,7 @@ class ClientActor(RunActor):
                     a.failed, a.stats.failed = True, True
                 continue
             out[routes[c]][c] = self.send(a, acts, y)
-        result = [out[d] for d in dests]
+        result = hand_off([out[d] for d in dests], self.direct)
         return result if len(result) != 1 else result[0]
 
     def send(self, a: ClientRound, acts: torch.Tensor, y: torch.Tensor | None) -> Smashed:
@@ -282,7 +284,9 @@ class ClientActor(RunActor):
         """An exchange of the algorithm's own (FedPairing's): its client role's ``method``, with
         this actor as the host."""
         require_run(self)
-        return getattr(self.role, method)(self, *args)
+        out = getattr(self.role, method)(self, *args)  # a list for a call with several returns
+        sent = hand_off(out if isinstance(out, list) else [out], self.direct)
+        return sent if isinstance(out, list) else sent[0]
 
     def end_round(self, grad_refs: list):
         """Apply the last gradients; return (updates for the fed server, stats for the driver).
@@ -300,4 +304,4 @@ class ClientActor(RunActor):
             a.part.eval()               # the updates, views of them, once this call returns)
             self._spare.setdefault(len(a.part.blocks), []).append(a.part)
         self.active = {}
-        return updates, stats
+        return hand_off([updates], self.direct)[0], stats

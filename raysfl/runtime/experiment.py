@@ -365,7 +365,7 @@ def launch_actors(cfg, num_servers: int, run_name: str, stages: "StartupClock") 
     import ray
 
     from raysfl.runtime.federation import start_actors
-    from raysfl.runtime.placement import check_capacity, fit_resources, init_ray
+    from raysfl.runtime.placement import check_capacity, fit_resources, init_ray, resolve_direct_payloads
     from raysfl.runtime import pool
 
     num_actors = cfg.resources.num_client_actors(cfg.clients)
@@ -378,7 +378,7 @@ def launch_actors(cfg, num_servers: int, run_name: str, stages: "StartupClock") 
         stages.say(f"Ray up ({'started here' if started else 'joined'}, {cpus:g} CPUs) in {stages.seconds['ray']:.1f} s")
     # CPU shares the user left unset: sized to what the cluster has free (idle pooled actors' included)
     free = ray.available_resources().get("CPU", 0.0) + pool.held_cpus()
-    cfg = fit_resources(cfg, num_actors, num_servers, free)
+    cfg = resolve_direct_payloads(fit_resources(cfg, num_actors, num_servers, free))
     if not os.environ.get("RAY_ADDRESS"):  # a Ray of this process: it will not grow. A job on a
         # cluster (RAY_ADDRESS set) may autoscale: the placement groups wait for it instead
         check_capacity(cfg, num_actors, num_servers)

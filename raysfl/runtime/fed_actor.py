@@ -19,7 +19,7 @@ from raysfl.algorithms.roles.aggregator import block_of
 from raysfl.objective import objective_of
 from raysfl.runtime.actor_base import RunActor
 from raysfl.runtime.placement import configure_torch
-from raysfl.runtime.refs import fetch, require_run
+from raysfl.runtime.refs import fetch, hand_off, require_run
 from raysfl.transport import state_to_wire, wire_to_state
 
 
@@ -76,6 +76,7 @@ class FedActor(RunActor):
             top = max(need) if need else 0
             out.append({"global": {k: v for k, v in self.role.global_state.items() if block_of(k) < top},
                         "own": own, "charged": charged})
+        out = hand_off(out, self.cfg.resources.direct_payloads == "on")
         return out if len(out) != 1 else out[0]
 
     def aggregate(self, rnd: int, aggregated: list[int] | None, server_state_refs: list, update_refs: list,

@@ -319,6 +319,22 @@ def fit_resources(cfg, num_client_actors: int, num_servers: int, free_cpus: floa
     return dataclasses.replace(cfg, resources=dataclasses.replace(r, **shares))
 
 
+def resolve_direct_payloads(cfg):
+    """``cfg`` with ``resources.direct_payloads`` "auto" made concrete for the cluster it runs on:
+    "on" where it has more than one node (the driver then stays off the data path: smashed data
+    goes from a client's node to its server's), "off" on one machine (returned through the
+    driver, inline: the fastest there, docs/performance.md)."""
+    import dataclasses
+
+    import ray
+
+    r = cfg.resources
+    if r.direct_payloads != "auto":
+        return cfg
+    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+    return dataclasses.replace(cfg, resources=dataclasses.replace(r, direct_payloads="on" if nodes > 1 else "off"))
+
+
 def check_capacity(cfg, num_client_actors: int, num_servers: int) -> None:
     """Fail fast (instead of waiting forever for actors) when the cluster is too small."""
     import ray

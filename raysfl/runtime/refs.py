@@ -78,7 +78,10 @@ def _values(refs: list, ready: set | None, expected: list[bool] | None = None) -
             out.append(LATE)
         else:
             try:
-                out.append(ray.get(r))
+                value = ray.get(r)
+                if isinstance(value, ray.ObjectRef):  # a payload handed off directly (hand_off)
+                    value = ray.get(value)
+                out.append(value)
             except Exception as e:  # noqa: BLE001 - classified here
                 if not is_death(e):
                     raise
@@ -110,6 +113,30 @@ def gather(refs: list, expected: list[bool], deadline: float | None = None,
                                timeout=None if end is None else max(0.0, end - time.time()))
             ready = set(done)
     return _values(refs, ready, expected)
+
+
+def hand_off(payloads: list, direct: bool) -> list:
+    """A round call's payloads as they leave the actor, one per return of the call (smashed
+    data, gradients, FedPairing's peer messages, the models a round starts from, the updates).
+
+    Not ``direct``: as they are -- Ray returns them through the caller, the driver, which then
+    passes them on (inline up to ``--inline-object-kb``: the fastest on one machine, but every
+    byte goes through the driver). ``direct`` (``--direct-payloads``): each is put into the object
+    store by this actor, and the driver passes on only the reference; the receiving actor fetches
+    the payload from this actor's node (:func:`fetch` and :func:`gather` unwrap it), so the bytes
+    through the driver grow with the clients, not with the samples."""
+    if not direct:
+        return payloads
+    import ray
+
+    return [ray.put(p) for p in payloads]
+
+
+def unwrap(value):
+    """A value passed as a call's argument, fetched if it was handed off (:func:`hand_off`)."""
+    import ray
+
+    return ray.get(value) if isinstance(value, ray.ObjectRef) else value
 
 
 def ping_all(actors: list) -> list[str]:

@@ -15,14 +15,14 @@ import torch
 
 from raysfl.runtime.actor_base import RunActor
 from raysfl.runtime.placement import configure_torch
-from raysfl.runtime.refs import LATE, fetch, gather, require_run
+from raysfl.runtime.refs import LATE, fetch, gather, hand_off, require_run
 from raysfl.transport import ClientRoundStats, GradReply, pack, unpack
 
 
 class ServerActor(RunActor):
     """Started once and set up for each run that uses it (:mod:`raysfl.runtime.pool`)."""
 
-    run_fields = ("cfg", "role", "flops", "cuts", "lo", "stats", "routes", "dropped")
+    run_fields = ("cfg", "role", "flops", "cuts", "lo", "stats", "routes", "dropped", "direct")
 
     def __init__(self, index: int, gpus: float = 0.0):
         super().__init__(gpus, f"server {index}")
@@ -39,6 +39,7 @@ class ServerActor(RunActor):
         model.train()
         self.role = spec.server(cfg, ctx, shared, model, self.device)
         self.flops = ctx.block_flops
+        self.direct = cfg.resources.direct_payloads == "on"  # resolved by the driver (launch_actors)
         self.cuts: dict[int, int] = {}
         self.lo: int | None = None  # lowest block this server has run (its server-side part starts there)
         self.stats: dict[int, ClientRoundStats] = {}
@@ -116,6 +117,7 @@ class ServerActor(RunActor):
         batches.sort(key=lambda b: b[0])  # deterministic order whatever arrived first
         out: list[dict] = [{} for _ in payloads]
         if not batches:
+            out = hand_off(out, self.direct)
             return out if len(out) != 1 else out[0]
         res = self.role.step(batches)
         passes = self.role.updates_per_step()
@@ -128,6 +130,7 @@ class ServerActor(RunActor):
             st.server_flops += passes * 3.0 * rows * float(sum(self.flops[cut:]))
             st.loss_sum += res.losses[c] * len(y)
             st.loss_count += len(y)
+        out = hand_off(out, self.direct)
         return out if len(out) != 1 else out[0]
 
     def end_round(self, weights: dict[int, float], export: bool = True):
@@ -149,7 +152,7 @@ class ServerActor(RunActor):
                     self.stats[c].agg_weight = float(w)
         self.role.end_round(weights, self.dropped)
         state = self.role.export(self.lo) if export and self.lo is not None else {}
-        return state, [self.stats[c] for c in sorted(self.stats)], self.role.take_records()
+        return hand_off([state], self.direct)[0], [self.stats[c] for c in sorted(self.stats)], self.role.take_records()
 
     def load_shared(self, state: dict | None) -> None:
         """Adopt a merged server-side state from the fed server (keys it holds; others stay)."""
