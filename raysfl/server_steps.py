@@ -198,9 +198,9 @@ class StackedCopies:
     optimiser step (SGD's update is element by element, so one optimiser over the rows is one
     per row); rows of clients without a batch in a step are put back after the optimiser's step.
     The batched matrix products may sum in another order than one client's at a time: results
-    agree to float rounding (tests/test_core.py measures it). For SGD, one cut and a model
-    without buffers (BatchNorm's running statistics cannot be updated under vmap): see
-    :func:`stackable`.
+    agree to float rounding (tests/test_core.py measures it). Buffers (BatchNorm's running
+    statistics) are stacked too, one row per client, and each copy updates its own row in
+    place under vmap, as its own module would. For SGD and one cut: see :func:`stackable`.
     """
 
     def __init__(self, model: SplitModel, cut: int, clients: list[int], make_optimizer, loss=None):
@@ -210,6 +210,7 @@ class StackedCopies:
         n = len(self.rows)
         self.params = {k: p.detach().unsqueeze(0).repeat(n, *([1] * p.dim())).requires_grad_(True)
                        for k, p in self.part.named_parameters()}
+        self.buffers = {k: b.detach().unsqueeze(0).repeat(n, *([1] * b.dim())) for k, b in self.part.named_buffers()}
         self.opt = make_optimizer(list(self.params.values()))
 
     def step(self, batches: list[tuple[int, int, torch.Tensor, torch.Tensor]]):
@@ -228,9 +229,12 @@ class StackedCopies:
         for _, js in sorted(by_size.items()):
             idx = torch.tensor([self.rows[batches[j][0]] for j in js], device=batches[js[0]][2].device)
             sub = {k: p[idx] for k, p in self.params.items()}
+            bufs = {k: b[idx] for k, b in self.buffers.items()}  # copies: updated in place below, then put back
             x = torch.stack([batches[j][2] for j in js]).requires_grad_(True)
             y = torch.stack([batches[j][3] for j in js])
-            out = vmap(lambda p, xx: functional_call(self.part, p, (xx,)))(sub, x)
+            out = vmap(lambda p, b, xx: functional_call(self.part, (p, b), (xx,)))(sub, bufs, x)
+            for k, b in bufs.items():
+                self.buffers[k][idx] = b
             if self.loss.rows is not None:  # every copy's rows in one call
                 per = self.loss.rows(out.reshape(-1, *out.shape[2:]), y.reshape(-1, *y.shape[2:]))
                 loss = per.reshape(len(js), -1).mean(dim=1)
@@ -261,11 +265,13 @@ class StackedCopies:
         return torch.cat([p.grad[i].reshape(-1) for p in self.params.values() if p.grad is not None])
 
     def states(self) -> dict[int, dict[str, torch.Tensor]]:
-        """{client: its copy's server-side blocks as a state dict (views)}."""
-        return {c: {k: p.detach()[i] for k, p in self.params.items()} for c, i in self.rows.items()}
+        """{client: its copy's server-side blocks as a state dict (views), buffers included}."""
+        return {c: {**{k: p.detach()[i] for k, p in self.params.items()}, **{k: b[i] for k, b in self.buffers.items()}}
+                for c, i in self.rows.items()}
 
 
 def stackable(model: SplitModel, cuts: dict[int, int], optimizer: str) -> bool:
     """Whether :class:`StackedCopies` can hold a round's per-client copies: every client at one
-    cut, SGD, a model without buffers."""
-    return len(set(cuts.values())) == 1 and optimizer == "sgd" and not any(True for _ in model.buffers())
+    cut, and SGD (whose update is element by element, so one optimiser over the rows is one per
+    row). BatchNorm's buffers stack with the parameters."""
+    return len(set(cuts.values())) == 1 and optimizer == "sgd"

@@ -221,20 +221,36 @@ def test_unset_cpu_shares_fit_the_cluster_and_set_ones_are_kept():
     assert r.server_cpus == 1.0 and r.client_cpus == 0.5  # nothing left to share: the capacity check speaks
 
 
-def test_stacked_per_client_copies_match_one_module_per_client():
+def _with_batch_norm():
+    """A small CNN whose server side (blocks 2..) holds BatchNorm."""
+    import torch.nn as nn
+
+    from raysfl.models.splittable import SplitModel
+
+    torch.manual_seed(0)
+    blocks = [nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU()),
+              nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)),
+              nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(inplace=True)),
+              nn.Sequential(nn.Flatten(), nn.Linear(16 * 4 * 4, 10))]
+    return SplitModel("bn-cnn", blocks, (1, 8, 8), 10)
+
+
+@pytest.mark.parametrize("which", ["cnn", "with BatchNorm"])
+def test_stacked_per_client_copies_match_one_module_per_client(which):
     """SplitFed V1's copies stacked and stepped with vmap (raysfl.server_steps.StackedCopies)
     give what one module and one optimiser per client give, to float rounding: gradients at the
-    cut, losses and every copy's weights after three steps agree within 1e-5 (absolute; the
-    values are O(1)), including a client absent from a step (its row is put back) and batches of
-    two sizes."""
+    cut, losses and every copy's weights (and BatchNorm's running statistics, each copy's own)
+    after three steps agree within 1e-5 (absolute; the values are O(1)), including a client
+    absent from a step (its row is put back) and batches of two sizes."""
     import copy as copylib
 
     import torch
 
     from raysfl.models import build_model
-    from raysfl.server_steps import StackedCopies, per_client_server_step
+    from raysfl.server_steps import StackedCopies, per_client_server_step, stackable
 
-    model = build_model("cnn", (1, 8, 8), 10, seed=0)
+    model = build_model("cnn", (1, 8, 8), 10, seed=0) if which == "cnn" else _with_batch_norm()
+    assert stackable(model, {0: 2, 1: 2}, "sgd")
     front = model.part(0, 2)
     g = torch.Generator().manual_seed(0)
     sizes = {0: 14, 1: 15, 2: 14, 3: 15, 4: 14}
@@ -257,5 +273,10 @@ def test_stacked_per_client_copies_match_one_module_per_client():
             assert torch.allclose(got_g[c], ref_g[c], atol=1e-5)
             assert abs(got_l[c] - ref_l[c]) < 1e-5
     for c, state in stack.states().items():
+        ref = {k: v for k, v in copies[c].state_dict().items() if k in state}
+        assert set(ref) == set(state)  # buffers included
         for k, v in state.items():
-            assert torch.allclose(v, copies[c].state_dict()[k], atol=1e-5), (c, k)
+            assert torch.allclose(v, ref[k], atol=1e-5), (c, k)
+    if which != "cnn":  # each copy's running mean is its own: client 2 (absent from step 2) differs
+        means = {c: s["blocks.2.1.running_mean"] for c, s in stack.states().items()}
+        assert not torch.allclose(means[2], means[0])

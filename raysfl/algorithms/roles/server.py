@@ -140,8 +140,8 @@ class PerClientServer(ServerSide):
     are averaged (by the weights of :meth:`weights`, sample counts by default) at its end.
 
     The copies are one stacked tensor per parameter, stepped together
-    (:class:`raysfl.server_steps.StackedCopies`) where the round allows it (one cut, SGD, a
-    model without buffers); otherwise, and for subclasses that work on each copy's module
+    (:class:`raysfl.server_steps.StackedCopies`, BatchNorm's buffers stacked alike) where the
+    round allows it (one cut, SGD); otherwise, and for subclasses that work on each copy's module
     (BESplit), modules of their own (``client_models``, ``client_opts``), reused from round to
     round rather than copied anew."""
 
