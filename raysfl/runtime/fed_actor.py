@@ -13,6 +13,7 @@ from __future__ import annotations
 
 
 import numpy as np
+import torch
 
 from raysfl.evaluation import evaluate, evaluate_by_class, evaluate_predictions, mix_weighted_accuracy, test_shares
 from raysfl.algorithms.roles.aggregator import block_of
@@ -176,6 +177,7 @@ class Evaluator:
         self.views = views or ClientViews([], None)
         self.passes, self.seed = int(passes or 0), seed
         self.test_share = float("nan")  # set by shares()
+        self._base, self._over, self._tensors = None, set(), None  # what load() put in ev.model last
 
     def shares(self, clients) -> dict[int, np.ndarray | None]:
         clients = sorted(clients)
@@ -200,21 +202,38 @@ class Evaluator:
         self.load(state)
         return self.module(self.model)
 
-    def load(self, state: dict[str, np.ndarray]):
-        """Load a full-model state dict into ``ev.model`` and return it."""
-        self.model.load_state_dict(wire_to_state(state, self.device))
+    def load(self, state: dict[str, np.ndarray], over: dict[str, np.ndarray] | None = None):
+        """Load a full-model state dict into ``ev.model`` and return it; with ``over``, its keys
+        on top (a client's own client-side part over the global model). Consecutive calls with
+        the same ``state`` object copy only the keys an ``over`` sets, now or in the call before:
+        a round's per-client models share everything else."""
+        if over is None or self._base is not state:
+            self.model.load_state_dict(wire_to_state({**state, **over} if over else state, self.device))
+            self._base, self._over = (state, set(over)) if over else (None, set())
+            return self.model
+        if self._tensors is None:
+            self._tensors = {**dict(self.model.named_parameters()), **dict(self.model.named_buffers())}
+        with torch.no_grad():
+            for k in self._over | set(over):
+                self._tensors[k].copy_(torch.from_numpy(np.asarray(over[k] if k in over else state[k])))
+        self._over = set(over)
         return self.model
+
+    def _here(self, m):
+        """``m`` on this evaluator's device (moved only if it is not: moving walks every module)."""
+        p = next(m.parameters(), None)
+        return m if p is not None and p.device == torch.device(self.device) else m.to(self.device)
 
     def module(self, m, rows=None) -> tuple[float, float]:
         x, y = self._test(rows)
-        return evaluate(m.to(self.device), x, y, self.ds.to_tensor, device=self.device, loss=self.loss)
+        return evaluate(self._here(m), x, y, self.ds.to_tensor, device=self.device, loss=self.loss)
 
     def local(self, m, client: int) -> float:
         """Accuracy of ``m`` on ``client``'s local test split (NaN if it has none)."""
         idx = self.views.local_tests[client] if client < len(self.views.local_tests) else np.zeros(0, np.int64)
         if not len(idx):
             return float("nan")
-        return evaluate(m.to(self.device), self.ds.x_train[idx], self.ds.y_train[idx], self.ds.to_tensor,
+        return evaluate(self._here(m), self.ds.x_train[idx], self.ds.y_train[idx], self.ds.to_tensor,
                         device=self.device, loss=self.loss)[0]
 
     def on_label_mix(self, m, client: int, rows=None) -> float:
@@ -224,7 +243,7 @@ class Evaluator:
         if self.ds.targets != "classes":  # real-valued targets: no classes to weigh
             return float("nan")
         x, y = self._test(rows)
-        correct, _ = evaluate_by_class(m.to(self.device), x, y, self.ds.to_tensor, self.num_classes,
+        correct, _ = evaluate_by_class(self._here(m), x, y, self.ds.to_tensor, self.num_classes,
                                        device=self.device)
         return self._label_mix(correct, len(y), client)
 
@@ -249,7 +268,7 @@ class Evaluator:
             raise ValueError("no label histograms were given to this evaluator")
         mix = np.asarray(self.views.histograms[client])
         x, y = self._test(rows)
-        acc, loss, pred = evaluate_predictions(m.to(self.device), x, y, self.ds.to_tensor, device=self.device,
+        acc, loss, pred = evaluate_predictions(self._here(m), x, y, self.ds.to_tensor, device=self.device,
                                                loss=self.loss)
         if self.ds.targets != "classes":  # real-valued targets: no classes, no label mix
             return {"accuracy": acc, "loss": loss, "label_mix": float("nan"), "own_class_share": float("nan")}

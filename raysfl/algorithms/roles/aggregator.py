@@ -184,7 +184,7 @@ def evaluate_own_models(agg: Aggregator, ev) -> tuple[float, float, dict[str, fl
         return acc, loss, dict.fromkeys(OWN_MODEL_METRICS, nan)
     seen, rows = [], ev.shares(agg.last_clients)
     for c in agg.last_clients:
-        ev.load({**agg.global_state, **agg.own.get(c, {})})
+        ev.load(agg.global_state, agg.own.get(c, {}))  # copies only the client-side part after the first
         seen.append(ev.for_client(ev.model, c, rows[c]))
     sizes = ev.views.histograms.sum(axis=1)
     owned = [(agg.own[c], float(sizes[c])) for c in agg.last_clients if c in agg.own]
