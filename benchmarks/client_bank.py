@@ -24,6 +24,7 @@ import argparse
 import copy
 import statistics
 import time
+from pathlib import Path
 
 import sweep  # noqa: F401  (puts the checkout on sys.path)
 import torch
@@ -127,7 +128,8 @@ def main() -> None:
     lines += [f"| {r['clients']} | {r['batch']} | {r['way']} | {r['ms']:.2f} | {r['ratio']:.2f} |" for r in rows]
     intro = (f"Digits CNN, client side at cut 2, on {args.device} with {args.threads} torch thread(s), medians over "
              f"{args.repeats} repeats. {__doc__.split(chr(10) + chr(10), 2)[2].strip()}")
-    write_tables(rows, args.out, "A client bank against per-client steps", intro, "\n".join(lines))
+    write_tables(rows, args.out, "A client bank against per-client steps", intro, "\n".join(lines),
+                 doc=Path(args.out).resolve().parents[1] / "performance.md")
 
 
 if __name__ == "__main__":

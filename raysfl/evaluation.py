@@ -41,9 +41,9 @@ def test_shares(y: np.ndarray, clients: int, passes: int, seed) -> list[np.ndarr
 @contextlib.contextmanager
 def fast_layout(model: torch.nn.Module, x: np.ndarray, device):
     """Lay the model's 4-D weights out channels-last for an evaluation pass over images on the
-    CPU, and back after. Convolution and max-pooling run several times faster so (the digits CNN's
-    test pass: 14.7 ms -> 8.0 ms, max-pooling 17x; docs/performance.md, evaluation); the values
-    are the same, and the outputs equal to float rounding (1e-7 on the digits CNN's logits)."""
+    CPU, and back after: convolution and max-pooling run faster on channels-last tensors
+    (benchmarks/evaluation_cost.py, docs/performance.md section 10). The values are the same,
+    and the outputs equal to float rounding (1e-7 on the digits CNN's logits)."""
     images = np.ndim(x) == 4 and torch.device(device).type == "cpu"
     convs = [p for p in model.parameters() if p.dim() == 4] if images else []
     moved = [p for p in convs if not p.is_contiguous(memory_format=torch.channels_last)]

@@ -1,0 +1,104 @@
+"""What evaluating per-client models costs: psl's evaluation of N clients, in one process.
+
+    .venv/bin/python benchmarks/evaluation_cost.py [--clients 10 100] [--repeats 5]
+
+The fed server's evaluation of psl (``evaluate_own_models``: every participant's own client
+side over the shared server side, plus their average) on digits' test set with the CNN at cut
+2, one torch thread as the fed actor has, the clients' models drawn around the initial model.
+Four ways: each model on the whole test set or on shares worth ``--eval-passes 10``, each with
+the CPU pass in channels-last layout (raysfl's) or in the default layout. Also one test pass
+of one model, both layouts. Times are the best of ``--repeats`` (the work is deterministic).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+from pathlib import Path
+
+import sweep  # noqa: F401  (puts the checkout on sys.path)
+import numpy as np
+import torch
+from sweep import ROOT, write_tables
+
+from raysfl import evaluation
+from raysfl.algorithms.roles.aggregator import block_of, evaluate_own_models
+from raysfl.data import load_dataset
+from raysfl.models import build_model
+from raysfl.runtime.fed_actor import ClientViews, Evaluator
+from raysfl.transport import state_to_wire
+
+
+class Own:
+    """What evaluate_own_models reads of an aggregator."""
+
+    def __init__(self, state, own, clients):
+        self.global_state, self.own, self.last_clients = state, own, clients
+
+
+def best_ms(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1000 * min(times)
+
+
+@contextlib.contextmanager
+def default_layout():
+    """Evaluation passes without raysfl's channels-last layout."""
+    keep = evaluation.fast_layout
+
+    @contextlib.contextmanager
+    def plain(model, x, device):
+        yield False
+
+    evaluation.fast_layout = plain
+    try:
+        yield
+    finally:
+        evaluation.fast_layout = keep
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clients", type=int, nargs="+", default=[10, 100])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", default=str(ROOT / "docs/results/evaluation_cost.md"))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    ds = load_dataset("digits")
+    model = build_model("cnn", ds.input_shape, ds.num_classes, seed=0)
+    state = {k: v.copy() for k, v in state_to_wire(model.state_dict()).items()}
+    rng = np.random.default_rng(0)
+    rows = []
+    for layout, ctx in (("channels-last (raysfl)", contextlib.nullcontext), ("default", default_layout)):
+        with ctx():
+            ms = best_ms(lambda: evaluation.evaluate(model, ds.x_test, ds.y_test, ds.to_tensor), args.repeats)
+        rows.append({"clients": 1, "test_set": "whole (one model)", "layout": layout, "ms": ms})
+    for n in args.clients:
+        own = {c: {k: v + rng.normal(0, 0.01, v.shape).astype(v.dtype) for k, v in state.items() if block_of(k) < 2}
+               for c in range(n)}
+        hist = rng.integers(0, 20, (n, ds.num_classes))
+        agg = Own(state, own, list(range(n)))
+        for passes, what in ((0, "whole, every model"), (10, "shares, --eval-passes 10")):
+            for layout, ctx in (("channels-last (raysfl)", contextlib.nullcontext), ("default", default_layout)):
+                def once():
+                    evaluate_own_models(agg, Evaluator(model, ds, "cpu", ClientViews([], hist), passes=passes,
+                                                       seed=(0, 1)))
+                with ctx():
+                    ms = best_ms(once, args.repeats)
+                rows.append({"clients": n, "test_set": what, "layout": layout, "ms": ms})
+                print(f"{n:>4} clients, {what:<26} {layout:<24} {ms:8.1f} ms", flush=True)
+    lines = ["| clients | test set | layout | ms per evaluation |", "|---:|---|---|---:|"]
+    lines += [f"| {r['clients']} | {r['test_set']} | {r['layout']} | {r['ms']:.1f} |" for r in rows]
+    intro = f"Best of {args.repeats}. {__doc__.split(chr(10) + chr(10), 2)[2].strip()}"
+    write_tables(rows, args.out, "The cost of evaluating per-client models", intro, "\n".join(lines),
+                 doc=Path(args.out).resolve().parents[1] / "performance.md")
+
+
+if __name__ == "__main__":
+    main()
