@@ -230,6 +230,23 @@ class FailureCounting(Algorithm):
     aggregator = CountingFailures
 
 
+def test_a_role_records_even_when_its_init_skips_the_base_classs():
+    """A plugin planner (or server side, or aggregator) whose __init__ does not call its base's
+    still records: the figures' store is made on the first record."""
+    from raysfl.algorithms.roles.planner import Planner
+
+    class Bare(Planner):
+        def __init__(self):  # no super().__init__()
+            pass
+
+    p = Bare()
+    assert p.take_records() == {}
+    p.record("servers_up", 2)
+    p.record("servers_up", 3)
+    assert p.take_records() == {"servers_up": 2.5}
+    assert p.take_records() == {}
+
+
 def test_the_aggregator_receives_the_rounds_failures(quick):
     from ray import cloudpickle
 

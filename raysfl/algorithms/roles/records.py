@@ -11,16 +11,18 @@ import numpy as np
 
 
 class Recorder:
-    """``record`` and ``take_records`` for a role (a mixin; the role keeps ``self.metrics``)."""
+    """``record`` and ``take_records`` for a role (a mixin; the figures live in ``self.metrics``,
+    made on the first ``record``, so a role whose ``__init__`` does not call its base's still
+    records)."""
 
     metrics: dict[str, list[float]]
 
     def record(self, name: str, value: float) -> None:
         """Note a figure of this round; its round mean becomes the metric column ``name``."""
-        self.metrics.setdefault(name, []).append(float(value))
+        self.__dict__.setdefault("metrics", {}).setdefault(name, []).append(float(value))
 
     def take_records(self) -> dict[str, float]:
         """The round means of what was recorded since the last call, which it forgets."""
-        out = {k: float(np.mean(v)) for k, v in self.metrics.items() if v}
+        out = {k: float(np.mean(v)) for k, v in self.__dict__.get("metrics", {}).items() if v}
         self.metrics = {}
         return out
