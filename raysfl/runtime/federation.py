@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from raysfl.algorithms.roles import Wiring
+from raysfl.algorithms.roles.aggregator import FAILURES
 from raysfl.models.blob import ModelBlob
 from raysfl.runtime.client_actor import ClientActor
 from raysfl.runtime import pool
@@ -85,10 +86,11 @@ def failures(res: RoundResult, aggregated: list[int] | None) -> dict[int, str]:
     the aggregator's ``FAILURES``): its actor or server died or it lost its server's answer
     (``failed``), it missed the real-time deadline (``late``), or the simulated deadline
     dropped it (``past_sim_deadline``)."""
+    failed, late, past_sim_deadline = FAILURES
     keep = set(res.stats) if aggregated is None else set(aggregated)
-    out = {c: "failed" for c in res.failed}
-    out.update({c: "late" for c in res.late})
-    out.update({c: "past_sim_deadline" for c in res.stats if c not in keep and c not in out})
+    out = {c: failed for c in res.failed}
+    out.update({c: late for c in res.late})
+    out.update({c: past_sim_deadline for c in res.stats if c not in keep and c not in out})
     return dict(sorted(out.items()))
 
 
