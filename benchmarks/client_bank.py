@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import argparse
 import copy
-import statistics
-import time
 from pathlib import Path
 
 import sweep  # noqa: F401  (puts the checkout on sys.path)
 import torch
+from per_client_grads import time_ms
 from sweep import ROOT, write_tables
 from torch.func import functional_call, stack_module_state, vmap
 
@@ -35,21 +34,6 @@ from raysfl.data import load_dataset
 from raysfl.models import build_model
 
 LR, MOMENTUM = 0.05, 0.9
-
-
-def median_ms(fn, repeats: int, device) -> float:
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return 1000 * statistics.median(times)
 
 
 def ways(prefix: torch.nn.Module, x: torch.Tensor, g: torch.Tensor) -> dict:
@@ -119,7 +103,8 @@ def main() -> None:
             gen = torch.Generator().manual_seed(0)
             x = torch.randn(n, b, *ds.input_shape, generator=gen).to(device)
             g = torch.randn(n, *prefix(x[0]).shape, generator=gen).to(device)
-            times = {name: median_ms(fn, args.repeats, device) for name, fn in ways(prefix, x, g).items()}
+            sync = torch.cuda.synchronize if device.type == "cuda" else None
+            times = {name: time_ms(fn, args.repeats, warmups=2, sync=sync) for name, fn in ways(prefix, x, g).items()}
             base = times["per round state"]
             for name, ms in times.items():
                 rows.append({"clients": n, "batch": b, "way": name, "ms": ms, "ratio": ms / base})

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import time
 from pathlib import Path
 
 import sweep  # noqa: F401  (puts the checkout on sys.path)
 import numpy as np
 import torch
+from per_client_grads import time_ms
 from sweep import ROOT, write_tables
 
 from raysfl import evaluation
@@ -35,16 +35,6 @@ class Own:
 
     def __init__(self, state, own, clients):
         self.global_state, self.own, self.last_clients = state, own, clients
-
-
-def best_ms(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1000 * min(times)
 
 
 @contextlib.contextmanager
@@ -77,7 +67,7 @@ def main() -> None:
     rows = []
     for layout, ctx in (("channels-last (raysfl)", contextlib.nullcontext), ("default", default_layout)):
         with ctx():
-            ms = best_ms(lambda: evaluation.evaluate(model, ds.x_test, ds.y_test, ds.to_tensor), args.repeats)
+            ms = time_ms(lambda: evaluation.evaluate(model, ds.x_test, ds.y_test, ds.to_tensor), args.repeats, reduce=min)
         rows.append({"clients": 1, "test_set": "whole (one model)", "layout": layout, "ms": ms})
     for n in args.clients:
         own = {c: {k: v + rng.normal(0, 0.01, v.shape).astype(v.dtype) for k, v in state.items() if block_of(k) < 2}
@@ -90,7 +80,7 @@ def main() -> None:
                     evaluate_own_models(agg, Evaluator(model, ds, "cpu", ClientViews([], hist), passes=passes,
                                                        seed=(0, 1)))
                 with ctx():
-                    ms = best_ms(once, args.repeats)
+                    ms = time_ms(once, args.repeats, reduce=min)
                 rows.append({"clients": n, "test_set": what, "layout": layout, "ms": ms})
                 print(f"{n:>4} clients, {what:<26} {layout:<24} {ms:8.1f} ms", flush=True)
     lines = ["| clients | test set | layout | ms per evaluation |", "|---:|---|---|---:|"]

@@ -28,15 +28,23 @@ from raysfl.server_steps import _batch_stats_only, per_client_gradients, shared_
 CASES = [("cnn", (1, 8, 8), 2), ("vit", (1, 8, 8), 4), ("vgg16", (3, 32, 32), 4)]
 
 
-def median_ms(fn, repeats: int) -> float:
-    """Median milliseconds of ``fn()`` over ``repeats`` calls, after one warm-up call."""
-    fn()
+def time_ms(fn, repeats: int, warmups: int = 1, reduce=statistics.median, sync=None) -> float:
+    """Milliseconds of ``fn()`` over ``repeats`` calls after ``warmups`` untimed ones, reduced
+    by ``reduce`` (the median; ``min`` for deterministic work). ``sync`` (e.g.
+    ``torch.cuda.synchronize``) runs before and after each timed call, so queued GPU work is
+    counted where it was launched. The benchmarks' one timer."""
+    for _ in range(warmups):
+        fn()
     times = []
     for _ in range(repeats):
+        if sync is not None:
+            sync()
         t0 = time.perf_counter()
         fn()
+        if sync is not None:
+            sync()
         times.append(time.perf_counter() - t0)
-    return 1000 * statistics.median(times)
+    return 1000 * reduce(times)
 
 
 def smashed_group(name: str, shape: tuple, cut: int, clients: int, batch: int):
@@ -64,9 +72,9 @@ def _measure(name: str, shape: tuple, cut: int, clients: int, batch: int, repeat
                 torch.autograd.grad(F.cross_entropy(part(a), y), list(part.parameters()) + [a])
 
     return {"model": name, "cut": cut, "clients": clients, "batch": batch,
-            "shared_step_ms": median_ms(lambda: shared_server_step(model, opt, batches), repeats),
-            "loop_ms": median_ms(loop, repeats),
-            "vmap_ms": median_ms(lambda: per_client_gradients(model, batches), repeats),
+            "shared_step_ms": time_ms(lambda: shared_server_step(model, opt, batches), repeats),
+            "loop_ms": time_ms(loop, repeats),
+            "vmap_ms": time_ms(lambda: per_client_gradients(model, batches), repeats),
             "server_params": sum(p.numel() for p in part.parameters())}
 
 

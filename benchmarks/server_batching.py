@@ -28,7 +28,7 @@ from pathlib import Path
 import sweep  # noqa: F401  (puts the checkout on sys.path)
 import torch
 import torch.nn.functional as F
-from per_client_grads import median_ms, smashed_group
+from per_client_grads import time_ms, smashed_group
 from sweep import ROOT, write_tables
 from torch.func import functional_call, grad, stack_module_state, vmap
 
@@ -74,13 +74,13 @@ def _measure(name: str, shape: tuple, cut: int, clients: int, batch: int, repeat
 
     row = {"model": name, "cut": cut, "clients": clients, "batch": batch,
            "server_params": sum(p.numel() for p in part.parameters()),
-           "concat_ms": median_ms(lambda: shared_server_step(model, frozen, batches), repeats),
-           "per_call_ms": median_ms(one_per_client, repeats)}
+           "concat_ms": time_ms(lambda: shared_server_step(model, frozen, batches), repeats),
+           "per_call_ms": time_ms(one_per_client, repeats)}
 
     # one model per client: raysfl's loop against torch.func, from the same start
     models = {c: copy.deepcopy(model) for c in range(clients)}
     opts = {c: torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM) for c, m in models.items()}
-    row["loop_ms"] = median_ms(lambda: per_client_server_step(models, opts, batches), repeats)
+    row["loop_ms"] = time_ms(lambda: per_client_server_step(models, opts, batches), repeats)
     has_bn = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in part.modules())
     if has_bn:
         row["vmap_ms"], row["max_diff"] = float("nan"), float("nan")
@@ -88,7 +88,7 @@ def _measure(name: str, shape: tuple, cut: int, clients: int, batch: int, repeat
     xs = torch.stack([b[2] for b in batches])
     ys = torch.stack([b[3] for b in batches])
     params, step = stacked_sgd(part, clients)
-    row["vmap_ms"] = median_ms(lambda: step(xs, ys), repeats)
+    row["vmap_ms"] = time_ms(lambda: step(xs, ys), repeats)
     # correctness: 3 steps from the same start on both paths
     models = {c: copy.deepcopy(model) for c in range(clients)}
     opts = {c: torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM) for c, m in models.items()}
