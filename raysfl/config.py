@@ -76,6 +76,10 @@ class ResourceConfig:
                                    # actor that made them, so the driver passes only references (ours);
                                    # off: Ray returns them through the driver; auto: on where the
                                    # cluster has more than one node (docs/performance.md, transport)
+    co_host: str = "auto"  # on: the servers and the fed server share one process, each role in a
+                           # thread of its own (ours); auto: on where nothing can tell the
+                           # difference (one node, no GPU for them, no kill fault naming them,
+                           # a zoo model: runtime/placement.resolve_co_host)
     num_cpus: int | None = None  # local Ray cluster size; default: what the actors need
     num_gpus: int | None = None
 
@@ -196,6 +200,7 @@ OPTIMIZERS = ("sgd", "adamw")  # --optimizer (built by raysfl/optim.py)
 # --client-placement / --server-placement: Ray placement-group strategies (raysfl/runtime/placement.py)
 STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK", "none")
 DIRECT_PAYLOADS = ("auto", "on", "off")
+CO_HOST = ("auto", "on", "off")
 SECTIONS = {"devices": DeviceConfig, "resources": ResourceConfig}
 
 

@@ -245,6 +245,12 @@ def check_steps(faults: list[Fault], steps: int, how: str) -> None:
                               f"{how}); allowed: step=0..{steps}")
 
 
+def server_kills(faults: list[Fault]) -> list[Fault]:
+    """The faults that kill a server, an edge server or the fed server (``--co-host`` puts them
+    all in one process, which such a kill would end)."""
+    return [f for f in faults if f.action == "kill" and f.role != "client"]
+
+
 def check_roles(faults: list[Fault], num_servers: int, algo: str, num_client_actors: int) -> None:
     """Refuse faults aimed at roles this run does not have."""
     for f in faults:

@@ -126,6 +126,9 @@ SETTINGS: dict[str, tuple[str, str]] = {
                                      "store, the driver passing only references (on), or through the driver (off: "
                                      "fastest on one machine); auto: on where the cluster has more than one node "
                                      "(ours)"),
+    "co_host": ("resources", "the servers and the fed server share one process, each in a thread of its own "
+                             "(on), or have one each (off); auto: on where it cannot change a run -- one node, no "
+                             "GPU for them, no kill fault naming them, a zoo model (ours)"),
     "num_cpus": ("resources", "CPUs of the local Ray raysfl starts"),
     "num_gpus": ("resources", "GPUs of the local Ray raysfl starts"),
 }

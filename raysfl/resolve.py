@@ -22,8 +22,8 @@ from pathlib import Path
 from raysfl.algorithms import ALGORITHMS, get_algorithm, load_recorded_plugins
 from raysfl.algorithms.knobs import check_knobs
 from raysfl.algorithms.spec import ResolvedAlgorithm, resolve_algorithm
-from raysfl.config import (AGGREGATION_WEIGHTS, DIRECT_PAYLOADS, EPOCH_RULES, OPTIMIZERS, RUN_DEFAULTS, SECTIONS,
-                           STRATEGIES, TRANSFER_DTYPES, Config, coerce)
+from raysfl.config import (AGGREGATION_WEIGHTS, CO_HOST, DIRECT_PAYLOADS, EPOCH_RULES, OPTIMIZERS, RUN_DEFAULTS,
+                           SECTIONS, STRATEGIES, TRANSFER_DTYPES, Config, coerce)
 from raysfl.data import DATASETS, PARTITIONERS, check_dataset_args, dataset_info
 from raysfl.errors import ConfigError
 from raysfl.data import custom as custom_data
@@ -358,6 +358,11 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
            f"resources.inline_object_kb must be between 0 and 65536 (64 MiB), got {r.inline_object_kb}")
     _check(r.direct_payloads in DIRECT_PAYLOADS,
            f"unknown resources.direct_payloads '{r.direct_payloads}'; allowed: {', '.join(DIRECT_PAYLOADS)}")
+    _check(r.co_host in CO_HOST, f"unknown resources.co_host '{r.co_host}'; allowed: {', '.join(CO_HOST)}")
+    if r.co_host == "on":
+        _check(not r.server_gpus and not r.fed_gpus,
+               f"resources.co_host 'on' puts the servers and the fed server in one process, which takes no GPU "
+               f"share (server_gpus {r.server_gpus:g}, fed_gpus {r.fed_gpus:g}); use 'off' or 'auto'")
     _check(r.placement_timeout_s > 0, f"resources.placement_timeout_s must be > 0, got {r.placement_timeout_s}")
     check_name(cfg.name)
     _check(bool(cfg.out.strip()), f"out must name a directory (the runs go inside it), got {cfg.out!r}")
@@ -388,11 +393,15 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
         _check(cfg.cut in cuts,
                f"cut {cfg.cut} is not valid for model '{cfg.model}'; valid cuts: {cuts[0]}..{cuts[-1]}")
     algo_cls.validate(cfg)
-    from raysfl.faults import check_roles, check_rounds, parse_faults
+    from raysfl.faults import check_roles, check_rounds, parse_faults, server_kills
 
     faults = parse_faults(cfg.faults)
     algo = resolve_algorithm(algo_cls, cfg)  # the planner as the params shape it (FLEX-SFL's edge servers)
     check_roles(faults, algo.servers, cfg.algo, cfg.resources.num_client_actors(cfg.clients))
+    kills = server_kills(faults) if cfg.resources.co_host == "on" else []
+    if kills:
+        raise ConfigError(f"fault '{kills[0].text()}' kills one of the servers and the fed server, which "
+                          f"resources.co_host 'on' puts in one process; use co_host 'off' or 'auto'")
     check_rounds(faults, cfg.rounds)
     if cfg.local_steps is not None and not algo.plans_own_steps:
         from raysfl.faults import check_steps

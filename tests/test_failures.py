@@ -32,7 +32,8 @@ def _rows(path):
 @pytest.mark.slow  # two runs; CI runs the slow tests
 def test_killed_server_gives_run_failed_and_resume_continues(quick, ray_session, tmp_path):
     ray = ray_session
-    cfg = quick(algo="splitfed_v2", rounds=200, name="victim")
+    # its own process (co-hosted, the kill would take the fed server too: tests/test_co_host.py)
+    cfg = quick(algo="splitfed_v2", rounds=200, name="victim", resources={"client_actors": 2, "co_host": "off"})
     run_dir = tmp_path / "runs" / "victim"
     outcome = {}
 

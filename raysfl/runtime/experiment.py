@@ -365,7 +365,9 @@ def launch_actors(cfg, num_servers: int, run_name: str, stages: "StartupClock") 
     import ray
 
     from raysfl.runtime.federation import start_actors
-    from raysfl.runtime.placement import check_capacity, fit_resources, init_ray, resolve_direct_payloads
+    from raysfl.models import custom
+    from raysfl.runtime.placement import (check_capacity, fit_resources, init_ray, resolve_co_host,
+                                          resolve_direct_payloads)
     from raysfl.runtime import pool
 
     num_actors = cfg.resources.num_client_actors(cfg.clients)
@@ -378,7 +380,8 @@ def launch_actors(cfg, num_servers: int, run_name: str, stages: "StartupClock") 
         stages.say(f"Ray up ({'started here' if started else 'joined'}, {cpus:g} CPUs) in {stages.seconds['ray']:.1f} s")
     # CPU shares the user left unset: sized to what the cluster has free (idle pooled actors' included)
     free = ray.available_resources().get("CPU", 0.0) + pool.held_cpus()
-    cfg = resolve_direct_payloads(fit_resources(cfg, num_actors, num_servers, free))
+    cfg = resolve_co_host(resolve_direct_payloads(fit_resources(cfg, num_actors, num_servers, free)),
+                          custom.is_custom(cfg.model))
     if not os.environ.get("RAY_ADDRESS"):  # a Ray of this process: it will not grow. A job on a
         # cluster (RAY_ADDRESS set) may autoscale: the placement groups wait for it instead
         check_capacity(cfg, num_actors, num_servers)
@@ -406,8 +409,9 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
             cfg, exp.spec, planner, exp.ctx, planner.shared(), exp.ds, exp.parts, num_actors,
             run_name=exp.run_dir.name, local_tests=exp.local_tests, model=exp.model, actors=launch.actors,
             on_ready=stages.counter("actors up")))
+        shared = " in one process (--co-host)" if cfg.resources.co_host == "on" else ""
         stages.say(f"{num_actors + num_servers + 1} actors ready ({num_actors} client actors hosting {cfg.clients} "
-                   f"clients, {num_servers} server{'s' * (num_servers != 1)}, 1 fed server) in "
+                   f"clients, {num_servers} server{'s' * (num_servers != 1)} and 1 fed server{shared}) in "
                    f"{stages.seconds['actors']:.1f} s")
         (exp.run_dir / "placement.json").write_text(json.dumps(fed.placement(), indent=1))
         if planner.measures_clients:

@@ -31,10 +31,11 @@ from raysfl.models.blob import ModelBlob
 from raysfl.runtime.client_actor import ClientActor
 from raysfl.runtime import pool
 from raysfl.runtime.fed_actor import ClientViews, FedActor
-from raysfl.runtime.placement import actor_options, reserve, role_resources
+from raysfl.runtime.placement import actor_options, host_resources, reserve, role_resources
 from raysfl.runtime.pool import ActorSet
 from raysfl.runtime.planning import ClientPlan
 from raysfl.runtime.refs import DEAD, LATE, fetch, is_death, ping_all, ping_until_alive
+from raysfl.runtime.role_host import FED, RoleHandle, RoleHost, concurrency_groups, server_role
 from raysfl.runtime.server_actor import ServerActor
 from raysfl.transport import ClientRoundStats
 
@@ -125,7 +126,7 @@ def actor_shape(cfg, num_actors: int, num_servers: int) -> tuple:
     cpus = (num_actors * dict(res["client"]).get("CPU", 0.0) + num_servers * dict(res["server"]).get("CPU", 0.0)
             + dict(res["fed"]).get("CPU", 0.0))
     return (num_actors, num_servers, res["client"], res["server"], res["fed"], r.client_placement, r.server_placement,
-            cfg.max_restarts, cpus)
+            cfg.max_restarts, r.co_host, cpus)
 
 
 def start_actors(cfg, num_actors: int, num_servers: int, run_name: str) -> ActorSet:
@@ -156,6 +157,15 @@ def start_actors(cfg, num_actors: int, num_servers: int, run_name: str) -> Actor
 
     with without_line():
         clients = [spawn(ClientActor, f"client-{i}", "client", groups[0], i, i) for i in range(num_actors)]
+        if cfg.resources.co_host == "on":  # the servers and the fed server in one process
+            names.append(f"raysfl:{tag}:host")
+            host = ray.remote(concurrency_groups=concurrency_groups(num_servers))(RoleHost).options(
+                name=names[-1], max_restarts=cfg.max_restarts, max_task_retries=0,
+                **actor_options(host_resources(cfg, num_servers), groups[1], 0)).remote(num_servers)
+            servers = [RoleHandle(host, server_role(j)) for j in range(num_servers)]
+            names[-1:] = [names[-1]] * (num_servers + 1)
+            return ActorSet(shape, clients, servers, RoleHandle(host, FED), tuple(groups), names, pool.session_id(),
+                            processes=clients + [host])
         servers = [spawn(ServerActor, f"server-{j}", "server", groups[1], j, j) for j in range(num_servers)]
         fed = spawn(FedActor, "fed", "fed", groups[1], num_servers)
     return ActorSet(shape, clients, servers, fed, tuple(groups), names, pool.session_id())

@@ -35,8 +35,10 @@ def configure_torch(cfg, cpus: float | None) -> None:
     deterministic = bool(getattr(cfg, "deterministic", False))
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before the first cuBLAS call
-    # set both ways: a pooled actor's next run must not inherit the last one's flags
-    torch.use_deterministic_algorithms(deterministic)
+    # set both ways: a pooled actor's next run must not inherit the last one's flags. Only when
+    # it changes: the setter imports torch._inductor (1.3 s of CPU, 4 s in a cold start's actors)
+    if torch.are_deterministic_algorithms_enabled() != deterministic:
+        torch.use_deterministic_algorithms(deterministic)
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = deterministic
 
@@ -175,14 +177,18 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
         return True
     from raysfl.runtime import wire_guard
 
-    env = {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [_project_root(), os.environ.get("PYTHONPATH")]))},
-           **wire_guard.runtime_env_hook()}
     r = cfg.resources
-    # Ray reads this when its processes start (raylet and workers inherit the driver's
-    # environment); a value the user exported wins. Put back after, for later Rays.
-    user_inline = os.environ.get(INLINE_ENV)
-    if user_inline is None:
+    # Ray's processes (raylet, then its workers) inherit the driver's environment when they
+    # start: the workers find raysfl on PYTHONPATH and read the inline limit (a value the user
+    # exported wins). Both are put back after, for later Rays and the driver's own children.
+    # Not a runtime_env: its workers could not be the ones Ray prestarts while it comes up, and
+    # the actors' start took 1.5 s longer (docs/performance.md, section 6). Only the wire
+    # guard's hook (the test suite) needs one.
+    env = wire_guard.runtime_env_hook() or None
+    before = {k: os.environ.get(k) for k in (INLINE_ENV, "PYTHONPATH")}
+    if before[INLINE_ENV] is None:
         os.environ[INLINE_ENV] = str(r.inline_object_kb * 1024)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_project_root(), before["PYTHONPATH"]]))
     need, need_gpus = actor_demand(cfg, num_client_actors, num_servers)
     num_cpus = r.num_cpus or max(os.cpu_count() or 1, math.ceil(need))
     num_gpus = r.num_gpus if r.num_gpus is not None else local_gpus(need_gpus)
@@ -201,8 +207,11 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
             interrupts.reinstall()  # ray.init took SIGTERM over (and Ray's C-level stack dump under it)
             _start_reaper()
     finally:
-        if user_inline is None:
-            del os.environ[INLINE_ENV]
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     worker_logs.install()  # a crashed worker's noise becomes one line
     if wire_guard.enabled():
         wire_guard.install()
@@ -335,6 +344,28 @@ def resolve_direct_payloads(cfg):
     return dataclasses.replace(cfg, resources=dataclasses.replace(r, direct_payloads="on" if nodes > 1 else "off"))
 
 
+def resolve_co_host(cfg, model_is_custom: bool):
+    """``cfg`` with ``resources.co_host`` "auto" made concrete: "on" (the servers and the fed
+    server in one process, :mod:`raysfl.runtime.role_host`) where that changes neither the
+    results nor what a fault does -- the cluster has one node, the servers and the fed server
+    ask for no GPU (a process has one CUDA memory share), no ``kill`` fault names one of them
+    (it would end them all), and the model is one of the zoo's (a model of your own may draw
+    from torch's random generator, e.g. dropout, which one process's roles would share);
+    "off" otherwise."""
+    import dataclasses
+
+    import ray
+
+    from raysfl.faults import parse_faults, server_kills
+
+    r = cfg.resources
+    if r.co_host != "auto":
+        return cfg
+    on = (sum(1 for n in ray.nodes() if n.get("Alive")) == 1 and not r.server_gpus and not r.fed_gpus
+          and not server_kills(parse_faults(cfg.faults)) and not model_is_custom)
+    return dataclasses.replace(cfg, resources=dataclasses.replace(r, co_host="on" if on else "off"))
+
+
 def check_capacity(cfg, num_client_actors: int, num_servers: int) -> None:
     """Fail fast (instead of waiting forever for actors) when the cluster is too small."""
     import ray
@@ -359,6 +390,16 @@ def role_resources(cfg, role: str) -> dict[str, float]:
     if mem:
         out["memory"] = float(int(mem * 2**30))
     return {k: v for k, v in out.items() if v > 0}
+
+
+def host_resources(cfg, num_servers: int) -> dict[str, float]:
+    """Ray resources of the process that hosts the servers and the fed server
+    (``--co-host``): what they would ask for as actors of their own, together."""
+    out: dict[str, float] = {}
+    for role, count in (("server", num_servers), ("fed", 1)):
+        for k, v in role_resources(cfg, role).items():
+            out[k] = out.get(k, 0.0) + count * v
+    return out
 
 
 def actor_options(resources: dict[str, float], pg=None, bundle: int = 0) -> dict:
@@ -389,7 +430,8 @@ def reserve(cfg, num_client_actors: int, num_servers: int, name: str):
 
     r = cfg.resources
     client = role_resources(cfg, "client")
-    servers = [role_resources(cfg, "server")] * num_servers + [role_resources(cfg, "fed")]
+    servers = ([host_resources(cfg, num_servers)] if r.co_host == "on"
+               else [role_resources(cfg, "server")] * num_servers + [role_resources(cfg, "fed")])
     groups, asked = [], []
     for label, bundles, strategy in (("client actors", [client] * num_client_actors, r.client_placement),
                                      ("servers + fed server", servers, r.server_placement)):

@@ -38,9 +38,12 @@ class ActorSet:
     groups: tuple
     names: list = field(default_factory=list)   # actor names, in the order clients + servers + [fed]
     session: str = ""                            # the Ray session they live in
+    processes: list | None = None                # the actor handles, where servers and fed share one
+                                                 # (raysfl.runtime.role_host); None: one actor per role
 
     def all(self) -> list:
-        return self.clients + self.servers + [self.fed]
+        """The actors' processes (what ``ray.kill`` ends)."""
+        return self.processes if self.processes is not None else self.clients + self.servers + [self.fed]
 
 
 _IDLE: list[ActorSet] = []

@@ -37,6 +37,7 @@ import torch
 
 from raysfl.aggregation import weighted_average
 from raysfl.algorithms.roles import Aggregator, ClientRound, ClientSide, ClientUpdate
+from raysfl.algorithms.roles.client import backprop
 from raysfl.transport import GradReply, Smashed, pack, unpack
 
 
@@ -90,7 +91,7 @@ class PeerClient(ClientSide):
         """Finish the previous step: back-propagate the gradients at the cut through the own
         prefixes, then step every active client on what it has cached."""
         for a, acts, reply in host.arrived(host.fetch(grad_refs)):
-            acts.backward(reply.grad)
+            backprop(acts, reply.grad)
             a.state.own_flow = range(0, a.cut)
         for a in host.active.values():
             a.state.serving = {}  # graphs a partner never asked to back-propagate (it is gone)
@@ -187,7 +188,7 @@ class PeerClient(ClientSide):
                     continue
                 owner = a.plan.partner
                 x, logits, cut = a.state.serving.pop(owner)
-                logits.backward(unpack(r.grad, host.device))
+                backprop(logits, unpack(r.grad, host.device))
                 a.state.partner_flow = range(cut, num_blocks)
                 reply = GradReply(pack(x.grad, self.cfg.transfer_dtype))
                 out[i][owner] = reply

@@ -33,6 +33,16 @@ from raysfl.objective import objective_of
 from raysfl.transport import ClientRoundStats, state_nbytes, state_to_wire
 
 
+def backprop(acts: torch.Tensor, grad: torch.Tensor, extra: torch.Tensor | None = None) -> None:
+    """Back-propagate the gradient ``grad`` that came back for the tensor ``acts`` (the smashed
+    data at a cut, a partner's logits), plus the gradient of a scalar ``extra`` (a regulariser):
+    d/dw [<acts, grad> + extra]. Written as the backward of a scalar, which gives ``acts`` the
+    gradient ``1.0 * grad``, bit for bit ``acts.backward(grad)``'s; that form would import
+    torch's symbolic-shape checks (sympy: 0.6 s of CPU in every client process's first step)."""
+    objective = (acts * grad).sum()
+    (objective if extra is None else objective.add(extra)).backward()
+
+
 @dataclass
 class Reply:
     """The server's answer to one smashed batch, as the client role sees it."""
@@ -114,12 +124,7 @@ class ClientSide:
     def backward(self, c: ClientRound, acts: torch.Tensor, reply: Reply) -> None:
         """Update the client-side part from the server's gradient at the cut: plain
         back-propagation (plus :meth:`regularizer`), one optimiser step."""
-        reg = self.regularizer(c.part, c.anchor)
-        if reg is not None:
-            # d/dw [<a, g> + reg] = backprop of the server's gradient plus the regulariser's
-            (acts * reply.grad).sum().add(reg).backward()
-        else:
-            acts.backward(reply.grad)
+        backprop(acts, reply.grad, self.regularizer(c.part, c.anchor))
         c.opt.step()
         c.opt.zero_grad(set_to_none=True)
 
