@@ -12,7 +12,8 @@ Measured, each as whole processes started exactly as a user types them (median o
    digits): seconds from the command to the line that says the run has started (Ray up,
    actors set up, the initial model in place: round 1 begins) and to round 1's progress line
    (target: the first round within 8 s), with the run's own ``startup.json`` stages (set-up,
-   Ray, actors, warm-up; set-up overlaps Ray and the actors).
+   Ray, actors, warm-up; set-up overlaps Ray and the actors); and the same with
+   ``--co-host off`` (a process per server and fed server), taken in turn with it.
 3. **A warm federation**: one Python process calls ``raysfl.run`` twice with the same settings
    (``splitfed_v2``, 10 clients, 2 rounds): the second run's start-up stages from its
    ``startup.json`` (target: at most 1 s of set-up), Ray and its actors kept from the first.
@@ -68,10 +69,10 @@ def command_seconds(args: list[str]) -> float:
     return time.perf_counter() - t0
 
 
-def demo(out: Path, name: str) -> dict:
+def demo(out: Path, name: str, extra: tuple[str, ...] = ()) -> dict:
     """The demo as a process: seconds to 'started' and to round 1's line, and its startup.json."""
     cmd = [sys.executable, "examples/flex_sfl.py", "--rounds", "1", "--out", str(out), "--name", name,
-           "--checkpoint-every", "0"]
+           "--checkpoint-every", "0", *extra]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=_env(), cwd=str(ROOT), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             text=True)
@@ -106,8 +107,11 @@ def main() -> None:
         rows.append({"measure": name, "seconds": statistics.median(secs), "target_s": 1.0})
         print(f"{name:<45} {rows[-1]['seconds']:.2f} s", flush=True)
     with tempfile.TemporaryDirectory(prefix="raysfl-startup-") as tmp:
-        demos = [demo(Path(tmp), f"demo-{i}") for i in range(args.repeats)]
-        for d in demos:
+        demos, apart = [], []  # apart: a process per server and fed server (--co-host off), taken in turn
+        for i in range(args.repeats):
+            demos.append(demo(Path(tmp), f"demo-{i}"))
+            apart.append(demo(Path(tmp), f"demo-apart-{i}", ("--co-host", "off")))
+        for d in demos + apart:
             print(f"demo: started {d['to_start_s']:.1f} s, round 1 done {d['to_round1_s']:.1f} s, stages "
                   f"{ {k: d[f'stage_{k}'] for k in STAGES} }", flush=True)
         warms = [r for _ in range(args.repeats) for r in warm(Path(tmp) / f"warm-{_}")]
@@ -116,6 +120,8 @@ def main() -> None:
                  "target_s": 8.0})
     rows.append({"measure": "demo: command to the end of round 1", "seconds": med("to_round1_s", demos),
                  "target_s": None})
+    rows.append({"measure": "demo with --co-host off (a process per server): command to the start of round 1",
+                 "seconds": med("to_start_s", apart), "target_s": None})
     second = [w for w in warms if w["run"] == 1]
     first = [w for w in warms if w["run"] == 0]
     rows.append({"measure": "raysfl.run, second run of a process: start-up (startup.json total)",

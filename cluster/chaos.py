@@ -4,10 +4,12 @@
     python cluster/chaos.py --role client --every 20 --count 3       # kill a random client actor every 20 s
     python cluster/chaos.py --run <run-dir-name> --role server --count 1
     python cluster/chaos.py --role fed --no-restart                  # a permanent death (the run fails cleanly)
+    python cluster/chaos.py --role host                              # servers + fed server of a --co-host run
 
 It connects to the cluster in ``--address`` (default: $RAY_ADDRESS, else ``auto``; on a
 token-auth cluster set RAY_AUTH_MODE=token), finds the actors named ``raysfl:<run>.<tag>:client-<i>``
-/ ``server-<j>`` / ``fed`` (in any namespace) and asks each which run it serves now (a
+/ ``server-<j>`` / ``fed`` / ``host`` in any namespace (``host``: the servers and the fed server
+in one process, as ``--co-host`` has them on a one-node cluster), asks each which run it serves now (a
 process that runs several experiments reuses its actors, which keep the name of the run
 that started them), and ``ray.kill``s them. By default Ray restarts them and the run carries
 on (see docs/reliability.md); ``--no-restart`` kills for good.
@@ -21,7 +23,7 @@ import random
 import sys
 import time
 
-ROLES = ("client", "server", "fed", "any")
+ROLES = ("client", "server", "fed", "host", "any")
 
 
 def serving(name: str, namespace: str | None, timeout: float = 5.0) -> str | None:
@@ -98,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(args.every)
         victim = kill_one(raysfl_actors(args.run, args.role), rng, restart=not args.no_restart)
         if victim is None:
-            print(f"chaos: no raysfl {args.role} actor{' of run ' + args.run if args.run else ''} is alive",
+            shared = (" (its servers and fed server share one process: --role host, or run it with --co-host off)"
+                      if args.role in ("server", "fed") and raysfl_actors(args.run, "host") else "")
+            print(f"chaos: no raysfl {args.role} actor{' of run ' + args.run if args.run else ''} is alive{shared}",
                   file=sys.stderr)
             return 1
         print(f"chaos: killed {victim['name']}{' for good' if args.no_restart else ''}", flush=True)

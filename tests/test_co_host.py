@@ -63,3 +63,35 @@ def test_co_host_on_is_refused_where_it_would_change_a_run_in_one_line():
                                                resources={"co_host": "on"}))
     with pytest.raises(ConfigError, match=r"takes no GPU share \(server_gpus 0.5, fed_gpus 0\)"):
         validate_run(raysfl.config_from_kwargs(algo="psl", resources={"co_host": "on", "server_gpus": 0.5}))
+
+
+@pytest.mark.slow  # a whole run killed from outside; CI runs the slow tests
+def test_a_killed_host_is_a_death_of_every_role_it_holds_and_the_run_survives(quick, tmp_path):
+    """cluster/chaos.py finds the host (``--role host``) and kills it mid-run: the servers and
+    the fed server come back together, set up again and reset to the snapshot, and the run
+    finishes every round."""
+    import importlib.util
+    import random
+    import threading
+    import time
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("chaos", Path(__file__).resolve().parents[1] / "cluster" / "chaos.py")
+    chaos = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(chaos)
+    cfg = quick(algo="splitfed_v2", rounds=30, name="host-victim", local_steps=4,
+                resources={"client_actors": 2, "co_host": "on"})
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("res", raysfl.run(cfg)))
+    t.start()
+    deadline = time.time() + 120
+    metrics = tmp_path / "runs" / "host-victim" / "metrics.parquet"
+    while time.time() < deadline and not (metrics.exists() and chaos.raysfl_actors("host-victim", "host")):
+        time.sleep(0.2)
+    assert not chaos.raysfl_actors("host-victim", "server")  # no server of its own: it is in the host
+    victim = chaos.kill_one(chaos.raysfl_actors("host-victim", "host"), random.Random(0))
+    assert victim and victim["role"] == "host"
+    t.join(timeout=300)
+    rows = out["res"].metrics
+    assert [r["round"] for r in rows] == list(range(1, 31))
+    assert sum(r["failures"] + r["restarts"] + r["retries"] for r in rows) >= 1

@@ -39,6 +39,10 @@ class RoleHost:
     def call(self, role: str, method: str, *args, **kwargs):
         return getattr(self.roles[role], method)(*args, **kwargs)
 
+    def serving(self) -> str | None:
+        """The run its roles serve now (``cluster/chaos.py`` asks every named actor)."""
+        return self.roles[FED].serving()
+
     def memory(self) -> int:
         """Resident set size of the process in bytes (soak benchmarks ask each named actor)."""
         return rss_bytes()
