@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 
-from raysfl import checkpoint
 from raysfl.algorithms import plugin_of
 from raysfl.algorithms.roles import FederationContext
 from raysfl.errors import ConfigError, RunFailed
@@ -61,6 +60,8 @@ def run_experiment(cfg, algo, callbacks=None) -> tuple[Path, list[dict], "object
         check_ray_address()
     if cfg.resume:
         run_dir = Path(cfg.resume)
+        from raysfl import checkpoint
+
         state = checkpoint.load_latest(run_dir, cfg.to_dict())
         if state["round"] >= cfg.rounds:
             raise ConfigError(f"run '{run_dir}' already finished {state['round']} rounds; pass --rounds > "
@@ -464,6 +465,7 @@ def checkpoint_finished(exp, fed) -> None:
     """On an interrupt: the newest finished round gets its checkpoint if it has none (between
     the rounds --checkpoint-every N saves) and its state is at hand (the snapshot taken after
     it: with retries, the default, or deadlines). --checkpoint-every 0 saves nothing."""
+    from raysfl import checkpoint
     from raysfl.runtime import interrupts
     from raysfl.runtime.rounds import save_checkpoint
 
