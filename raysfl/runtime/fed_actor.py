@@ -215,7 +215,9 @@ class Evaluator:
             self._tensors = {**dict(self.model.named_parameters()), **dict(self.model.named_buffers())}
         with torch.no_grad():
             for k in self._over | set(over):
-                self._tensors[k].copy_(torch.from_numpy(np.asarray(over[k] if k in over else state[k])))
+                src = np.asarray(over[k] if k in over else state[k])
+                # zero-copy buffers from the object store are read-only; torch warns on those
+                self._tensors[k].copy_(torch.from_numpy(src if src.flags.writeable else src.copy()))
         self._over = set(over)
         return self.model
 
