@@ -158,12 +158,12 @@ def start_actors(cfg, num_actors: int, num_servers: int, run_name: str) -> Actor
     with without_line():
         clients = [spawn(ClientActor, f"client-{i}", "client", groups[0], i, i) for i in range(num_actors)]
         if cfg.resources.co_host == "on":  # the servers and the fed server in one process
-            names.append(f"raysfl:{tag}:host")
+            host_name = f"raysfl:{tag}:host"
             host = ray.remote(concurrency_groups=concurrency_groups(num_servers))(RoleHost).options(
-                name=names[-1], max_restarts=cfg.max_restarts, max_task_retries=0,
+                name=host_name, max_restarts=cfg.max_restarts, max_task_retries=0,
                 **actor_options(host_resources(cfg, num_servers), groups[1], 0)).remote(num_servers)
             servers = [RoleHandle(host, server_role(j)) for j in range(num_servers)]
-            names[-1:] = [names[-1]] * (num_servers + 1)
+            names += [host_name] * (num_servers + 1)  # each server's actor and the fed server's is the host
             return ActorSet(shape, clients, servers, RoleHandle(host, FED), tuple(groups), names, pool.session_id(),
                             processes=clients + [host])
         servers = [spawn(ServerActor, f"server-{j}", "server", groups[1], j, j) for j in range(num_servers)]

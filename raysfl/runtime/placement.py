@@ -335,13 +335,18 @@ def resolve_direct_payloads(cfg):
     driver, inline: the fastest there, docs/performance.md)."""
     import dataclasses
 
-    import ray
-
     r = cfg.resources
     if r.direct_payloads != "auto":
         return cfg
-    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
-    return dataclasses.replace(cfg, resources=dataclasses.replace(r, direct_payloads="on" if nodes > 1 else "off"))
+    direct = "on" if alive_nodes() > 1 else "off"
+    return dataclasses.replace(cfg, resources=dataclasses.replace(r, direct_payloads=direct))
+
+
+def alive_nodes() -> int:
+    """Nodes of the Ray cluster this process is connected to that are alive."""
+    import ray
+
+    return sum(1 for n in ray.nodes() if n.get("Alive"))
 
 
 def resolve_co_host(cfg, model_is_custom: bool):
@@ -354,14 +359,12 @@ def resolve_co_host(cfg, model_is_custom: bool):
     "off" otherwise."""
     import dataclasses
 
-    import ray
-
     from raysfl.faults import parse_faults, server_kills
 
     r = cfg.resources
     if r.co_host != "auto":
         return cfg
-    on = (sum(1 for n in ray.nodes() if n.get("Alive")) == 1 and not r.server_gpus and not r.fed_gpus
+    on = (alive_nodes() == 1 and not r.server_gpus and not r.fed_gpus
           and not server_kills(parse_faults(cfg.faults)) and not model_is_custom)
     return dataclasses.replace(cfg, resources=dataclasses.replace(r, co_host="on" if on else "off"))
 
