@@ -181,9 +181,9 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
     # Ray's processes (raylet, then its workers) inherit the driver's environment when they
     # start: the workers find raysfl on PYTHONPATH and read the inline limit (a value the user
     # exported wins). Both are put back after, for later Rays and the driver's own children.
-    # Not a runtime_env: its workers could not be the ones Ray prestarts while it comes up, and
-    # the actors' start took 1.5 s longer (docs/performance.md, section 6). Only the wire
-    # guard's hook (the test suite) needs one.
+    # Not a runtime_env: its workers cannot be the ones Ray prestarts while it comes up, and six
+    # actors took 0.9 s longer to start (benchmarks/process_floor.py). Only the wire guard's
+    # hook (the test suite) needs one.
     env = wire_guard.runtime_env_hook() or None
     before = {k: os.environ.get(k) for k in (INLINE_ENV, "PYTHONPATH")}
     if before[INLINE_ENV] is None:
