@@ -60,7 +60,7 @@ class RoleHandle:
         self.host, self.role = host, role
 
     def __getattr__(self, method: str) -> "_RoleMethod":
-        if method.startswith("__"):
+        if method.startswith("__") or method in ("host", "role"):  # pickle's probes; half-built copies
             raise AttributeError(method)
         return _RoleMethod(self.host, self.role, method, {})
 
