@@ -125,7 +125,9 @@ class TPGFClient(OwnModuleClient):
             c.stats.fallback_steps += 1  # the server's loss on this batch is already the training loss
             return
         enc = list(c.part.parameters())
-        g_server = torch.autograd.grad(acts, enc, grad_outputs=reply.grad, allow_unused=True)
+        # d<acts, g>/dw: the server's gradient through the encoder, as a scalar's gradient (bit for
+        # bit grad_outputs=g's, without its import of torch's symbolic shapes: roles.client.backprop)
+        g_server = torch.autograd.grad((acts * reply.grad).sum(), enc, allow_unused=True)
         g_server = [torch.zeros_like(p) if g is None else g for p, g in zip(enc, g_server)]
         x = c.state
         depth, server_depth = c.cut, self.ctx.num_blocks - c.cut
