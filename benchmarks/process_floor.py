@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 
+from startup import user_env
 from sweep import ROOT, write_tables
 
 PROBE = r"""
@@ -62,11 +62,9 @@ VARIANTS = [  # (actors, how PYTHONPATH reaches the workers, dashboard agent)
 
 
 def probe(actors: int, env: str, agent: str) -> dict:
-    run_env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    if env == "inherited":
-        run_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), run_env.get("PYTHONPATH")]))
-    else:
-        run_env.pop("PYTHONPATH", None)
+    run_env = user_env()  # the checkout on PYTHONPATH, as benchmarks/startup.py runs the demo
+    if env == "runtime_env":
+        run_env.pop("PYTHONPATH")
     out = subprocess.run([sys.executable, "-c", PROBE, str(actors), env, agent, str(ROOT)], env=run_env,
                          cwd="/", capture_output=True, text=True, timeout=300, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])

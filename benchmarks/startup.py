@@ -56,7 +56,7 @@ for i in range(2):
 """
 
 
-def _env() -> dict:
+def user_env() -> dict:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
@@ -64,7 +64,7 @@ def _env() -> dict:
 
 def command_seconds(args: list[str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "raysfl", *args], env=_env(), cwd=str(ROOT), capture_output=True,
+    subprocess.run([sys.executable, "-m", "raysfl", *args], env=user_env(), cwd=str(ROOT), capture_output=True,
                    timeout=120)
     return time.perf_counter() - t0
 
@@ -74,7 +74,7 @@ def demo(out: Path, name: str, extra: tuple[str, ...] = ()) -> dict:
     cmd = [sys.executable, "examples/flex_sfl.py", "--rounds", "1", "--out", str(out), "--name", name,
            "--checkpoint-every", "0", *extra]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=_env(), cwd=str(ROOT), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(cmd, env=user_env(), cwd=str(ROOT), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             text=True)
     started = first = None
     for line in proc.stderr:
@@ -90,7 +90,7 @@ def demo(out: Path, name: str, extra: tuple[str, ...] = ()) -> dict:
 
 
 def warm(out: Path) -> list[dict]:
-    proc = subprocess.run([sys.executable, "-c", WARM, str(out)], env=_env(), cwd=str(ROOT), capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", WARM, str(out)], env=user_env(), cwd=str(ROOT), capture_output=True,
                           text=True, timeout=900, check=True)
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 

@@ -42,12 +42,15 @@ def pack(t: torch.Tensor, transfer_dtype: str = "float32") -> Wire:
     return Wire(t.numpy(), str(t.dtype).removeprefix("torch."))
 
 
+def writable(arr: np.ndarray) -> np.ndarray:
+    """``arr``, or a copy where it is read-only (zero-copy buffers from the object store are,
+    and torch warns on a tensor made from one)."""
+    return arr if arr.flags.writeable else arr.copy()
+
+
 def unpack(w: Wire, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Rebuild a tensor on ``device``; floating data comes back as ``dtype`` (float32)."""
-    arr = w.data
-    if not arr.flags.writeable:  # zero-copy buffers from the object store are read-only
-        arr = arr.copy()
-    t = torch.from_numpy(arr)
+    t = torch.from_numpy(writable(w.data))
     if w.dtype == "bfloat16":
         t = t.view(torch.bfloat16)
     if t.is_floating_point():

@@ -21,7 +21,7 @@ from raysfl.objective import objective_of
 from raysfl.runtime.actor_base import RunActor
 from raysfl.runtime.placement import configure_torch
 from raysfl.runtime.refs import fetch, hand_off, require_run
-from raysfl.transport import state_to_wire, wire_to_state
+from raysfl.transport import state_to_wire, wire_to_state, writable
 
 
 class ClientViews:
@@ -215,9 +215,7 @@ class Evaluator:
             self._tensors = {**dict(self.model.named_parameters()), **dict(self.model.named_buffers())}
         with torch.no_grad():
             for k in self._over | set(over):
-                src = np.asarray(over[k] if k in over else state[k])
-                # zero-copy buffers from the object store are read-only; torch warns on those
-                self._tensors[k].copy_(torch.from_numpy(src if src.flags.writeable else src.copy()))
+                self._tensors[k].copy_(torch.from_numpy(writable(np.asarray(over[k] if k in over else state[k]))))
         self._over = set(over)
         return self.model
 

@@ -149,25 +149,24 @@ def start_actors(cfg, num_actors: int, num_servers: int, run_name: str) -> Actor
     groups = reserve(cfg, num_actors, num_servers, tag)  # fails here if the cluster is too small
     names = []
 
-    def spawn(cls, role: str, kind: str, pg, bundle: int, *args):
-        res = role_resources(cfg, kind)
+    def spawn(remote_cls, role: str, res: dict, pg, bundle: int, *args):
         names.append(f"raysfl:{tag}:{role}")
-        return ray.remote(cls).options(name=names[-1], max_restarts=cfg.max_restarts, max_task_retries=0,
-                                       **actor_options(res, pg, bundle)).remote(*args, res.get("GPU", 0.0))
+        return remote_cls.options(name=names[-1], max_restarts=cfg.max_restarts, max_task_retries=0,
+                                  **actor_options(res, pg, bundle)).remote(*args, res.get("GPU", 0.0))
 
     with without_line():
-        clients = [spawn(ClientActor, f"client-{i}", "client", groups[0], i, i) for i in range(num_actors)]
+        clients = [spawn(ray.remote(ClientActor), f"client-{i}", role_resources(cfg, "client"), groups[0], i, i)
+                   for i in range(num_actors)]
         if cfg.resources.co_host == "on":  # the servers and the fed server in one process
-            host_name = f"raysfl:{tag}:host"
-            host = ray.remote(concurrency_groups=concurrency_groups(num_servers))(RoleHost).options(
-                name=host_name, max_restarts=cfg.max_restarts, max_task_retries=0,
-                **actor_options(host_resources(cfg, num_servers), groups[1], 0)).remote(num_servers)
+            host = spawn(ray.remote(concurrency_groups=concurrency_groups(num_servers))(RoleHost), "host",
+                         host_resources(cfg, num_servers), groups[1], 0, num_servers)
+            names += names[-1:] * num_servers  # each server's actor and the fed server's is the host
             servers = [RoleHandle(host, server_role(j)) for j in range(num_servers)]
-            names += [host_name] * (num_servers + 1)  # each server's actor and the fed server's is the host
             return ActorSet(shape, clients, servers, RoleHandle(host, FED), tuple(groups), names, pool.session_id(),
                             processes=clients + [host])
-        servers = [spawn(ServerActor, f"server-{j}", "server", groups[1], j, j) for j in range(num_servers)]
-        fed = spawn(FedActor, "fed", "fed", groups[1], num_servers)
+        server = role_resources(cfg, "server")
+        servers = [spawn(ray.remote(ServerActor), f"server-{j}", server, groups[1], j, j) for j in range(num_servers)]
+        fed = spawn(ray.remote(FedActor), "fed", role_resources(cfg, "fed"), groups[1], num_servers)
     return ActorSet(shape, clients, servers, fed, tuple(groups), names, pool.session_id())
 
 
