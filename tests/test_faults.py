@@ -447,3 +447,120 @@ def test_late_updates_join_the_next_round_when_the_algorithm_wants_them(quick):
     finally:
         ALGORITHMS.pop("test_late_friendly", None)
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+# ------------------------------------------------------------------ a round's state is never lost
+
+LOSS_RUN = dict(algo="splitfed_v2", clients=4, rounds=4, local_steps=3, batch_size=16, seed=2, checkpoint_every=1,
+                keep_checkpoints=0)
+
+
+def _weights(run_dir, rnd):
+    state = checkpoint.load_round(run_dir, rnd)["federation"]
+    flat = {}
+
+    def walk(prefix, x):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                walk(f"{prefix}/{k}", v)
+        elif isinstance(x, (list, tuple)):
+            for i, v in enumerate(x):
+                walk(f"{prefix}/{i}", v)
+        elif isinstance(x, np.ndarray):
+            flat[prefix] = x
+    walk("", state)
+    return flat
+
+
+def _kill_and_wait(actor):
+    """ray.kill an actor (Ray restarts it) and wait until the old incarnation is gone."""
+    import time
+
+    import ray
+
+    before = ray.get(actor.ping.remote())
+    ray.kill(actor, no_restart=False)
+    for _ in range(600):
+        try:
+            if ray.get(actor.ping.remote(), timeout=30) != before:
+                return
+        except ray.exceptions.RayActorError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("the killed actor did not come back")
+
+
+@pytest.fixture(scope="module")
+def clean_loss_run(tmp_path_factory, ray_session):
+    out = tmp_path_factory.mktemp("clean_loss")
+    return raysfl.run(raysfl.config_from_kwargs(out=str(out), progress=False, resources={"client_actors": 2,
+                                                "co_host": "off"}, **LOSS_RUN))
+
+
+_MOMENTS = ["after_evaluate", "during_get_state", "after_confirm", "before_rename"]
+
+
+@pytest.mark.parametrize("role,moment", [  # two in the default suite, every one in the slow suite
+    pytest.param(role, moment, marks=() if (role, moment) in {("fed", "after_evaluate"), ("server", "during_get_state")}
+                 else pytest.mark.slow) for role in ("fed", "server") for moment in _MOMENTS])
+def test_actor_lost_between_end_round_and_checkpoint_loses_nothing(quick, clean_loss_run, monkeypatch, role, moment):
+    """Issue 45: the fed server (or the server) killed between a round's end and its checkpoint's
+    rename -- after the evaluation, while its state is taken, after the state is confirmed, as
+    the file is written -- costs nothing: every round's metrics and every checkpoint's weights
+    equal an uninterrupted run's (before, round N's checkpoint held round N-1's weights)."""
+    from raysfl.runtime.federation import Federation
+
+    seen = {"fed": None, "done": False}
+
+    def kill_now():
+        if seen["done"]:
+            return
+        seen["done"] = True
+        fed = seen["fed"]
+        _kill_and_wait(fed.fed if role == "fed" else fed.servers[0])
+
+    def wrap(cls_or_mod, name, when):
+        orig = getattr(cls_or_mod, name)
+
+        def wrapped(*args, **kw):
+            if isinstance(args[0] if args else None, Federation):
+                seen["fed"] = args[0]
+            rnd = _round_of(name, args)
+            if when == "before" and rnd == 2:
+                kill_now()
+            out = orig(*args, **kw)
+            if when == "after" and rnd == 2:
+                kill_now()
+            return out
+        monkeypatch.setattr(cls_or_mod, name, wrapped)
+
+    def _round_of(name, args):
+        if name == "aggregate":
+            return args[1].rnd
+        if name == "snapshot_at":
+            return args[1]
+        if name == "confirm_snapshot":
+            return args[0]._snap_round_pending if args[0]._snap_refs is not None else None
+        if name == "save":
+            return args[1]
+        return None
+
+    wrap(Federation, "snapshot_at", "none")  # remembers the federation
+    if moment == "after_evaluate":
+        wrap(Federation, "aggregate", "after")
+    elif moment == "during_get_state":
+        wrap(Federation, "snapshot_at", "after")
+    elif moment == "after_confirm":
+        wrap(Federation, "confirm_snapshot", "after")
+    else:
+        wrap(checkpoint, "save", "before")
+    res = raysfl.run(quick(resources={"client_actors": 2, "co_host": "off"}, **LOSS_RUN))
+    assert seen["done"], "the kill was not injected"
+    clean = clean_loss_run.metrics
+    for col in ("test_accuracy", "test_loss", "train_loss"):
+        assert [r[col] for r in res.metrics] == [r[col] for r in clean], col
+    for rnd in range(1, LOSS_RUN["rounds"] + 1):
+        mine, theirs = _weights(res.run_dir, rnd), _weights(clean_loss_run.run_dir, rnd)
+        assert mine.keys() == theirs.keys()
+        for k in mine:
+            assert np.array_equal(mine[k], theirs[k]), (rnd, k)

@@ -40,6 +40,16 @@ class RunActor:
         """The run this actor serves now (None: idle in the pool)."""
         return self.run_name
 
+    def stamped_state(self) -> tuple[dict, dict | None]:
+        """(stamp, state), called with two returns for a snapshot: the driver fetches the small
+        stamp -- this incarnation and the run it serves -- at once, the state only when it needs
+        it (a checkpoint, a restore). A state given by an incarnation other than the one that
+        ended the round (Ray restarted the actor in between) is not that round's state, and a
+        restarted actor that was not set up again has none: the stamp shows both
+        (:meth:`raysfl.runtime.federation.Federation.confirm_snapshot`)."""
+        stamp = {"incarnation": self.incarnation, "serving": self.run_name}
+        return stamp, (self.get_state() if self.run_name is not None else None)
+
     def warm_up(self, batch: int) -> float:
         """Before round 1 (:func:`raysfl.runtime.probe.warm_up`); seconds taken."""
         model, input_shape, device = self.warm_target()

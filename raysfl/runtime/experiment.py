@@ -396,7 +396,7 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
     after a failure); Ray stays up until the process exits."""
     import ray
 
-    from raysfl.runtime.federation import Federation
+    from raysfl.runtime.federation import Federation, FedServerLost
     from raysfl.runtime.rounds import resume_hint, run_round, save_checkpoint
 
     planner = exp.planner
@@ -435,13 +435,18 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
                 if exp.callbacks.round(exp.logger.rows[-1]):  # a callback asked to stop here
                     exp.stopped = True
                     if cfg.checkpoint_every and not exp.due(rnd, cfg.checkpoint_every):
-                        fed.snapshot = fed.get_state()
+                        if fed.snapshot_round != rnd:  # no snapshot of it (--max-round-retries 0)
+                            fed.snapshot_at(rnd)
+                            fed.confirm_snapshot()  # FedServerLost: the run fails (below), never a wrong state
                         save_checkpoint(exp, fed, rnd)
                     break
             ok = True
         except KeyboardInterrupt:  # SIGINT or SIGTERM (runtime/interrupts.py): keep the rounds that finished
             checkpoint_finished(exp, fed)
             raise
+        except FedServerLost as e:  # outside a round's retries: a callback's stop, whose state was lost
+            raise RunFailed(f"round {rnd}'s checkpoint was not written ({e}); metrics of rounds 1..{rnd} are in "
+                            f"{exp.run_dir}; {resume_hint(exp)}") from None
         except ray.exceptions.RayError as e:  # an actor died for good, the cluster went away, ...
             from raysfl.runtime.refs import is_death
 

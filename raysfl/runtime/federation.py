@@ -27,6 +27,7 @@ import numpy as np
 
 from raysfl.algorithms.roles import Wiring
 from raysfl.algorithms.roles.aggregator import FAILURES
+from raysfl.errors import RunFailed
 from raysfl.models.blob import ModelBlob
 from raysfl.runtime.client_actor import ClientActor
 from raysfl.runtime import pool
@@ -107,6 +108,11 @@ def step_window(cfg) -> float | None:
 
 def _as_list(refs, n: int) -> list:
     return [refs] if n == 1 else list(refs)
+
+
+class SnapshotLost(RunFailed):
+    """A confirmed snapshot (a round's state, in Ray's object store) could not be fetched: the
+    run stops rather than checkpoint or restore another round's state under its name."""
 
 
 class FedServerLost(Exception):
@@ -287,24 +293,64 @@ class Federation:
         """Keep the fed server's and servers' state at the end of round ``rnd`` to go back to. It
         is not fetched: the actors return it into Ray's object store (each after the round's
         calls it has queued, before the next round's), and the driver holds the refs; it is
-        fetched only when needed (a checkpoint, a restore)."""
-        self._snap_refs = {"fed": self.fed.get_state.remote(), "servers": [s.get_state.remote() for s in self.servers]}
+        fetched only when needed (a checkpoint, a restore). Each actor also returns a small
+        stamp, which :meth:`confirm_snapshot` fetches: a snapshot is that round's or none."""
+        calls = [a.stamped_state.options(num_returns=2).remote() for a in [self.fed] + self.servers]
+        self._snap_refs = {"stamps": [stamp for stamp, _ in calls], "fed": calls[0][1],
+                           "servers": [state for _, state in calls[1:]]}
         self._snap_round_pending = rnd
+
+    def confirm_snapshot(self) -> None:
+        """Check the pending snapshot before its round counts as done: every state came from the
+        incarnation that ended the round (the one the round's closing ping and the aggregation
+        saw). An actor that died or was restarted after that -- after the evaluation, during
+        ``get_state`` -- took the round's state with it: the snapshot is dropped (the one before
+        stays) and :class:`FedServerLost` is raised, so the round is redone from the round
+        before rather than its loss going unseen (issue 45: a checkpoint that held round N-1's
+        weights under round N's name)."""
+        import ray
+
+        if self._snap_refs is None:
+            return
+        expected = [self.incarnations[-1]] + self.incarnations[len(self.clients):-1]
+        names = ["fed server"] + [f"server {j}" for j in range(len(self.servers))]
+        try:
+            stamps = ray.get(self._snap_refs["stamps"])
+        except Exception as e:  # noqa: BLE001 - classified
+            if not is_death(e):
+                raise
+            stamps = [None] * len(names)  # which one died: the retry's ping finds out
+            what = "an actor died"
+        else:
+            lost = [n for n, st, inc in zip(names, stamps, expected) if st["incarnation"] != inc or not st["serving"]]
+            what = f"the {', '.join(lost)} restarted" if lost else ""
+        if what:
+            self._snap_refs, self._clean = None, False
+            raise FedServerLost(f"{what} before giving round {self._snap_round_pending}'s state")
 
     @property
     def snapshot(self) -> dict | None:
-        """The snapshot's values ({"fed": state, "servers": [state, ...]}), fetched if need be.
-        A snapshot an actor died before giving is dropped: the one before stays."""
+        """The snapshot's values ({"round": r, "fed": state, "servers": [state, ...]}), fetched if
+        need be. Fetching is retried; a snapshot that cannot be fetched is an error (a round's
+        state is never silently replaced by the one before)."""
         import ray
 
         if self._snap_refs is not None:
-            refs, self._snap_refs = self._snap_refs, None
-            try:
-                fed, *servers = ray.get([refs["fed"]] + refs["servers"])
-                self._snap, self.snapshot_round = {"fed": fed, "servers": servers}, self._snap_round_pending
-            except Exception as e:  # noqa: BLE001 - classified
-                if not is_death(e):
-                    raise
+            refs, rnd = self._snap_refs, self._snap_round_pending
+            for attempt in range(3):
+                try:
+                    fed, *servers = ray.get([refs["fed"]] + refs["servers"])
+                    break
+                except Exception as e:  # noqa: BLE001 - classified
+                    if not is_death(e):
+                        raise
+                    if attempt == 2:
+                        self._snap_refs = None
+                        raise SnapshotLost(f"the state of round {rnd} could not be fetched from the object "
+                                           f"store ({type(e).__name__}); its actors' node may be gone") from None
+                    time.sleep(0.5 * (attempt + 1))
+            self._snap_refs = None
+            self._snap, self.snapshot_round = {"round": rnd, "fed": fed, "servers": servers}, rnd
         return self._snap
 
     @snapshot.setter
@@ -573,20 +619,6 @@ class Federation:
                 for k in range(self.cfg.clients)}
 
     # ------------------------------------------------------------------ checkpoints
-    def get_state(self) -> dict:
-        """The fed server's and servers' state, fetched now (a callback's early stop). An actor
-        that Ray restarted in the meantime is first put back to the previous snapshot."""
-        import ray
-
-        for attempt in range(3):
-            try:
-                fed, *servers = ray.get([self.fed.get_state.remote()] + [s.get_state.remote() for s in self.servers])
-                return {"fed": fed, "servers": servers}
-            except Exception as e:  # noqa: BLE001 - classified
-                if not is_death(e) or attempt == 2:
-                    raise
-                self.recover()  # waits for the restart and restores it from the snapshot
-
     def load_state(self, state: dict) -> None:
         import ray
 

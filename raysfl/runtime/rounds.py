@@ -107,10 +107,15 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
                                                         sim_delay, events)
             result = aggregate_round(exp, fed, flight, aggregated, evaluate)
             events["late_applied"] = fed.late_applied
+            bad = diverged_clients(flight.result)
+            if not bad and (cfg.max_round_retries or exp.due(rnd, cfg.checkpoint_every) or deadlines(cfg)):
+                fed.snapshot_at(rnd)  # the state to go back to if a later round fails (not a diverged one)
+                fed.confirm_snapshot()  # an actor lost since the aggregation: the round is redone
             break
         except FedServerLost as e:
             if attempt == cfg.max_round_retries:
-                raise RunFailed(f"round {rnd}: the {e} died {attempt + 1} time(s) and --max-round-retries is "
+                raise RunFailed(f"round {rnd}: the fed server or a server was lost {attempt + 1} time(s) (last: {e}) "
+                                f"and --max-round-retries is "
                                 f"{cfg.max_round_retries}; giving up. Metrics of rounds 1..{rnd - 1} are in "
                                 f"{exp.run_dir}; {resume_hint(exp, f'--max-round-retries {cfg.max_round_retries + 2}')}"
                                 ) from None
@@ -121,11 +126,7 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
     res = flight.result
     events["dropped"] = len(res.late | {c for c in res.stats if c not in aggregated and c not in res.failed})
     events["fallbacks"] = sum(1 for st in res.stats.values() if st.fallback_steps)
-    bad = sorted(c for c, st in res.stats.items() if st.loss_count and not math.isfinite(st.loss_sum))
     with interrupts.held():  # a signal now waits until the round is logged and checkpointed
-        if not bad:  # the state to go back to if a later round fails (a diverged one is not kept)
-            if cfg.max_round_retries or exp.due(rnd, cfg.checkpoint_every) or deadlines(cfg):
-                fed.snapshot_at(rnd)
         wall = time.perf_counter() - t0  # the whole round, snapshot included (logging runs on its own thread)
         for c, p in plans.items():
             exp.counters["stream_pos"][c] = p.stream_pos + p.samples
@@ -141,6 +142,11 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
                            f"rounds 1..{rnd - 1} are in {exp.run_dir}", rnd)
         if exp.due(rnd, cfg.checkpoint_every):
             save_checkpoint(exp, fed, rnd)
+
+
+def diverged_clients(res: RoundResult) -> list[int]:
+    """Clients whose training loss became NaN/inf this round."""
+    return sorted(c for c, st in res.stats.items() if st.loss_count and not math.isfinite(st.loss_sum))
 
 
 def classify(exp: Experiment, fed: Federation, plans: dict, server_of: dict[int, int], res: RoundResult) -> None:
@@ -170,7 +176,12 @@ def save_checkpoint(exp: Experiment, fed: Federation, rnd: int) -> None:
     """Round ``rnd``'s checkpoint (the federation's snapshot, the driver's counters), then
     keep only the newest ``--keep-checkpoints`` (and the best with ``--keep-best``)."""
     exp.logger.flush()  # the rounds this checkpoint covers are on disk before it is
-    checkpoint.save(exp.run_dir, rnd, {"round": rnd, "counters": exp.counters, "federation": fed.snapshot},
+    state = fed.snapshot
+    if fed.snapshot_round != rnd or state is None or state.get("round", rnd) != rnd:
+        raise RunFailed(f"round {rnd}'s checkpoint: the state at hand is round {fed.snapshot_round}'s, not round "
+                        f"{rnd}'s; nothing written. Metrics of rounds 1..{rnd} are in {exp.run_dir}; "
+                        f"{resume_hint(exp)}")
+    checkpoint.save(exp.run_dir, rnd, {"round": rnd, "counters": exp.counters, "federation": state},
                     exp.cfg.to_dict())
     prune_checkpoints(exp)
 
