@@ -15,6 +15,10 @@ cumulative times) and a fingerprint of the run's config.
   plain containers.
 * An unreadable newest file (truncated, corrupted) is reported and the previous one is
   used; a checkpoint written by a different config is refused.
+* ``checkpoints/manifest.json`` records, for each checkpoint, the hash of its file and of the
+  metrics rows 1..N it goes with, written before the file takes its name. A resume checks the
+  run directory against it (:func:`verify_resume`): the checkpoint's round is the one in its
+  name, ``metrics.parquet`` holds rounds 1..N, and neither was changed since (issue 45).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ _ADDED = {"min_included", "keep_checkpoints", "keep_best", "mlflow"}
 # meant: at that value they are left out of the fingerprint, so older checkpoints still resume.
 _LATER = {"deterministic": False, "eval_passes": 10}
 _NAME = re.compile(r"round_(\d+)\.pt")
+MANIFEST = "manifest.json"
 
 
 def fingerprint(cfg_dict: dict, free=frozenset(_FREE)) -> str:
@@ -66,7 +71,7 @@ def checkpoint_files(run_dir: Path) -> list[Path]:
     for f in sorted(d.iterdir()) if d.is_dir() else []:
         if _NAME.fullmatch(f.name):
             files.append(f)
-        elif f.name != ".tmp.pt":  # a save that was interrupted
+        elif f.name not in (".tmp.pt", MANIFEST, MANIFEST + ".tmp"):  # ours (.tmp: a save that was interrupted)
             strays.append(f.name)
     if strays:
         print(f"raysfl: warning: ignoring {len(strays)} file(s) in {d} not named round_NNNN.pt: "
@@ -96,7 +101,10 @@ def _decode(x):
     return x
 
 
-def save(run_dir: Path, rnd: int, state: dict, cfg_dict: dict | None = None) -> Path:
+def save(run_dir: Path, rnd: int, state: dict, cfg_dict: dict | None = None,
+         metrics_rows: list[dict] | None = None) -> Path:
+    """Write round ``rnd``'s checkpoint: to a temporary file, its manifest entry (the file's
+    hash, and the hash of ``metrics_rows``: the run's rows of rounds 1..rnd), then the rename."""
     d = Path(run_dir) / "checkpoints"
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"round_{rnd:04d}.pt"
@@ -105,8 +113,63 @@ def save(run_dir: Path, rnd: int, state: dict, cfg_dict: dict | None = None) -> 
     if cfg_dict is not None:
         payload["config_fingerprint"] = fingerprint(cfg_dict)
     torch.save(_encode(payload), tmp)
+    entry = {"file": path.name, "sha256": file_digest(tmp)}
+    if metrics_rows is not None:
+        entry.update(metrics_rows=len(metrics_rows), metrics_sha256=rows_digest(metrics_rows))
+    manifest = read_manifest(run_dir)
+    manifest[str(rnd)] = entry
+    _write_manifest(run_dir, manifest)  # before the rename: a file under a round's name always has its entry
     os.replace(tmp, path)
     return path
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _canonical(v):
+    """A metrics value as it reads back from Parquet whatever column type it was written in
+    (an int column later widened to float reads 3.0 for 3)."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, float, np.integer, np.floating)):
+        return repr(float(v))
+    return v
+
+
+def rows_digest(rows: list[dict]) -> str:
+    """Hash of metrics rows, independent of their Parquet column types and of columns that
+    later rounds added (a missing value and a null are the same)."""
+    canon = [{k: _canonical(v) for k, v in sorted(r.items()) if v is not None} for r in rows]
+    return hashlib.sha256(json.dumps(canon, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def read_manifest(run_dir: Path) -> dict:
+    """{round (str): {"file", "sha256", "metrics_rows", "metrics_sha256"}}; {} if there is none
+    (a run written before manifests) or it cannot be read (then a warning)."""
+    path = Path(run_dir) / "checkpoints" / MANIFEST
+    if not path.is_file():
+        return {}
+    try:
+        out = json.loads(path.read_text())
+        if not isinstance(out, dict):
+            raise ValueError("not a mapping")
+        return out
+    except (OSError, ValueError) as e:
+        print(f"raysfl: warning: {path} is unreadable ({_short(e)}); the checkpoints are not checked against it",
+              file=sys.stderr)
+        return {}
+
+
+def _write_manifest(run_dir: Path, manifest: dict) -> None:
+    path = Path(run_dir) / "checkpoints" / MANIFEST
+    tmp = path.with_name(MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    os.replace(tmp, path)
 
 
 def rounds_saved(run_dir: Path) -> list[int]:
@@ -125,6 +188,9 @@ def prune(run_dir: Path, keep: int, best: int | None = None) -> list[int]:
     gone = [r for r in saved if r not in protect]
     for r in gone:
         (Path(run_dir) / "checkpoints" / f"round_{r:04d}.pt").unlink(missing_ok=True)
+    manifest = read_manifest(run_dir)
+    if gone and manifest:
+        _write_manifest(run_dir, {k: v for k, v in manifest.items() if not (k.isdigit() and int(k) in gone)})
     return gone
 
 
@@ -182,8 +248,55 @@ def load_latest(run_dir: Path, cfg_dict: dict | None = None) -> dict:
         if not isinstance(state, dict) or "round" not in state or "federation" not in state and "model" not in state:
             print(f"raysfl: warning: {path} is not a raysfl checkpoint; trying the one before", file=sys.stderr)
             continue
+        named = int(_NAME.fullmatch(path.name).group(1))
+        if state["round"] != named:
+            raise ConfigError(f"checkpoint {path} holds round {state['round']} but is named round {named}; "
+                              f"move it out of {path.parent} to resume from the checkpoint before it")
         if cfg_dict is not None and state.get("config_fingerprint") not in {None} | _fingerprints(cfg_dict):
             raise ConfigError(f"checkpoint {path} was written by a run with different settings than "
                               f"{Path(run_dir) / 'config.json'}; resume it with its own config")
         return state
     raise ConfigError(f"cannot resume '{run_dir}': none of its {len(files)} checkpoints is readable")
+
+
+def verify_resume(run_dir: Path, rnd: int, metrics_rows: list[dict] | None) -> None:
+    """Before a resume from round ``rnd``'s checkpoint: the run directory must still be the one
+    the checkpoint was written with. ``metrics_rows``: ``metrics.parquet``'s rows (None: the file
+    is missing). Refused, with one line naming what disagrees: metrics rows of rounds 1..rnd
+    missing, or different from the ones recorded with the checkpoint; a checkpoint file changed
+    since it was written. A run written before manifests is checked for its rows only."""
+    run_dir = Path(run_dir)
+    ckpt = run_dir / "checkpoints" / f"round_{rnd:04d}.pt"
+    move = f"move {ckpt.name} (and newer checkpoints) out of {ckpt.parent} to resume from an older one"
+    if metrics_rows is None:
+        raise ConfigError(f"cannot resume '{run_dir}': metrics.parquet is missing, but checkpoint {ckpt.name} "
+                          f"goes with the metrics of rounds 1..{rnd}; put it back (or start the run again)")
+    mine = [r for r in metrics_rows if r.get("round") is not None and r["round"] <= rnd]
+    have = [int(r["round"]) for r in mine]
+    if have != list(range(1, rnd + 1)):
+        missing = sorted(set(range(1, rnd + 1)) - set(have))
+        what = (f"lacks round(s) {_ranges(missing)}" if missing
+                else f"holds rounds {_ranges(sorted(set(have)))} out of order or twice")
+        raise ConfigError(f"cannot resume '{run_dir}': metrics.parquet {what}, but checkpoint {ckpt.name} goes with "
+                          f"rounds 1..{rnd}; put the file back, or {move}")
+    entry = read_manifest(run_dir).get(str(rnd))
+    if entry is None:
+        return
+    if entry.get("sha256") and file_digest(ckpt) != entry["sha256"]:
+        raise ConfigError(f"cannot resume '{run_dir}': {ckpt.name} is not the file written as round {rnd}'s "
+                          f"checkpoint (its hash differs from {MANIFEST}'s); {move}")
+    if entry.get("metrics_sha256") and rows_digest(mine) != entry["metrics_sha256"]:
+        raise ConfigError(f"cannot resume '{run_dir}': metrics.parquet's rows of rounds 1..{rnd} differ from the "
+                          f"ones recorded with checkpoint {ckpt.name}; put the original file back, or {move}")
+
+
+def _ranges(rounds: list[int]) -> str:
+    """'1-3, 5' for [1, 2, 3, 5] (at most 6 pieces)."""
+    out, start = [], None
+    for i, r in enumerate(rounds):
+        if start is None:
+            start = r
+        if i + 1 == len(rounds) or rounds[i + 1] != r + 1:
+            out.append(f"{start}-{r}" if r != start else f"{r}")
+            start = None
+    return ", ".join(out[:6]) + (" ..." if len(out) > 6 else "")

@@ -358,6 +358,24 @@ def _copy(run_dir, tmp_path):
     return dst
 
 
+def _rewrite_rows(run_dir, change):
+    """Replace metrics.parquet by a valid file holding ``change(rows)``."""
+    from raysfl.metrics import _write_parquet, read_rows
+
+    _write_parquet(change(read_rows(run_dir / "metrics.parquet")), run_dir / "metrics.parquet")
+
+
+def _retouch_checkpoint(path):
+    """The same round, one weight changed: a valid checkpoint that is not the one written."""
+    import torch
+
+    state = torch.load(path, weights_only=True)
+    fed = state["federation"]["fed"]
+    key = next(k for k, v in fed["global"].items() if isinstance(v, dict))
+    fed["global"][key]["__ndarray__"] += 1.0
+    torch.save(state, path)
+
+
 @pytest.mark.parametrize("damage,expected", [
     (lambda d: (d / "config.json").write_text(""), "its config.json is unreadable"),
     (lambda d: (d / "config.json").write_text((d / "config.json").read_text()[:40]), "its config.json is unreadable"),
@@ -366,8 +384,20 @@ def _copy(run_dir, tmp_path):
     (lambda d: (d / "clients.parquet").write_bytes((d / "clients.parquet").read_bytes()[:50]),
      "clients.parquet is unreadable"),
     (lambda d: [f.unlink() for f in (d / "checkpoints").glob("*.pt")], "no checkpoints/round_*.pt"),
+    # issue 45: a run directory changed under the checkpoint
+    (lambda d: (d / "metrics.parquet").unlink(), "metrics.parquet is missing, but checkpoint round_0002.pt goes "
+     "with the metrics of rounds 1..2"),
+    (lambda d: _rewrite_rows(d, lambda rows: rows[:1]), "metrics.parquet lacks round(s) 2, but checkpoint "
+     "round_0002.pt goes with rounds 1..2"),
+    (lambda d: _rewrite_rows(d, lambda rows: [{**r, "test_accuracy": 0.99} for r in rows]),
+     "metrics.parquet's rows of rounds 1..2 differ from the ones recorded with checkpoint round_0002.pt"),
+    (lambda d: (d / "checkpoints" / "round_0002.pt").write_bytes((d / "checkpoints" / "round_0001.pt").read_bytes()),
+     "holds round 1 but is named round 2"),
+    (lambda d: _retouch_checkpoint(d / "checkpoints" / "round_0002.pt"),
+     "round_0002.pt is not the file written as round 2's checkpoint"),
 ], ids=["empty config", "truncated config", "config not a mapping", "corrupt metrics", "truncated clients",
-        "no checkpoints"])
+        "no checkpoints", "metrics deleted", "metrics shorter", "metrics changed", "checkpoint renamed",
+        "checkpoint changed"])
 def test_damaged_resume_inputs_are_one_line(finished_run, tmp_path, capsys, damage, expected):
     d = _copy(finished_run, tmp_path)
     damage(d)

@@ -67,6 +67,10 @@ def run_experiment(cfg, algo, callbacks=None) -> tuple[Path, list[dict], "object
             raise ConfigError(f"run '{run_dir}' already finished {state['round']} rounds; pass --rounds > "
                               f"{state['round']} to continue")
         _check_recorded(run_dir, state["round"])
+        from raysfl.metrics import read_rows
+
+        metrics = run_dir / "metrics.parquet"
+        checkpoint.verify_resume(run_dir, state["round"], read_rows(metrics) if metrics.exists() else None)
     else:
         run_dir, state = None, None
     stages = StartupClock(None, cfg.progress)  # the run directory is known once the data loads

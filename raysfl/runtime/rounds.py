@@ -182,7 +182,7 @@ def save_checkpoint(exp: Experiment, fed: Federation, rnd: int) -> None:
                         f"{rnd}'s; nothing written. Metrics of rounds 1..{rnd} are in {exp.run_dir}; "
                         f"{resume_hint(exp)}")
     checkpoint.save(exp.run_dir, rnd, {"round": rnd, "counters": exp.counters, "federation": state},
-                    exp.cfg.to_dict())
+                    exp.cfg.to_dict(), metrics_rows=exp.logger.rows)
     prune_checkpoints(exp)
 
 
