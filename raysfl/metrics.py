@@ -258,8 +258,9 @@ def _mb(b: float) -> str:
 
 
 # fault and fallback counts of a round (runtime/rounds.py EVENT_COLUMNS), as the console names them
-EVENTS = (("failures", "failure"), ("restarts", "restart"), ("retries", "retry"), ("dropped", "dropped"),
-          ("late_applied", "late applied"), ("skipped", "skipped"), ("fallbacks", "fallback"))
+EVENTS = (("failures", "actor failure"), ("failed_clients", "client lost"), ("restarts", "restart"),
+          ("retries", "retry"), ("dropped", "dropped"), ("late_applied", "late applied"), ("skipped", "skipped"),
+          ("fallbacks", "fallback"))
 
 
 def _duration(seconds: float) -> str:
@@ -268,7 +269,8 @@ def _duration(seconds: float) -> str:
 
 
 def _events(counts: dict) -> str:
-    return ", ".join(f"{n} {name}" + ("s" if n > 1 and name in ("failure", "restart", "fallback") else "")
+    return ", ".join((f"{n} clients lost" if name == "client lost" and n > 1 else f"{n} {name}")
+                     + ("s" if n > 1 and name in ("actor failure", "restart", "fallback") else "")
                      for key, name in EVENTS if (n := int(counts.get(key, 0) or 0)))
 
 

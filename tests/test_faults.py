@@ -564,3 +564,25 @@ def test_actor_lost_between_end_round_and_checkpoint_loses_nothing(quick, clean_
         assert mine.keys() == theirs.keys()
         for k in mine:
             assert np.array_equal(mine[k], theirs[k]), (rnd, k)
+
+
+def test_fed_pairing_partner_actor_killed_is_accounted(quick):
+    """Issue 45: a killed client actor's clients keep a row in their round (failed, not
+    included), the round counts the actor (``failures``) and the clients it lost
+    (``failed_clients``: its own client and the partner that lost it), and it is back (``restarts``)
+    in the next round, every client with a row again."""
+    from raysfl.metrics import read_rows
+
+    res = raysfl.run(quick(algo="fed_pairing", clients=4, rounds=3, local_steps=2,
+                           faults="kill:client:round=2:step=1:index=1", resources={"client_actors": 4}))
+    rows = read_rows(res.run_dir / "clients.parquet")
+    by_round = {r: [x for x in rows if x["round"] == r] for r in (1, 2, 3)}
+    assert [x["client"] for x in by_round[2]] == [0, 1, 2, 3]  # the dead actor's client too
+    lost = {x["client"]: x for x in by_round[2] if x["failed"]}
+    assert 1 in lost and lost[1]["steps"] == 0 and not lost[1]["included"]
+    partner = lost[1]["partner"]
+    assert partner in lost and not lost[partner]["included"]  # its partner lost it mid-round
+    m = res.metrics
+    assert m[1]["failures"] == 1 and m[1]["failed_clients"] == len(lost) == 2
+    assert m[2]["restarts"] >= 1 and m[2]["failed_clients"] == 0
+    assert [x["client"] for x in by_round[3]] == [0, 1, 2, 3] and all(x["included"] for x in by_round[3])

@@ -25,6 +25,7 @@ from raysfl.runtime.federation import Federation, FedServerLost, RoundInFlight, 
 from raysfl.runtime.planning import plan_round
 from raysfl.runtime.rows import EVENT_COLUMNS, TRAFFIC_COLUMNS, client_row, round_row
 from raysfl.simclock import compute_time
+from raysfl.transport import ClientRoundStats
 
 def new_counters() -> dict:
     """The driver's running totals, checkpointed with the federation: each client's position
@@ -124,6 +125,7 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
                 events["failures"] += 1  # the fed server died while aggregating (not counted above)
             events["restarts"] += fed.rollback()
     res = flight.result
+    events["failed_clients"] = len(res.failed)
     events["dropped"] = len(res.late | {c for c in res.stats if c not in aggregated and c not in res.failed})
     events["fallbacks"] = sum(1 for st in res.stats.values() if st.fallback_steps)
     with interrupts.held():  # a signal now waits until the round is logged and checkpointed
@@ -132,6 +134,7 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
             exp.counters["stream_pos"][c] = p.stream_pos + p.samples
         delays = {**sim_delay, **real_delay}
         row, client_rows = round_metrics(exp, rnd, res, result, wall, sim_delay=sim_delay, included=set(aggregated),
+                                         cuts={c: p.cut for c, p in plans.items()},
                                          events=events, delays=delays, selected=selected)
         logger.log_round(row, client_rows)
         if row["below_min_included"]:
@@ -285,9 +288,11 @@ def aggregate_round(exp: Experiment, fed: Federation, flight: RoundInFlight, agg
 
 def _warn_thin(exp: Experiment, rnd: int, res: RoundResult, include: set[int], selected: int, events: dict) -> None:
     """One line for a round that included fewer than --min-included of its selected clients."""
+    died = events["failures"]
     why = [f"{n} {what}" for n, what in (
         (events["dropped"], "dropped as stragglers"),
-        (len({c for c in res.failed if c not in include}), "failed"),
+        (len({c for c in res.failed if c not in include}),
+         f"failed ({died} actor{'s' * (died != 1)} died)" if died else "failed"),
         (events["skipped"], "sat out (server unavailable)")) if n]
     print(f"raysfl: warning: round {rnd}: {len(include)} of {selected} selected clients included"
           f"{' (' + ', '.join(why) + ')' if why else ''}; below --min-included {exp.cfg.min_included:g}",
@@ -311,7 +316,7 @@ def included(exp: Experiment, res: RoundResult, sim_delay: dict[int, float]) -> 
 
 
 def round_metrics(exp: Experiment, rnd: int, res: RoundResult, result, wall: float, sim_delay=None,
-                  included=None, events=None, delays=None, selected=None) -> tuple[dict, list[dict]]:
+                  included=None, events=None, delays=None, selected=None, cuts=None) -> tuple[dict, list[dict]]:
     """The metrics.parquet row and clients.parquet rows of one round (:mod:`raysfl.runtime.rows`).
 
     ``result``: the evaluation (accuracy, loss, extras) or None; ``sim_delay``: simulated
@@ -319,8 +324,9 @@ def round_metrics(exp: Experiment, rnd: int, res: RoundResult, result, wall: flo
     per client on either clock (the ``delay_s`` column; default: ``sim_delay``); ``included``:
     clients whose update was aggregated (default: all); ``events``: fault counts
     (EVENT_COLUMNS); ``selected``: clients the algorithm selected (``below_min_included``:
-    fewer than ``--min-included`` of them included). The server roles' recorded figures
-    come from ``res.server_metrics``.
+    fewer than ``--min-included`` of them included); ``cuts``: the round's planned cut per client.
+    A failed client that reported nothing (its actor died) still gets its row: ``failed``, not
+    included, nothing done. The server roles' recorded figures come from ``res.server_metrics``.
     """
     cfg, planner, spec, ctx, counters, stats = exp.cfg, exp.planner, exp.spec, exp.ctx, exp.counters, res.stats
     server_speed = cfg.devices.server_tflops * 1e12
@@ -335,6 +341,11 @@ def round_metrics(exp: Experiment, rnd: int, res: RoundResult, result, wall: flo
         compute.append(compute_time(stats[c], ctx.profiles[c], server_speed))
         client_rows.append({**client_row(rnd, stats[c], t, delays.get(c, 0.0), c in included),
                             **planned_clients.get(c, {})})
+    for c in sorted(res.failed - set(stats)):  # lost with its actor: a row that says so
+        lost = ClientRoundStats(client=c, cut=(cuts or {}).get(c, -1), failed=True)
+        client_rows.append({**client_row(rnd, lost, float("nan"), delays.get(c, 0.0), False),
+                            **planned_clients.get(c, {})})
+    client_rows.sort(key=lambda r: r["client"])
     sim = planner.round_sim_time(times)
     if cfg.sim_deadline_s is not None:  # the round ends at the deadline at the latest
         sim = min(sim, cfg.sim_deadline_s)

@@ -11,7 +11,10 @@ per-client records are columns of ``clients.parquet`` (FedPairing's ``partner``)
 from __future__ import annotations
 
 # fault and fallback counts of a round (rounds.run_round), as the console names them too (metrics.py)
-EVENT_COLUMNS = ("failures", "restarts", "retries", "dropped", "late_applied", "skipped", "fallbacks")
+# failures: actors (and servers) that died in the round; failed_clients: the selected clients it
+# lost to a failure (a client actor's death takes every client it hosts)
+EVENT_COLUMNS = ("failures", "failed_clients", "restarts", "retries", "dropped", "late_applied", "skipped",
+                 "fallbacks")
 TRAFFIC_COLUMNS = ("bytes_up", "bytes_down", "bytes_smashed_up", "bytes_grad_down", "bytes_params_up",
                    "bytes_params_down")
 
