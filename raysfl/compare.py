@@ -275,7 +275,7 @@ def earlier_runs(configs: list[Config], out_dir: Path) -> dict[str, Earlier]:
                 why = _difference(there, cfg.to_dict()) if isinstance(there, dict) else "unreadable"
                 raise ConfigError(f"{out_dir} holds another comparison (run {name}: {why}); {fix}")
     runs = out_dir / "runs"
-    found = {d.name: d for d in runs.iterdir()} if runs.is_dir() else {}
+    found = {d.name: d for d in runs.iterdir() if d.is_dir()} if runs.is_dir() else {}
     foreign = [n for n in found if n not in planned]
     if foreign:
         raise ConfigError(f"{runs} holds runs this comparison does not make ({_names(foreign)}); {fix}")
@@ -315,8 +315,9 @@ def write_partial(configs: list[Config], out_dir: Path, target: float) -> str:
     if not done:
         return text
     left = [c.name for c in configs if not earlier[c.name].finished(c)]
-    note = (f"**Partial**: the comparison was interrupted; {text}, still to run: {_names(left)}. The same command "
-            f"with --out {out_dir} finishes it, reusing these.")
+    todo = f"still to run: {_names(left)}" if left else "its plots not drawn"
+    note = (f"**Partial**: the comparison was interrupted; {text}, {todo}. The same command with --out {out_dir} "
+            f"finishes it, reusing these.")
     summarise([out_dir / "runs" / c.name for c in done], out_dir, target, note=note)
     return f"{text} (their table, marked partial: {out_dir / 'results.md'})"
 

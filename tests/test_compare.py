@@ -219,7 +219,8 @@ def test_interrupted_compare_continues_with_its_finished_runs_reused(tmp_path, m
     assert "seed 0: reused (finished before)" in text and "seed 1: continued from its checkpoint of round 1" in text
     assert calls == [("splitfed_v2-s1", str(out / "runs" / "splitfed_v2-s1"))]  # s0 not run again
     assert {f: f.stat().st_mtime_ns for f in first.rglob("*")} == stamps
-    assert [r["round"] for r in pq.read_table(out / "runs" / "splitfed_v2-s1" / "metrics.parquet").to_pylist()] == [1, 2]
+    rest = pq.read_table(out / "runs" / "splitfed_v2-s1" / "metrics.parquet").to_pylist()
+    assert [r["round"] for r in rest] == [1, 2]
     md = (out / "results.md").read_text()
     assert "Partial" not in md and "| splitfed_v2 | 2 |" in md
     # what today's raysfl left before compare.json existed: the run directories alone

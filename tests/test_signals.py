@@ -201,8 +201,9 @@ def test_sigterm_to_compare_keeps_finished_runs_and_the_same_command_continues(t
         reader.join(timeout=10)
         text = "\n".join(lines)
         interrupted = [line for line in lines if "interrupted" in line]
+        command = " ".join(_compare_command(out)[3:])
         assert interrupted == [f"raysfl: interrupted (SIGTERM); 1 of 2 runs finished (their table, marked partial: "
-                               f"{out / 'results.md'}); continue with: raysfl {' '.join(_compare_command(out)[3:])}"], text
+                               f"{out / 'results.md'}); continue with: raysfl {command}"], text
         assert "Traceback" not in text and "SIGTERM received" not in text, text
         assert (out / "results.md").read_text().startswith("**Partial**")
         first, rest = out / "runs" / "splitfed_v2-s0", out / "runs" / "splitfed_v2-s1"
