@@ -172,7 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default: --faults)")
     _add_plugin_flag(run)
     _add_run_flags(run, {"--config", "--help", "--no-faults", "--plugin"})
-    cmp = sub.add_parser("compare", help="run several algorithms on identical data and seeds; table and plots")
+    cmp = sub.add_parser("compare", help="run several algorithms on identical data and seeds; table and plots",
+                         description="Run several algorithms on identical data, partitions, device profiles and "
+                                     "seeds; write results.md, the Parquet tables and the plots into --out. An "
+                                     "interrupted comparison (Ctrl-C, SIGTERM) writes the table of the runs that "
+                                     "finished, marked partial; the same command with the same --out continues it, "
+                                     "reusing the finished runs and resuming the others from their checkpoints.")
     cmp.add_argument("--algos", required=True, metavar="A,B,...", help="algorithms to compare, comma-separated")
     cmp.add_argument("--seeds", type=seed_list, default=seed_list("3"), metavar="N|S,S,...",
                      help="N: seeds 0..N-1; or the seeds themselves, comma-separated, e.g. 0,3,7 (default: 3)")
@@ -330,7 +335,10 @@ def route_knobs(settings: dict, algos: list[str]) -> dict:
     return settings
 
 
-def _compare(ns: argparse.Namespace) -> int:
+def _compare(ns: argparse.Namespace, argv: list[str]) -> int:
+    """``raysfl compare``; ``argv``: the command's arguments as given, for the command that
+    continues an interrupted comparison (with ``--out`` added where the directory was made up)."""
+    import shlex
     import time
     from pathlib import Path
 
@@ -343,8 +351,13 @@ def _compare(ns: argparse.Namespace) -> int:
     settings = _flags(ns, skip=("command", "config_file", "algos", "seeds", "target", "parallel", "plugin"))
     algos = [a.strip() for a in ns.algos.split(",") if a.strip()]
     settings = route_knobs(_merge(load_file(ns.config_file) if ns.config_file else {}, settings), algos)
-    out_dir = Path(settings.pop("out", None) or Path("runs") / time.strftime("compare-%Y%m%d-%H%M%S"))
-    rows = compare(comparison_configs(algos, settings, ns.seeds, out_dir), out_dir, ns.target, ns.parallel)
+    given = settings.pop("out", None)
+    out_dir = Path(given or Path("runs") / time.strftime("compare-%Y%m%d-%H%M%S"))
+    try:
+        rows = compare(comparison_configs(algos, settings, ns.seeds, out_dir), out_dir, ns.target, ns.parallel)
+    except KeyboardInterrupt as e:  # the same command, into the same directory, continues it
+        e.raysfl_continue = shlex.join(["raysfl", *argv, *([] if given else ["--out", str(out_dir)])])
+        raise
     print((out_dir / "results.md").read_text())
     print(f"comparison directory: {out_dir} ({len(rows)} algorithms)")
     return 0
@@ -412,12 +425,15 @@ def _list() -> None:
 
 
 def _interrupted(e: BaseException) -> str:
-    """The one line of an interrupted run: the signal, what was kept and how to go on."""
+    """The one line of an interrupted run or comparison: the signal, what was kept and how to go on."""
     import shlex
 
     from raysfl.checkpoint import rounds_saved
 
     what = getattr(e, "name", "SIGINT")
+    if getattr(e, "raysfl_continue", None):  # a comparison (raysfl.compare): what finished, and its command again
+        done = getattr(e, "raysfl_compare", None) or "no run finished"
+        return f"raysfl: interrupted ({what}); {done}; continue with: {e.raysfl_continue}"
     run_dir = getattr(e, "raysfl_run_dir", None)
     if run_dir is None:
         return f"raysfl: interrupted ({what}) before the run started; nothing was written"
@@ -496,7 +512,8 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None = None) -> int:
     from raysfl.algorithms import load_entry_points, load_plugin
 
-    plugins, argv = take_plugins(list(sys.argv[1:] if argv is None else argv))
+    given = list(sys.argv[1:] if argv is None else argv)
+    plugins, argv = take_plugins(given)
     if plugins:
         sys.path.insert(0, os.getcwd())  # a module of yours beside you, as `python -m` finds it
     for module in plugins:
@@ -508,7 +525,7 @@ def _main(argv: list[str] | None = None) -> int:
         _list()
         return 0
     if ns.command == "compare":
-        return _compare(ns)
+        return _compare(ns, given)
     if ns.command == "plot":
         from raysfl.plots import parse_size, plot_runs
 

@@ -162,3 +162,68 @@ def test_a_handler_of_your_own_is_left_alone():
             assert signal.getsignal(signal.SIGTERM) is mine
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+def _compare_command(out: Path) -> list[str]:
+    return [sys.executable, "-m", "raysfl", "compare", "--algos", "splitfed_v2", "--seeds", "2", "--clients", "3",
+            "--rounds", "2", "--local-steps", "150", "--batch-size", "16", "--num-cpus", "2", "--parallel", "1",
+            "--out", str(out)]
+
+
+@pytest.mark.slow  # a comparison of two runs, interrupted in the second, then continued (two Ray starts)
+def test_sigterm_to_compare_keeps_finished_runs_and_the_same_command_continues(tmp_path):
+    """``timeout`` (SIGTERM to the process group) stops ``raysfl compare`` in its second run,
+    after that run's round 1: exit 143, one line naming what finished and the command that
+    continues, the first run's table marked partial, no process of its Ray left. That command
+    reuses the first run (its files untouched), continues the second from its checkpoint and
+    writes the whole table."""
+    marker = tempfile.mkdtemp(prefix="rsfc", dir="/tmp")  # short: Ray's socket paths have a length limit
+    env = {**os.environ, "RAY_TMPDIR": marker, "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    out = tmp_path / "cmp"
+    try:
+        proc = subprocess.Popen(_compare_command(out), env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        lines: list[str] = []
+        second = threading.Event()
+
+        def read():
+            for line in proc.stderr:
+                lines.append(line.rstrip("\n"))
+                if sum(x.startswith("round    1/2") for x in lines) == 2:  # the second run's round 1
+                    second.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        assert second.wait(300), "\n".join(lines[-20:])
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=120) == 143, "\n".join(lines[-20:])
+        reader.join(timeout=10)
+        text = "\n".join(lines)
+        interrupted = [line for line in lines if "interrupted" in line]
+        command = " ".join(_compare_command(out)[3:])
+        assert interrupted == [f"raysfl: interrupted (SIGTERM); 1 of 2 runs finished (their table, marked partial: "
+                               f"{out / 'results.md'}); continue with: raysfl {command}"], text
+        assert "Traceback" not in text and "SIGTERM received" not in text, text
+        assert (out / "results.md").read_text().startswith("**Partial**")
+        first, rest = out / "runs" / "splitfed_v2-s0", out / "runs" / "splitfed_v2-s1"
+        assert (rest / "checkpoints" / "round_0001.pt").exists()
+        stamps = {f: f.stat().st_mtime_ns for f in first.rglob("*")}
+        deadline = time.time() + 30
+        while time.time() < deadline and _ours(marker):
+            time.sleep(0.5)
+        assert not _ours(marker), "processes of the comparison's Ray are left"
+        again = subprocess.run(_compare_command(out), env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr[-2000:]
+        assert "seed 0: reused (finished before)" in again.stdout, again.stdout
+        assert "seed 1: continued from its checkpoint of round 1" in again.stdout, again.stdout
+        assert {f: f.stat().st_mtime_ns for f in first.rglob("*")} == stamps  # the finished run is not run again
+        assert [r["round"] for r in pq.read_table(rest / "metrics.parquet").to_pylist()] == [1, 2]
+        md = (out / "results.md").read_text()
+        assert "Partial" not in md and "| splitfed_v2 | 2 |" in md
+    finally:
+        for pid in _ours(marker):  # whatever is left (never `ray stop`: others' Rays)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
