@@ -53,8 +53,8 @@ _GROUPS = (  # TensorBoard group of a metrics column: the first rule that matche
     ("loss", lambda k: "loss" in k),
     ("bytes", lambda k: k.startswith("bytes")),
     ("time", lambda k: "time" in k),
-    ("faults", lambda k: k in ("failures", "failed_clients", "restarts", "retries", "dropped", "late_applied", "skipped", "fallbacks",
-                               "fallback_steps", "below_min_included")),
+    ("faults", lambda k: k in ("failures", "failed_clients", "restarts", "retries", "dropped", "late_applied",
+                               "skipped", "fallbacks", "fallback_steps", "below_min_included")),
     ("compute", lambda k: k.endswith("flops")),
     ("clients", lambda k: k in ("participants", "completed")),
 )
