@@ -178,6 +178,17 @@ def rounds_saved(run_dir: Path) -> list[int]:
                   if f.stem.split("_")[1].isdigit())
 
 
+def resume_hint(run_dir: Path, checkpoint_every: int | None, flags: str = "") -> str:
+    """The command that continues a stopped run, or what to do when nothing can be resumed."""
+    import shlex
+
+    extra = f" {flags}" if flags else ""
+    if checkpoint_files(run_dir):
+        return f"continue from its last checkpoint with: raysfl run --resume {shlex.quote(str(run_dir))}{extra}"
+    return (f"no checkpoint was written to resume from (--checkpoint-every {checkpoint_every}): "
+            f"start it again{extra and ' with' + extra}")
+
+
 def prune(run_dir: Path, keep: int, best: int | None = None) -> list[int]:
     """Delete all but the newest ``keep`` checkpoints (0: keep every one) and the one of
     round ``best``; returns the rounds deleted."""

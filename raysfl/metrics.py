@@ -18,6 +18,13 @@ off the round's critical path; :meth:`RunLogger.flush` writes and waits, and the
 before every checkpoint and at the end, so no round a checkpoint covers is lost.
 On ``--resume`` rows after the checkpoint's round are dropped and ``tb/`` is written again
 from the rows kept, so a resumed run reads exactly like an uninterrupted one.
+
+TensorBoard writes its events on a thread of its own, which would die at the first OSError
+(a full disk, a read-only directory) with a traceback on the terminal and leave the driver to
+meet a bare OSError later. The event file's writes are guarded (:func:`_guard_events`): the
+first OSError is kept, later writes are dropped, and the driver stops the run at the next
+round (or at the end) with one line naming ``tb/``, the cause and how to resume
+(:class:`raysfl.errors.RunFailed`); the Parquet files and the checkpoints are untouched by it.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from raysfl.errors import RunFailed
 
 # Columns that depend on the machine's speed rather than on the training (excluded when
 # comparing two runs for determinism).
@@ -106,6 +115,36 @@ def hparam_values(config: dict, prefix: str = "") -> dict:
     return out
 
 
+def _guard_events(tb, on_error) -> bool:
+    """Keep TensorBoard's writer thread alive through an OSError: the event file's record
+    writer (shared by the thread and the driver) passes the first OSError to ``on_error`` and
+    drops every write after it. Returns False where this tensorboard's writer is laid out
+    otherwise (left unguarded)."""
+    records = getattr(getattr(getattr(getattr(tb, "file_writer", None), "event_writer", None),
+                              "_async_writer", None), "_writer", None)
+    if records is None:
+        return False
+    failed: list[OSError] = []
+
+    def guarded(fn, closing: bool = False):
+        def call(*args):
+            if failed and not closing:
+                return None
+            try:
+                return fn(*args)
+            except OSError as e:
+                if not failed:
+                    failed.append(e)
+                    on_error(e)
+            return None
+        return call
+
+    for name in ("write", "flush"):
+        setattr(records, name, guarded(getattr(records, name)))
+    records.close = guarded(records.close, closing=True)  # the file is closed even after a failure
+    return True
+
+
 class RunLogger:
     def __init__(self, run_dir: Path, start_round: int = 0, progress: bool = True, total_rounds: int = 0,
                  config: dict | None = None):
@@ -117,19 +156,27 @@ class RunLogger:
         self.rows = [r for r in read_rows(self.metrics_path) if r["round"] <= start_round]
         self.client_rows = [r for r in read_rows(self.clients_path) if r["round"] <= start_round]
         self.config = config or {}
+        self.progress, self.total_rounds = progress, total_rounds
         # TensorBoard's own thread writes the events every 2 s (and at close): no flush per round
         tb_dir = self.run_dir / "tb"
         if start_round:  # a resume: tb/ again from the rounds kept (and from an older layout's sub-runs)
             import shutil
 
             shutil.rmtree(tb_dir, ignore_errors=True)
-        self.tb = SummaryWriter(str(tb_dir), flush_secs=2)
+        self.tb_dir = tb_dir
+        self._tb_error: OSError | None = None  # the first OSError of TensorBoard's events (_guard_events)
+        self._tb_reported = False
+        try:
+            self.tb = SummaryWriter(str(tb_dir), flush_secs=2)
+        except OSError as e:
+            self._tb_error = e
+            self._check_events()
+        _guard_events(self.tb, self._events_failed)
         if config:
             self.tb.add_text("config", "    " + json.dumps(config, indent=2).replace("\n", "\n    "), 0)
         self._bytes_sent = 0
         for row in self.rows:
             self._tb_round(row)
-        self.progress, self.total_rounds = progress, total_rounds
         self._walls: list[float] = []  # wall seconds of the rounds this process ran (for the ETA)
         self._cv = threading.Condition()
         self._logged = self._written = 0  # rounds logged / rounds on disk
@@ -196,6 +243,30 @@ class RunLogger:
             self._walls.append(float(row.get("wall_time_s", 0.0)))
             eta = sum(self._walls) / len(self._walls) * max(0, self.total_rounds - step)
             print(clear + progress_line(row, self.total_rounds, eta), file=sys.stderr, flush=True)
+        self._check_events()
+
+    def _events_failed(self, e: OSError) -> None:
+        self._tb_error = e  # read by the driver's next _check_events
+
+    def _check_events(self, at_end: bool = False) -> None:
+        """Stop the run with one line once TensorBoard could not write its events (said once;
+        ``at_end``: the run's last round is checkpointed)."""
+        e = self._tb_error
+        if e is None or self._tb_reported:
+            return
+        self._tb_reported = True
+        from raysfl.checkpoint import resume_hint, rounds_saved
+
+        cause = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        done = self.rows[-1]["round"] if self.rows else 0
+        kept = rounds_saved(self.run_dir)
+        if at_end and self.total_rounds and done >= self.total_rounds:
+            after = f"the run finished (rounds 1..{done} are in {self.run_dir}); only {self.tb_dir.name}/ is incomplete"
+        else:
+            after = ((f"metrics of rounds 1..{done} are in {self.run_dir}; " if done else "")
+                     + (f"its checkpoints up to round {kept[-1]} are kept; " if kept else "")
+                     + resume_hint(self.run_dir, self.config.get("checkpoint_every")))
+        raise RunFailed(f"cannot write TensorBoard events to {self.tb_dir}: {cause}; {after}")
 
     def _tb_round(self, row: dict) -> None:
         step = int(row["round"])
@@ -231,6 +302,8 @@ class RunLogger:
                 self.tb.close()
         if self.progress and self.rows:
             print(summary_table(self.rows, self.run_dir, stopped), file=sys.stderr, flush=True)
+        if sys.exc_info()[1] is None:  # called while another error propagates: that one is reported
+            self._check_events(at_end=True)
 
     def _hparams(self) -> None:
         """The hyperparameters and the final figures, in the run's own writer (HPARAMS tab)."""

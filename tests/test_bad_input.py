@@ -575,3 +575,67 @@ def test_ray_address_hints_fit_the_kind_of_address(address, expected):
     with pytest.raises(ConfigError) as e:
         check_ray_address(address, timeout=2)
     assert expected in str(e.value) and "\n" not in str(e.value)
+
+
+# ------------------------------------------------------------------ a checkpoint that does not fit the model
+
+
+def _misshapen(run_dir, tmp_path, part):
+    """A copy of ``run_dir`` whose newest checkpoint has one tensor of server 0 in another shape:
+    its model's last tensor (``model``) or a momentum buffer of parameter 3 (``opt``). Returns the
+    copy, the checkpoint and the (key, shape written, shape the run has)."""
+    d = _copy(run_dir, tmp_path)
+    path = d / "checkpoints" / "round_0002.pt"
+    state = torch.load(path, weights_only=True)
+    server = state["federation"]["servers"][0]
+    if part == "model":
+        key = list(server["model"])[-1]
+        want = tuple(server["model"][key]["__ndarray__"].shape)
+        server["model"][key]["__ndarray__"] = torch.zeros(3, 3)
+    else:
+        key, want = "3.momentum_buffer", tuple(list(server["model"].values())[3]["__ndarray__"].shape)
+        server["opt"][key] = {"__ndarray__": torch.zeros(3, 3)}
+    torch.save(state, path)
+    return d, path, (key, (3, 3), want)
+
+
+@pytest.mark.parametrize("where", ["driver", "actor"])
+@pytest.mark.parametrize("part", ["model", "opt"])
+def test_checkpoint_of_another_shape_is_refused_with_one_line(finished_run, tmp_path, capsys, monkeypatch, part,
+                                                              where):
+    """A server model's tensor, or an optimiser's buffer, of another shape in the checkpoint: one
+    line naming the file, the key and both shapes -- checked in the driver before anything reaches
+    an actor, and by the server role as it loads (``actor``: the driver's check left out, as for
+    an algorithm whose roles it cannot know), reduced to one line without Ray's traceback."""
+    d, path, (key, got, want) = _misshapen(finished_run, tmp_path, part)
+    if where == "actor":
+        import raysfl.state_shapes
+
+        monkeypatch.setattr(raysfl.state_shapes, "check_checkpoint", lambda *a, **k: None)
+    before = path.read_bytes()
+    whose = ("server 0's" if where == "driver" else "the server's") + (" model" if part == "model" else
+                                                                       " optimiser state")
+    theirs = "the run's" if part == "model" else "its parameter's"
+    line = _one_line(["run", "--resume", str(d), "--rounds", "3"], capsys,
+                     f"checkpoint {path} does not fit the run's model: {whose} '{key}' has shape {got}, "
+                     f"{theirs} is {want}; resume with the model the run started with")
+    assert "\x1b" not in line and "ray::" not in line
+    assert path.read_bytes() == before
+
+
+def test_a_model_that_drops_the_batch_dimension_is_refused_before_training(quick):
+    """A block whose forward folds the batch away (right for the one sample the check used to
+    run, wrong for every real batch): refused before any actor starts, naming the model, the block,
+    where it runs at a cut, its output's shape and the (batch, ...) expected."""
+    from torch import nn
+
+    class Fold(nn.Module):
+        def forward(self, x):
+            return x.view(1, -1)
+
+    blocks = [nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU(), Fold()), nn.Sequential(nn.Linear(16, 10))]
+    with pytest.raises(ConfigError) as e:
+        raysfl.run(quick(algo="splitfed_v2", dataset="digits", rounds=1), model=blocks)
+    assert str(e.value) == ("model 'custom-model': block 0 (Sequential, the client side's last at cut 1) drops the "
+                            "batch dimension: input (2, 1, 8, 8) gives output (1, 32), expected (2, ...); keep dim 0 "
+                            "as the batch (x.flatten(1), not x.view(-1) or x.squeeze())")

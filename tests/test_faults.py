@@ -586,3 +586,41 @@ def test_fed_pairing_partner_actor_killed_is_accounted(quick):
     assert m[1]["failures"] == 1 and m[1]["failed_clients"] == len(lost) == 2
     assert m[2]["restarts"] >= 1 and m[2]["failed_clients"] == 0
     assert [x["client"] for x in by_round[3]] == [0, 1, 2, 3] and all(x["included"] for x in by_round[3])
+
+def test_unwritable_tensorboard_events_stop_the_run_with_one_line(quick, monkeypatch, capsys):
+    """A full disk (or a read-only tb/) under TensorBoard's writer thread mid-run: one line naming
+    tb/, the cause and the resume command -- no thread traceback -- and nothing lost: the resume
+    ends with the metrics of an uninterrupted run. The OSError is injected (a test may run as root,
+    whom a read-only directory does not stop)."""
+    import errno
+
+    from tensorboard.summary.writer import record_writer
+
+    from raysfl.metrics import TIMING_COLUMNS
+
+    full = {"disk": False}
+    write = record_writer.RecordWriter.write
+
+    def write_or_fail(self, data):
+        if full["disk"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write(self, data)
+
+    monkeypatch.setattr(record_writer.RecordWriter, "write", write_or_fail)
+    cfg = quick(algo="splitfed_v2", rounds=3, name="tb-full")
+    with pytest.raises(raysfl.errors.RunFailed) as e:
+        raysfl.run(cfg, callbacks=[lambda row: full.update(disk=True)])  # the disk fills after round 1
+    msg, err = str(e.value), capsys.readouterr().err
+    run_dir = e.value.raysfl_run_dir
+    assert "Traceback" not in err and "Exception in thread" not in err, err
+    assert "\n" not in msg and msg.startswith(f"cannot write TensorBoard events to {run_dir / 'tb'}: "
+                                              f"[Errno 28] No space left on device; metrics of rounds 1.."), msg
+    assert msg.endswith(f"continue from its last checkpoint with: raysfl run --resume {run_dir}"), msg
+    kept = checkpoint.rounds_saved(run_dir)
+    assert f"its checkpoints up to round {kept[-1]} are kept" in msg and kept[-1] < 3
+
+    full["disk"] = False  # space again: the resume finishes as if nothing had happened
+    resumed = raysfl.run(raysfl.resume_config(run_dir))
+    plain = raysfl.run(quick(algo="splitfed_v2", rounds=3, name="tb-plain"))
+    same = [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in resumed.metrics]
+    assert same == [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in plain.metrics]

@@ -115,17 +115,24 @@ def as_split_model(model, input_shape: tuple[int, ...], num_classes: int) -> Spl
     return split
 
 
+PROBE_BATCH = 2  # samples the check runs: a block that drops or folds the batch dimension shows with 2
+
+
 def check_runs(model: SplitModel) -> None:
-    """One zero sample through every block (eval mode, no gradients): a ConfigError naming the
-    first block that fails, or logits of the wrong shape. Fills the model's FLOP and shape profile."""
+    """A batch of ``PROBE_BATCH`` zero samples through every block (eval mode, no gradients): a
+    ConfigError naming the first block that fails, that does not keep the batch as its output's
+    first dimension (``x.squeeze()``, ``x.view(-1)``, ``x.view(1, -1)``: every block is the client
+    side's last or the server side's first at some cut, where the batch must stay one), or
+    logits of the wrong shape. Fills the model's FLOP and shape profile."""
     import torch
 
     with torch.no_grad():
         modes = [(m, m.training) for m in model.modules()]
         model.eval()
         try:
-            x = torch.zeros((1, *model.input_shape))
+            x = torch.zeros((PROBE_BATCH, *model.input_shape))
             for i, block in enumerate(model.blocks):
+                given = tuple(x.shape)
                 try:
                     x = block(x)
                 except Exception as e:  # noqa: BLE001 - any failure is a model/data mismatch
@@ -135,6 +142,11 @@ def check_runs(model: SplitModel) -> None:
                                       f"{first}") from None
                 if not isinstance(x, torch.Tensor):
                     raise ConfigError(f"model '{model.name}': block {i} returns {type(x).__name__}, not a tensor")
+                if x.dim() == 0 or x.shape[0] != PROBE_BATCH:
+                    raise ConfigError(f"model '{model.name}': block {i} ({type(block).__name__}, {_side(model, i)}) "
+                                      f"drops the batch dimension: input {given} gives output {tuple(x.shape)}, "
+                                      f"expected ({PROBE_BATCH}, ...); keep dim 0 as the batch (x.flatten(1), "
+                                      f"not x.view(-1) or x.squeeze())")
         finally:
             for m, was in modes:
                 m.training = was
@@ -146,6 +158,16 @@ def check_runs(model: SplitModel) -> None:
 
 
 
+
+
+def _side(model: SplitModel, i: int) -> str:
+    """Where block ``i`` runs: the client side's last block at cut i+1, the server side's first at cut i."""
+    at = []
+    if i + 1 < model.num_blocks:
+        at.append(f"the client side's last at cut {i + 1}")
+    if i > 0:
+        at.append(f"the server side's first at cut {i}")
+    return " and ".join(at) or "the whole model"
 
 
 def is_custom(name) -> bool:

@@ -214,8 +214,17 @@ def _run_in(cfg, algo, run_dir: Path, state: dict | None, ds, stages: "StartupCl
                     raise
     else:
         p = stages.timed("setup", "setting up", lambda: prepare(cfg, algo, ds))
-    if state:
-        check_same_model(state, p.model, run_dir)
+    if state:  # the checkpoint's tensors fit the run's model, before any reaches an actor
+        from raysfl.state_shapes import check_checkpoint
+
+        try:
+            check_checkpoint(state, p.model, run_dir, p.spec)
+        except ConfigError:
+            if launch is not None:  # started for nothing: their CPUs go back to Ray
+                from raysfl.runtime import pool
+
+                pool.destroy(launch.actors)
+            raise
     stages.say(f"{cfg.dataset} ({ds.num_train} training samples) split among {cfg.clients} clients "
                f"({cfg.partition}); model {cfg.model} ({p.model.num_blocks} blocks); {cfg.algo} set up "
                f"in {stages.seconds['setup']:.1f} s")
@@ -258,18 +267,6 @@ def _write_own_keys(run_dir: Path, model_name: str) -> None:
 
     if custom.is_custom(model_name):
         own_keys.write(run_dir, getattr(custom.lookup(model_name), "own_keys", None))
-
-
-def check_same_model(state: dict, model, run_dir: Path) -> None:
-    """A resumed run's model has the checkpoint's parameter names and shapes (your own model
-    given again may not)."""
-    saved = state["federation"]["fed"]["global"] if "federation" in state else state.get("model", {})
-    have = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    got = {k: tuple(np.shape(v)) for k, v in saved.items()}
-    diff = sorted(k for k in have if got.get(k) != have[k])
-    if diff:
-        raise ConfigError(f"the model does not match the checkpoint of '{run_dir}' (first difference: "
-                          f"{diff[0]}); resume with the model the run started with")
 
 
 def _warn_thin_rounds(cfg, rows: list[dict]) -> None:
@@ -425,7 +422,9 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
         start = rnd = state["round"] if state else 0
         try:
             if state:
-                fed.load_state(state["federation"])
+                from raysfl.state_shapes import load_federation
+
+                load_federation(fed, state["federation"], exp.run_dir, state)
             if state:
                 fed.snapshot, fed.snapshot_round = state["federation"], start
             else:

@@ -205,13 +205,7 @@ def deadlines(cfg) -> bool:
 
 def resume_hint(exp: Experiment, flags: str = "") -> str:
     """The command that continues a stopped run, or what to do when nothing can be resumed."""
-    import shlex
-
-    extra = f" {flags}" if flags else ""
-    if checkpoint.checkpoint_files(exp.run_dir):
-        return f"continue from its last checkpoint with: raysfl run --resume {shlex.quote(str(exp.run_dir))}{extra}"
-    return (f"no checkpoint was written to resume from (--checkpoint-every {exp.cfg.checkpoint_every}): "
-            f"start it again{extra and ' with' + extra}")
+    return checkpoint.resume_hint(exp.run_dir, exp.cfg.checkpoint_every, flags)
 
 
 def _count_losses(exp: Experiment, fed: Federation, res: RoundResult, events: dict) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 from raysfl.aggregation import weighted_average
 from raysfl.algorithms.roles.context import ClientUpdate, FederationContext
 from raysfl.algorithms.roles.records import Recorder
+from raysfl.state_shapes import check_global_state
 
 # why a client that trained in a round has no update in its aggregation (Aggregator.aggregate's failures):
 # its actor or server died, or it lost its server's answer; it missed the real-time deadline;
@@ -116,6 +117,7 @@ class Aggregator(Recorder):
                 "extra": dataclasses.asdict(self.state) if self.state is not None else {}}
 
     def load_state(self, d: dict) -> None:
+        check_global_state(d["global"], self.global_state)  # one plain line for a checkpoint that does not fit
         self.global_state, self.own, self.last_clients = d["global"], d["own"], d["last_clients"]
         if self.state_cls is not None:
             self.state = self.state_cls(**(d.get("extra") or {}))

@@ -28,6 +28,7 @@ from raysfl.algorithms.roles.context import FederationContext
 from raysfl.algorithms.roles.records import Recorder
 from raysfl.objective import objective_of
 from raysfl.optim import build_optimizer
+from raysfl.state_shapes import check_server_state
 from raysfl.server_steps import (StackedCopies, per_client_gradients, per_client_server_step, shared_server_step,
                                  stackable)
 from raysfl.transport import load_optimizer_state, optimizer_state_to_wire, state_to_wire, wire_to_state
@@ -129,6 +130,7 @@ class ServerSide(Recorder):
                 "extra": dataclasses.asdict(self.state) if self.state is not None else {}}
 
     def load_state(self, state: dict) -> None:
+        check_server_state(state, self.model, self.opt)  # one plain line for a checkpoint that does not fit
         self.model.load_state_dict(wire_to_state(state["model"], self.device))
         load_optimizer_state(self.opt, state["opt"])
         if self.state_cls is not None:
