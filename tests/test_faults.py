@@ -587,6 +587,7 @@ def test_fed_pairing_partner_actor_killed_is_accounted(quick):
     assert m[2]["restarts"] >= 1 and m[2]["failed_clients"] == 0
     assert [x["client"] for x in by_round[3]] == [0, 1, 2, 3] and all(x["included"] for x in by_round[3])
 
+
 def test_unwritable_tensorboard_events_stop_the_run_with_one_line(quick, monkeypatch, capsys):
     """A full disk (or a read-only tb/) under TensorBoard's writer thread mid-run: one line naming
     tb/, the cause and the resume command -- no thread traceback -- and nothing lost: the resume
