@@ -171,8 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="no fault schedule, e.g. to resume a run without the faults it was started with "
                           "(default: --faults)")
     run.add_argument("--trust-run-config", action="store_true", default=argparse.SUPPRESS,
-                     help="with --resume: take the destinations the run's config.json names (--mlflow) as they "
-                          "are, and its plugin modules also from inside the run directory (ours; default: off, "
+                     help="with --resume: use the destinations the run's config.json names (its --mlflow URI) "
+                          "and import its plugin modules also from inside the run directory; ours (default: off: "
                           "they are named and not used; give --mlflow again instead)")
     _add_plugin_flag(run)
     _add_run_flags(run, {"--config", "--help", "--no-faults", "--plugin", "--trust-run-config"})
