@@ -209,16 +209,25 @@ def saved_config(run_dir: str | Path) -> dict:
     return data
 
 
-def resume_config(run_dir: str | Path, overrides: dict | None = None) -> Config:
+def resume_config(run_dir: str | Path, overrides: dict | None = None, trust_run_config: bool = False) -> Config:
     """The config of an existing run, with the few settings a resume may change
     (:data:`RESUMABLE_OVERRIDES`, ``resources``). Any other setting may be given too -- the
     original command repeated -- as long as it means the value the run was made with, however it
     is written (the flag's string ``'2'``, a file's ``2.0``, the API's ``2``): the two are
-    compared as typed, resolved values. ``out`` and ``name`` must name this run directory."""
+    compared as typed, resolved values. ``out`` and ``name`` must name this run directory.
+
+    What the run directory says is not trusted beyond that (ours): a destination its config.json
+    names (:data:`DESTINATIONS`: an MLflow URI, which would receive the model and checkpoints) is
+    shown in one line and not used unless ``overrides`` give it again, and the plugin modules it
+    records are imported only from this environment, never from inside the run directory
+    (:func:`_recorded_plugins`); ``trust_run_config`` (``--trust-run-config``) takes both as
+    recorded. The modules and the destinations taken are named in the resume's first line."""
     if not (Path(run_dir) / "config.json").is_file():
         raise ConfigError(f"cannot resume '{run_dir}': no config.json in it")
     data = saved_config(run_dir)
+    plugins = _recorded_plugins(Path(run_dir), data.get("plugins"), trust_run_config)
     overrides = dict(overrides or {})
+    unused, kept = _destinations(data, overrides, trust_run_config)
     resources = overrides.pop("resources", {}) or {}
     if not isinstance(resources, dict):
         raise ConfigError(f"section 'resources' must be a mapping, got {resources!r}")
@@ -235,7 +244,91 @@ def resume_config(run_dir: str | Path, overrides: dict | None = None) -> Config:
     data.update({k: v for k, v in overrides.items() if k in RESUMABLE_OVERRIDES})
     cfg = from_dict(data)
     cfg.resume = str(run_dir)
+    _say_resuming(Path(run_dir), plugins, unused, kept)
     return cfg
+
+
+# Settings of a run's config.json that send the run somewhere: MLflow receives its parameters,
+# metrics, files, trained model and newest checkpoint. A resume takes them from its own command.
+DESTINATIONS = {"mlflow": "mlflow URI"}
+
+
+def _destinations(data: dict, overrides: dict, trust: bool) -> tuple[dict, dict]:
+    """({setting: value} of the destinations ``data`` (a config.json) names that this resume does
+    not use -- removed from ``data`` -- and {setting: value} of those it keeps because of
+    ``trust``). One the resume gives again (``overrides``, even as None) is the resume's own."""
+    unused, kept = {}, {}
+    for name in DESTINATIONS:
+        value = data.get(name)
+        if value is None or name in overrides:
+            continue
+        if trust:
+            kept[name] = value
+        else:
+            unused[name] = value
+            data[name] = None
+    return unused, kept
+
+
+def _shown(value) -> str:
+    """``value`` as one shell word for a line that suggests a command (repr where it holds control characters)."""
+    import shlex
+
+    text = str(value)
+    return shlex.quote(text) if text.isprintable() else repr(text)
+
+
+def _say_resuming(run_dir: Path, plugins: list[str], unused: dict, kept: dict) -> None:
+    """The resume's first line: the plugin modules imported and the destinations taken from the
+    run's config.json; then one line per destination it names and the resume does not use."""
+    import sys
+
+    taken = [f"plugin module {p}" for p in plugins] + [f"{DESTINATIONS[k]} {_shown(v)} (--trust-run-config)"
+                                                      for k, v in kept.items()]
+    if taken:
+        print(f"raysfl: resuming {_shown(run_dir)} with {', '.join(taken)} as its config.json records",
+              file=sys.stderr, flush=True)
+    for name, value in unused.items():
+        flag = "--" + name.replace("_", "-")
+        print(f"raysfl: config.json names {DESTINATIONS[name]} {_shown(value)}; not used -- pass {flag} "
+              f"{_shown(value)} again or --trust-run-config", file=sys.stderr, flush=True)
+
+
+def _recorded_plugins(run_dir: Path, modules, trust: bool) -> list[str]:
+    """Import the plugin modules a run's config.json records (``plugins``: its algorithm's,
+    :func:`raysfl.algorithms.plugin_of`) for a resume: only where this environment has them --
+    installed, or on the Python path (``--plugin`` adds the current directory) -- and not from
+    inside the run directory (code that came with it runs only when named: ``--plugin MODULE``, or
+    ``trust``). One line naming the module otherwise. Returns each as 'module (its file)'."""
+    import importlib.util
+    import sys
+
+    from raysfl.algorithms import PLUGINS, load_recorded_plugins
+
+    if modules is None:
+        return []
+    where = f"cannot resume '{run_dir}': its config.json names plugin module"
+    for module in modules if isinstance(modules, (list, tuple)) else ():
+        if not isinstance(module, str) or module in PLUGINS or not all(p.isidentifier() for p in module.split(".")):
+            continue  # given with --plugin, or refused by load_recorded_plugins with its own line
+        try:
+            spec = importlib.util.find_spec(module.split(".")[0])  # the top package: nothing of it runs
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None:
+            raise ConfigError(f"{where} '{module}', which is not importable here (not installed, not on the Python "
+                              f"path); install it, or pass --plugin {module} from the directory that holds it")
+        origin = spec.origin if spec.has_location else next(iter(spec.submodule_search_locations or ()), None)
+        if origin and not trust and Path(origin).resolve().is_relative_to(run_dir.resolve()):
+            raise ConfigError(f"{where} '{module}', which would be imported from inside the run directory "
+                              f"({origin}); a resume runs no code that came with the run: pass --plugin {module} "
+                              f"to import it, or --trust-run-config")
+    load_recorded_plugins(modules, f"run '{run_dir}'")
+    shown = []
+    for module in modules:
+        path = getattr(sys.modules.get(module), "__file__", None)
+        shown.append(f"{module} ({path})" if path else module)
+    return shown
 
 
 def _first_change(saved: Config, asked: Config) -> tuple[str, object, object] | None:

@@ -170,8 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-faults", dest="faults", action="store_const", const="", default=argparse.SUPPRESS,
                      help="no fault schedule, e.g. to resume a run without the faults it was started with "
                           "(default: --faults)")
+    run.add_argument("--trust-run-config", action="store_true", default=argparse.SUPPRESS,
+                     help="with --resume: use the destinations the run's config.json names (its --mlflow URI) "
+                          "and import its plugin modules also from inside the run directory; ours (default: off: "
+                          "they are named and not used; give --mlflow again instead)")
     _add_plugin_flag(run)
-    _add_run_flags(run, {"--config", "--help", "--no-faults", "--plugin"})
+    _add_run_flags(run, {"--config", "--help", "--no-faults", "--plugin", "--trust-run-config"})
     cmp = sub.add_parser("compare", help="run several algorithms on identical data and seeds; table and plots",
                          description="Run several algorithms on identical data, partitions, device profiles and "
                                      "seeds; write results.md, the Parquet tables and the plots into --out. An "
@@ -304,7 +308,7 @@ def _which_round(res) -> str:
     return f"round {r}"
 
 
-def _flags(ns: argparse.Namespace, skip=("command", "config_file", "plugin")) -> dict:
+def _flags(ns: argparse.Namespace, skip=("command", "config_file", "plugin", "trust_run_config")) -> dict:
     """The flags the user gave, nested by section (``resources.client_cpus`` -> resources: {...})."""
     flat: dict = {}
     for key, value in vars(ns).items():
@@ -381,13 +385,17 @@ def config_from_args(ns: argparse.Namespace) -> Config:
     from raysfl.api import saved_config
 
     flat = _flags(ns)
+    trust = getattr(ns, "trust_run_config", False)
     if "resume" in flat:
         if getattr(ns, "config_file", None):
             raise ConfigError(f"--config cannot be combined with --resume: a resumed run reads its own "
                               f"{flat['resume']}/config.json (flags may change what a resume allows)")
         algo = saved_config(flat["resume"]).get("algo") if (Path(flat["resume"]) / "config.json").is_file() else None
         route_knobs(flat, [flat.get("algo") or algo or Config().algo])
-        return resume_config(flat.pop("resume"), flat)
+        return resume_config(flat.pop("resume"), flat, trust_run_config=trust)
+    if trust:
+        raise ConfigError("--trust-run-config goes with --resume RUN_DIR (it trusts that run's config.json); "
+                          "a new run takes its destinations from its flags and --config")
     data = _merge(load_file(ns.config_file) if ns.config_file else {}, flat)
     return from_dict(route_knobs(data, [str(data.get("algo") or Config().algo)]))
 

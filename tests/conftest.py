@@ -15,13 +15,16 @@ os.environ["RAYSFL_WIRE_GUARD"] = "1"
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """A local Ray started with explicit resources and no dashboard; shut down at the end."""
+    """A local Ray started with explicit resources and no dashboard, listening on loopback only
+    as raysfl's own (placement.loopback_only); shut down at the end."""
     import ray
 
     from raysfl.runtime import wire_guard
+    from raysfl.runtime.placement import loopback_only
 
-    ray.init(address="local", num_cpus=4, include_dashboard=False, configure_logging=False,
-             log_to_driver=False, runtime_env=wire_guard.runtime_env_hook())
+    with loopback_only() as where:
+        ray.init(address="local", num_cpus=4, include_dashboard=False, configure_logging=False,
+                 log_to_driver=False, runtime_env=wire_guard.runtime_env_hook(), **where)
     wire_guard.install()
     yield ray
     ray.shutdown()

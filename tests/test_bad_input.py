@@ -639,3 +639,86 @@ def test_a_model_that_drops_the_batch_dimension_is_refused_before_training(quick
     assert str(e.value) == ("model 'custom-model': block 0 (Sequential, the client side's last at cut 1) drops the "
                             "batch dimension: input (2, 1, 8, 8) gives output (1, 32), expected (2, ...); keep dim 0 "
                             "as the batch (x.flatten(1), not x.view(-1) or x.squeeze())")
+
+
+# ------------------------------------------------------------------ resume trusts only its command
+
+
+def _recorded(d, **settings):
+    """Write ``settings`` into run directory ``d``'s config.json, as if the run had recorded them."""
+    import json
+
+    data = json.loads((d / "config.json").read_text())
+    data.update(settings)
+    (d / "config.json").write_text(json.dumps(data, indent=2))
+
+
+def test_resume_does_not_follow_an_mlflow_uri_from_config_json(finished_run, tmp_path, capsys, monkeypatch):
+    """An MLflow URI in config.json (which would receive the model and checkpoints) is shown in one
+    line and not contacted; the resume's command gives it (--mlflow) or trusts the file
+    (--trust-run-config). The recorded out is not followed either."""
+    import raysfl.trackers
+    from raysfl.cli import build_parser, config_from_args, main
+
+    d = _copy(finished_run, tmp_path)
+    uri = "http://tracker.example:5000"
+    _recorded(d, mlflow=uri, out=str(tmp_path / "elsewhere"))
+
+    def contacted(u):
+        raise AssertionError(f"MLflow at {u} was contacted")
+
+    monkeypatch.setattr(raysfl.trackers, "_client", contacted)
+    resume = ["run", "--resume", str(d), "--rounds", "3", "--no-progress"]
+    cfg = config_from_args(build_parser().parse_args(resume))
+    assert cfg.mlflow is None
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines == [f"raysfl: config.json names mlflow URI {uri}; not used -- pass --mlflow {uri} again or "
+                     f"--trust-run-config"]
+    again = config_from_args(build_parser().parse_args(resume + ["--mlflow", "sqlite:///mine.db"]))
+    assert again.mlflow == "sqlite:///mine.db" and capsys.readouterr().err == ""
+    trusted = config_from_args(build_parser().parse_args(resume + ["--trust-run-config"]))
+    assert trusted.mlflow == uri
+    assert f"mlflow URI {uri} (--trust-run-config)" in capsys.readouterr().err.splitlines()[0]
+    assert main(resume) == 0, capsys.readouterr().err  # the run itself contacts nothing
+    assert "names mlflow URI" in capsys.readouterr().err
+    assert not (tmp_path / "elsewhere").exists()
+    _one_line(["run", "--trust-run-config", "--rounds", "1"], capsys, "--trust-run-config goes with --resume")
+
+
+@pytest.mark.parametrize("where,expected", [
+    ("run_dir", "which would be imported from inside the run directory"),
+    ("nowhere", "which is not importable here (not installed, not on the Python path)"),
+])
+def test_resume_imports_recorded_plugins_only_from_this_environment(finished_run, tmp_path, capsys, monkeypatch,
+                                                                      where, expected):
+    """A plugin module config.json records is not imported from inside the run directory (code
+    that came with it), nor when this environment lacks it: one line naming the module."""
+    d = _copy(finished_run, tmp_path)
+    name = f"came_with_the_run_{where}"
+    if where == "run_dir":  # as `python -m raysfl run --resume .` from inside it would find it
+        (d / f"{name}.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').write('ran')\n")
+        monkeypatch.syspath_prepend(str(d))
+    _recorded(d, plugins=[name])
+    line = _one_line(["run", "--resume", str(d), "--rounds", "3", "--no-progress"], capsys, expected)
+    assert f"names plugin module '{name}'" in line
+    assert not (tmp_path / "ran").exists() and name not in __import__("sys").modules
+
+
+def test_resume_names_the_plugin_modules_it_imports_first(finished_run, tmp_path, capsys, monkeypatch):
+    """A recorded plugin importable here is imported, and named (with its file) in the resume's first line."""
+    import raysfl.algorithms
+    from raysfl.cli import build_parser, config_from_args
+
+    d = _copy(finished_run, tmp_path)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "plugin_of_mine.py").write_text("LOADED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "mine"))
+    monkeypatch.setattr(raysfl.algorithms, "PLUGINS", list(raysfl.algorithms.PLUGINS))
+    _recorded(d, plugins=["plugin_of_mine"])
+    try:
+        config_from_args(build_parser().parse_args(["run", "--resume", str(d), "--rounds", "3"]))
+        first = capsys.readouterr().err.splitlines()[0]
+    finally:
+        __import__("sys").modules.pop("plugin_of_mine", None)
+    assert first == (f"raysfl: resuming {d} with plugin module plugin_of_mine "
+                     f"({tmp_path / 'mine' / 'plugin_of_mine.py'}) as its config.json records")

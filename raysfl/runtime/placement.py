@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager
 
 import torch
 
@@ -201,9 +202,12 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
         # Ray's processes (and the reaper) start with SIGTERM blocked: `timeout`, a Ctrl-C'd
         # terminal or Slurm signal the whole process group, and the driver must outlive Ray's GCS
         # and raylet to record what it has (runtime/interrupts.py)
-        with interrupts.children_spared():
-            ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
-                     runtime_env=env, log_to_driver=True, configure_logging=False)
+        with interrupts.children_spared(), loopback_only() as where:
+            try:
+                ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False,
+                         runtime_env=env, log_to_driver=True, configure_logging=False, **where)
+            except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception when its node does not come up
+                raise start_failure(e) from None
             interrupts.reinstall()  # ray.init took SIGTERM over (and Ray's C-level stack dump under it)
             _start_reaper()
     finally:
@@ -217,6 +221,80 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
         wire_guard.install()
     _at_exit()
     return True
+
+
+LOOPBACK = "127.0.0.1"
+METRICS_ENV = "RAY_enable_metrics_collection"  # Ray's own switch (RayConfig), read by each of its processes
+
+
+@contextmanager
+def loopback_only():
+    """Start a local Ray inside this, ``ray.init(address="local", ..., **where)`` with ``where``
+    what it yields, and every process of it listens on the loopback interface only (GCS, raylet,
+    workers, the driver, the dashboard agent, the autoscaler monitor), with no Prometheus export
+    of metrics unless the user exported ``RAY_enable_metrics_collection=1`` (ours).
+
+    Why: by default they all answer on every interface, without authentication, and the agent
+    exports metrics there too; a run on one machine needs none of it reachable from elsewhere. Ray
+    binds to loopback where its node IP is loopback, but on Linux ``ray.init`` turns a
+    ``_node_ip_address`` of 127.0.0.1 into the machine's address unless its multi-node support is
+    off (``ray_constants.ENABLE_RAY_CLUSTER``, read from ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` when
+    Ray is imported, true on Linux); it is off while Ray starts and put back after, so a later
+    connection to a cluster (``RAY_ADDRESS``) is untouched. The processes get the node IP from
+    the driver. tests/test_local_binding.py checks the sockets of such a Ray."""
+    from ray._private import ray_constants
+
+    cluster = getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
+    metrics = os.environ.get(METRICS_ENV)
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    if metrics is None:  # inherited by the GCS and raylet, and from the raylet by its agents and workers
+        os.environ[METRICS_ENV] = "0"
+    try:
+        yield {"_node_ip_address": LOOPBACK}
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = cluster
+        if metrics is None:
+            os.environ.pop(METRICS_ENV, None)
+
+
+def start_failure(e: BaseException):
+    """The one-line :class:`~raysfl.errors.RunFailed` for a local Ray that did not start: Ray's
+    own first line, and what usually causes it -- a full disk, a file size limit (``ulimit -f``:
+    Ray's logs and object store are files), a temp directory that cannot be written -- with the
+    one of them that holds here where it can be seen cheaply, and Ray's session directory (its
+    logs say which process failed). Ray itself says only "node timed out during startup", after
+    half a minute or more."""
+    import glob
+    import resource
+    import shutil
+
+    from raysfl.errors import RunFailed
+
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+    try:
+        from ray._common.utils import get_default_ray_temp_dir
+
+        temp = get_default_ray_temp_dir()
+    except Exception:  # noqa: BLE001 - a Ray without it: its usual place
+        temp = "/tmp/ray"
+    # Ray names a session after its start time and the driver's pid: this process's newest one, not another Ray's
+    ours = sorted(glob.glob(os.path.join(glob.escape(temp), f"session_*_{os.getpid()}")))
+    session = ours[-1] if ours else None
+    seen = []
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft != resource.RLIM_INFINITY:
+        seen.append(f"the file size limit is {soft // 1024} KiB (ulimit -f unlimited lifts it)")
+    try:
+        free = shutil.disk_usage(session or temp).free
+        if free < 2**30:
+            seen.append(f"{free / 2**20:.0f} MiB free under {session or temp}")
+    except OSError:
+        pass
+    if not os.access(os.path.dirname(temp) or "/", os.W_OK) or (os.path.isdir(temp) and not os.access(temp, os.W_OK)):
+        seen.append(f"{temp} is not writable")
+    where = f"its session directory {session} (logs/ says which process failed)" if session else f"under {temp}"
+    return RunFailed(f"the local Ray did not start ({first}); likely causes: the disk is full, a file size limit "
+                     f"(ulimit -f), or {temp} not writable{'; here: ' + ', '.join(seen) if seen else ''}; see {where}")
 
 
 _EXIT_HOOKED = []
