@@ -497,7 +497,7 @@ def clean_loss_run(tmp_path_factory, ray_session):
                                                 "co_host": "off"}, **LOSS_RUN))
 
 
-_MOMENTS = ["after_evaluate", "during_get_state", "after_confirm", "before_rename"]
+_MOMENTS = ["after_end_round", "after_evaluate", "during_get_state", "after_confirm", "before_rename"]
 
 
 @pytest.mark.parametrize("role,moment", [  # two in the default suite, every one in the slow suite
@@ -505,9 +505,10 @@ _MOMENTS = ["after_evaluate", "during_get_state", "after_confirm", "before_renam
                  else pytest.mark.slow) for role in ("fed", "server") for moment in _MOMENTS])
 def test_actor_lost_between_end_round_and_checkpoint_loses_nothing(quick, clean_loss_run, monkeypatch, role, moment):
     """Issue 45: the fed server (or the server) killed between a round's end and its checkpoint's
-    rename -- after the evaluation, while its state is taken, after the state is confirmed, as
-    the file is written -- costs nothing: every round's metrics and every checkpoint's weights
-    equal an uninterrupted run's (before, round N's checkpoint held round N-1's weights)."""
+    rename -- after the round's calls, after the evaluation, while its state is taken, after the
+    state is confirmed, as the file is written -- costs nothing: every round's metrics and every
+    checkpoint's weights equal an uninterrupted run's (before, round N's checkpoint held round
+    N-1's weights)."""
     from raysfl.runtime.federation import Federation
 
     seen = {"fed": None, "done": False}
@@ -537,6 +538,8 @@ def test_actor_lost_between_end_round_and_checkpoint_loses_nothing(quick, clean_
     def _round_of(name, args):
         if name == "aggregate":
             return args[1].rnd
+        if name == "run_round":
+            return args[1]
         if name == "snapshot_at":
             return args[1]
         if name == "confirm_snapshot":
@@ -546,7 +549,9 @@ def test_actor_lost_between_end_round_and_checkpoint_loses_nothing(quick, clean_
         return None
 
     wrap(Federation, "snapshot_at", "none")  # remembers the federation
-    if moment == "after_evaluate":
+    if moment == "after_end_round":  # the round's calls are done, before the aggregation
+        wrap(Federation, "run_round", "after")
+    elif moment == "after_evaluate":
         wrap(Federation, "aggregate", "after")
     elif moment == "during_get_state":
         wrap(Federation, "snapshot_at", "after")
