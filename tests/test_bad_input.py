@@ -4,6 +4,7 @@ diverging training. docs/reliability.md lists each case with its test."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -596,6 +597,10 @@ def _misshapen(run_dir, tmp_path, part):
         key, want = "3.momentum_buffer", tuple(list(server["model"].values())[3]["__ndarray__"].shape)
         server["opt"][key] = {"__ndarray__": torch.zeros(3, 3)}
     torch.save(state, path)
+    manifest = d / "checkpoints" / checkpoint.MANIFEST  # as if the run had written it so (another model)
+    entries = json.loads(manifest.read_text())
+    entries["2"]["sha256"] = checkpoint.file_digest(path)
+    manifest.write_text(json.dumps(entries))
     return d, path, (key, (3, 3), want)
 
 
@@ -609,9 +614,9 @@ def test_checkpoint_of_another_shape_is_refused_with_one_line(finished_run, tmp_
     an algorithm whose roles it cannot know), reduced to one line without Ray's traceback."""
     d, path, (key, got, want) = _misshapen(finished_run, tmp_path, part)
     if where == "actor":
-        import raysfl.state_shapes
+        import raysfl.runtime.checkpoint_fit
 
-        monkeypatch.setattr(raysfl.state_shapes, "check_checkpoint", lambda *a, **k: None)
+        monkeypatch.setattr(raysfl.runtime.checkpoint_fit, "check_checkpoint", lambda *a, **k: None)
     before = path.read_bytes()
     whose = ("server 0's" if where == "driver" else "the server's") + (" model" if part == "model" else
                                                                        " optimiser state")

@@ -19,7 +19,7 @@ LAYERS = [
               "raysfl.objective",
               "raysfl.callbacks", "raysfl.metrics", "raysfl.trackers",
               "raysfl.paper_tables",  # what a paper's table is: data the algorithms' packages declare
-              "raysfl.run_key"]),
+              "raysfl.run_key", "raysfl.state_shapes"]),
     ("algorithms", ["raysfl.algorithms"]),
     ("runtime", ["raysfl.runtime"]),
     ("configuration", ["raysfl.flags", "raysfl.resolve", "raysfl.api"]),

@@ -215,7 +215,7 @@ def _run_in(cfg, algo, run_dir: Path, state: dict | None, ds, stages: "StartupCl
     else:
         p = stages.timed("setup", "setting up", lambda: prepare(cfg, algo, ds))
     if state:  # the checkpoint's tensors fit the run's model, before any reaches an actor
-        from raysfl.state_shapes import check_checkpoint
+        from raysfl.runtime.checkpoint_fit import check_checkpoint
 
         try:
             check_checkpoint(state, p.model, run_dir, p.spec)
@@ -422,7 +422,7 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
         start = rnd = state["round"] if state else 0
         try:
             if state:
-                from raysfl.state_shapes import load_federation
+                from raysfl.runtime.checkpoint_fit import load_federation
 
                 load_federation(fed, state["federation"], exp.run_dir, state)
             if state:
