@@ -54,7 +54,7 @@ def _finite(a: np.ndarray, what: str, kind: str = "samples") -> None:
                                  f", position {tuple(int(i) for i in at[1:])}" if len(at) > 2 else "")
     n = int(bad.sum())
     raise ConfigError(f"{what} holds {a[at]} at {where} ({n:,} non-finite value{'s' if n > 1 else ''} in all); "
-                      f"raysfl trains on finite {kind}: drop or fill them before the run"
+                      f"raysfl trains on finite {kind}, not NaN or infinite values: drop or fill them before the run"
                       + (" (a value beyond float32's range, about 3.4e38, becomes inf)" if np.isinf(a[at]) else ""))
 
 
