@@ -14,11 +14,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raysfl.errors import ConfigError
+from raysfl.errors import ConfigError, excerpt
 
 
 @dataclass
@@ -202,6 +204,13 @@ STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK", "none")
 DIRECT_PAYLOADS = ("auto", "on", "off")
 CO_HOST = ("auto", "on", "off")
 SECTIONS = {"devices": DeviceConfig, "resources": ResourceConfig}
+# What a config file may hold (ours): a real one is a few KB of about a hundred values, four levels deep
+# (a list of faults, a fault, its keys, their values). The bounds hold while the file is read -- its bytes before
+# it is parsed, a YAML file's values with every alias (*name) expanded before they are built -- so a
+# few hundred bytes of nested aliases (a "billion laughs") are refused at once instead of being expanded.
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_CONFIG_VALUES = 10_000  # scalars, lists and mappings, aliases expanded
+MAX_CONFIG_DEPTH = 10  # nested lists/mappings; the top-level mapping is 1
 
 
 def type_name(t) -> str:
@@ -221,7 +230,9 @@ def coerce(cls, name: str, value: Any, where: str) -> Any:
     """Convert a file/CLI value to the dataclass field's type, or raise ConfigError.
 
     ``null`` (None) is taken only by fields that may be None (for the settings a paper may
-    set it means "the default"); a boolean is not taken for a number (YAML's ``yes``)."""
+    set it means "the default"); a boolean is not taken for a number (YAML's ``yes``), nor a
+    list or mapping for a number, a name or a switch (``name: [a, b]`` is refused naming the
+    key, not written as ``runs/['a', 'b']``). The value is echoed as a short excerpt."""
     f = {x.name: x for x in dataclasses.fields(cls)}[name]
     t = type_name(f.type)
     if value is None:
@@ -234,10 +245,13 @@ def coerce(cls, name: str, value: Any, where: str) -> Any:
         if t.startswith("tuple"):
             if isinstance(value, str):
                 value = [v for v in value.replace(",", " ").split()]
-            if isinstance(value, bool) or any(v is None or isinstance(v, bool) for v in value):
+            if isinstance(value, (bool, dict)) or any(isinstance(v, bool) or not (_is_number(v) or isinstance(v, str))
+                                                      for v in value):
                 raise ValueError
             lo, hi = (float(v) for v in value)
             return (lo, hi)
+        if not t.startswith("str") and not (_is_number(value) or isinstance(value, str)):  # a list, a mapping
+            raise ValueError
         if isinstance(value, bool) and (t.startswith("int") or t.startswith("float")):
             raise ValueError
         if t.startswith("bool"):
@@ -247,7 +261,9 @@ def coerce(cls, name: str, value: Any, where: str) -> Any:
                 if value.lower() in ("0", "false", "no", "off"):
                     return False
                 raise ValueError
-            return bool(value)
+            if value in (0, 1):  # True, False, 0, 1 (YAML's and JSON's booleans, numpy's)
+                return bool(value)
+            raise ValueError
         if t.startswith("int"):
             if isinstance(value, float) and not value.is_integer():
                 raise ValueError
@@ -255,22 +271,38 @@ def coerce(cls, name: str, value: Any, where: str) -> Any:
         if t.startswith("float"):
             return float(value)
         if t.startswith("str"):
+            if isinstance(value, os.PathLike):
+                return os.fspath(value)
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):  # a list where a name goes
+                raise ValueError
             return str(value)
     except (TypeError, ValueError, OverflowError):
-        raise ConfigError(f"{where}{name}: cannot use {value!r}; expected {t}") from None
+        raise ConfigError(f"{where}{name}: cannot use {excerpt(value)}; expected {t}") from None
     return value
+
+
+def _is_number(value) -> bool:
+    """A single number: Python's, NumPy's (``np.float32(0.1)``, ``np.bool_``); not a list or an array."""
+    return isinstance(value, numbers.Number) or (hasattr(type(value), "__float__") and not hasattr(type(value), "__len__"))
 
 
 def load_file(path: str | Path) -> dict:
     """Read a YAML or JSON config file into a dict; a file that is missing, a directory, not
-    UTF-8 text, malformed, empty, or that gives one setting twice raises ConfigError."""
+    UTF-8 text, malformed, empty, that gives one setting twice, or that is larger than the
+    bounds (:data:`MAX_CONFIG_BYTES`, :data:`MAX_CONFIG_VALUES` with aliases expanded,
+    :data:`MAX_CONFIG_DEPTH`) raises ConfigError."""
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"config file '{path}' is a directory; expected a YAML or JSON file")
     if not p.exists():
         raise ConfigError(f"config file '{path}' does not exist")
     try:
-        text = p.read_bytes().decode("utf-8-sig")
+        with p.open("rb") as f:  # at most one byte past the bound: a huge file (or /dev/zero) is not read whole
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file '{path}' is larger than {MAX_CONFIG_BYTES // 1024} KiB; a config "
+                              f"holds a few KB of settings")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise ConfigError(f"config file '{path}' is not UTF-8 text (byte {e.start} is 0x{e.object[e.start]:02x}); "
                           f"expected a YAML or JSON file") from None
@@ -281,6 +313,7 @@ def load_file(path: str | Path) -> dict:
     try:
         if p.suffix.lower() == ".json":
             data = json.loads(text, object_pairs_hook=_no_duplicates)
+            _check_size(data, _json_children)
         else:
             data = _load_yaml(text)
     except ConfigError as e:
@@ -297,6 +330,55 @@ def load_file(path: str | Path) -> dict:
         bad = next(k for k in _keys(data) if not isinstance(k, str))
         raise ConfigError(f"config file '{path}': setting names must be text, got {bad!r}")
     return data
+
+
+def _json_children(value) -> list:
+    return list(value.values()) if isinstance(value, dict) else value if isinstance(value, list) else []
+
+
+def _yaml_children(node) -> list:
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+def _check_size(root, children) -> None:
+    """Refuse a config of more than :data:`MAX_CONFIG_VALUES` values or nested deeper than
+    :data:`MAX_CONFIG_DEPTH`, counted as if every YAML alias were written out in full. Each
+    distinct value (a YAML node: an alias is its anchor's node again) is visited once and its
+    expanded size and depth remembered, so the count costs what the file's text does however
+    far the aliases would expand; a value that holds itself is refused as malformed."""
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    open_: set[int] = set()
+
+    too_deep = ConfigError(f"its settings nest deeper than {MAX_CONFIG_DEPTH} levels (lists, mappings and "
+                           f"their values, aliases expanded); a config needs four")
+
+    def visit(value, level: int) -> None:
+        key = id(value)
+        if key not in size:
+            if level > MAX_CONFIG_DEPTH:
+                raise too_deep
+            open_.add(key)
+            kids = children(value)
+            for kid in kids:
+                if id(kid) in open_:  # found as ValueError: "is malformed"
+                    raise ValueError("an alias (*name) refers to a list or mapping that holds it; a config "
+                                     "cannot hold itself")
+                visit(kid, level + 1)
+            open_.discard(key)
+            size[key] = 1 + sum(size[id(k)] for k in kids)
+            depth[key] = 1 + max((depth[id(k)] for k in kids), default=0)
+        if level - 1 + depth[key] > MAX_CONFIG_DEPTH:  # also where an alias puts a known value deeper
+            raise too_deep
+        if size[key] > MAX_CONFIG_VALUES:
+            raise ConfigError(f"it holds more than {MAX_CONFIG_VALUES:,} values (lists, mappings and their "
+                              f"values, aliases (*name) expanded); a config holds about a hundred")
+
+    visit(root, 1)
 
 
 def _keys(data: dict, seen: set | None = None):
@@ -322,7 +404,8 @@ def _no_duplicates(pairs: list) -> dict:
 
 
 def _load_yaml(text: str):
-    """``yaml.safe_load``, refusing a key given twice in one mapping (PyYAML keeps the last)."""
+    """``yaml.safe_load``, refusing a key given twice in one mapping (PyYAML keeps the last) and,
+    before anything is built, a document over the bounds (:func:`_check_size`)."""
     import yaml
 
     class Loader(yaml.SafeLoader):
@@ -343,4 +426,12 @@ def _load_yaml(text: str):
         return loader.construct_mapping(node, deep=deep)
 
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
-    return yaml.load(text, Loader=Loader)
+    loader = Loader(text)
+    try:
+        node = loader.get_single_node()  # the node graph: an alias is its anchor's node, nothing is expanded
+        if node is None:
+            return None
+        _check_size(node, _yaml_children)  # before a value is built from it
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from raysfl.errors import ConfigError
+from raysfl.errors import ConfigError, excerpt
 
 ACTIONS = ("kill", "delay", "unavailable")
 ROLES = ("client", "edge", "server", "fed")
@@ -80,11 +80,11 @@ def _range(item: str, key: str, value: str, cast) -> tuple:
         else:
             out = (cast(value), cast(value))
     except (ValueError, OverflowError):
-        raise ConfigError(f"fault '{item}': {key}={value!r} is not a number or a range A-B") from None
+        raise ConfigError(f"fault {excerpt(item)}: {key}={excerpt(value)} is not a number or a range A-B") from None
     if not all(math.isfinite(x) for x in out):
-        raise ConfigError(f"fault '{item}': {key}={value} must be finite")
+        raise ConfigError(f"fault {excerpt(item)}: {key}={value} must be finite")
     if out[0] > out[1]:
-        raise ConfigError(f"fault '{item}': {key}={value} is an empty range")
+        raise ConfigError(f"fault {excerpt(item)}: {key}={value} is an empty range")
     return out
 
 
@@ -93,34 +93,34 @@ def parse_fault(item) -> Fault:
     if isinstance(item, dict):
         d = {str(k).replace("-", "_"): v for k, v in item.items()}
         if "action" not in d or "role" not in d:
-            raise ConfigError(f"fault {item!r} needs 'action' and 'role'")
+            raise ConfigError(f"fault {excerpt(item)} needs 'action' and 'role'")
         text = ":".join([str(d.pop("action")), str(d.pop("role"))] + [f"{k}={v}" for k, v in d.items()])
     elif isinstance(item, str):
         text = item.strip()
     else:
-        raise ConfigError(f"fault {item!r} must be a string ACTION:ROLE[:key=value...] or a mapping")
+        raise ConfigError(f"fault {excerpt(item)} must be a string ACTION:ROLE[:key=value...] or a mapping")
     parts = text.split(":")
     if len(parts) < 2:
-        raise ConfigError(f"fault '{text}' must look like ACTION:ROLE[:key=value...], e.g. kill:client:round=3")
+        raise ConfigError(f"fault {excerpt(text)} must look like ACTION:ROLE[:key=value...], e.g. kill:client:round=3")
     action, role = parts[0].strip().lower(), parts[1].strip().lower()
     if action not in ACTIONS:
-        raise ConfigError(f"fault '{text}': unknown action '{action}'; allowed: {', '.join(ACTIONS)}")
+        raise ConfigError(f"fault {excerpt(text)}: unknown action {excerpt(action)}; allowed: {', '.join(ACTIONS)}")
     if role not in ROLES:
-        raise ConfigError(f"fault '{text}': unknown role '{role}'; allowed: {', '.join(ROLES)}")
+        raise ConfigError(f"fault {excerpt(text)}: unknown role {excerpt(role)}; allowed: {', '.join(ROLES)}")
     f = Fault(action, role)
     seen: set[str] = set()
     for kv in parts[2:]:
         if "=" not in kv:
-            raise ConfigError(f"fault '{text}': '{kv}' is not key=value; keys: {', '.join(sorted(_KEYS))}")
+            raise ConfigError(f"fault {excerpt(text)}: {excerpt(kv)} is not key=value; keys: {', '.join(sorted(_KEYS))}")
         k, v = (s.strip() for s in kv.split("=", 1))
         if k not in _KEYS:
-            raise ConfigError(f"fault '{text}': unknown key '{k}'; allowed: {', '.join(sorted(_KEYS))}")
+            raise ConfigError(f"fault {excerpt(text)}: unknown key {excerpt(k)}; allowed: {', '.join(sorted(_KEYS))}")
         if k not in _APPLIES[action]:
-            raise ConfigError(f"fault '{text}': key '{k}' does not apply to {action}; {action} takes "
+            raise ConfigError(f"fault {excerpt(text)}: key {excerpt(k)} does not apply to {action}; {action} takes "
                               f"{', '.join(sorted(_APPLIES[action]))}")
         same = {k} | ({"round", "rounds"} if k in ("round", "rounds") else set())
         if seen & same:
-            raise ConfigError(f"fault '{text}': '{k}' is given twice (or with {'/'.join(sorted(same - {k}))}); "
+            raise ConfigError(f"fault {excerpt(text)}: {excerpt(k)} is given twice (or with {'/'.join(sorted(same - {k}))}); "
                               f"give each key once")
         seen.add(k)
         if k in ("round", "rounds"):
@@ -139,7 +139,7 @@ def parse_fault(item) -> Fault:
             elif k == "clock":
                 f.clock = v.lower()
         except ValueError:
-            raise ConfigError(f"fault '{text}': {k}={v!r} is not a number") from None
+            raise ConfigError(f"fault {excerpt(text)}: {k}={excerpt(v)} is not a number") from None
     _check(f, text)
     return f
 
@@ -147,7 +147,7 @@ def parse_fault(item) -> Fault:
 def _check(f: Fault, text: str) -> None:
     def need(cond: bool, msg: str) -> None:
         if not cond:
-            raise ConfigError(f"fault '{text}': {msg}")
+            raise ConfigError(f"fault {excerpt(text)}: {msg}")
 
     if f.rounds is not None:
         need(f.rounds[0] >= 1, "rounds are numbered from 1")
@@ -157,7 +157,7 @@ def _check(f: Fault, text: str) -> None:
         need(f.action == "kill" and f.step >= 0, "step=S (>= 0) applies to kill only")
     if f.index is not None:
         need(f.index >= 0 and f.role in ("client", "edge"), "index=I (>= 0) picks a client actor or an edge server")
-    need(f.clock in CLOCKS, f"clock must be one of {', '.join(CLOCKS)}, got {f.clock!r}")
+    need(f.clock in CLOCKS, f"clock must be one of {', '.join(CLOCKS)}, got {excerpt(f.clock)}")
     if f.action == "kill":
         need(f.rounds is not None or f.p is not None, "kill needs round=R, rounds=A-B or p=P")
     elif f.action == "delay":
@@ -232,7 +232,7 @@ def check_rounds(faults: list[Fault], rounds: int) -> None:
     """Refuse faults that could never fire: a window that starts after the run's last round."""
     for f in faults:
         if f.rounds is not None and f.rounds[0] > rounds:
-            raise ConfigError(f"fault '{f.text()}' is scheduled after the last round (rounds={rounds}); "
+            raise ConfigError(f"fault {excerpt(f.text())} is scheduled after the last round (rounds={rounds}); "
                               f"allowed: rounds 1..{rounds}")
 
 
@@ -241,7 +241,7 @@ def check_steps(faults: list[Fault], steps: int, how: str) -> None:
     takes in a round; ``how``: where that number comes from)."""
     for f in faults:
         if f.step is not None and f.step > steps:
-            raise ConfigError(f"fault '{f.text()}': step={f.step} is past the round's last local step ({steps}, "
+            raise ConfigError(f"fault {excerpt(f.text())}: step={f.step} is past the round's last local step ({steps}, "
                               f"{how}); allowed: step=0..{steps}")
 
 
@@ -255,15 +255,15 @@ def check_roles(faults: list[Fault], num_servers: int, algo: str, num_client_act
     """Refuse faults aimed at roles this run does not have."""
     for f in faults:
         if f.role in ("server", "edge") and num_servers == 0:
-            raise ConfigError(f"fault '{f.text()}': algorithm '{algo}' has no server actors (its clients train "
+            raise ConfigError(f"fault {excerpt(f.text())}: algorithm {excerpt(algo)} has no server actors (its clients train "
                               f"the whole model, alone or with a partner)")
         if f.role == "edge" and num_servers < 2:
-            raise ConfigError(f"fault '{f.text()}': algorithm '{algo}' has no edge servers; use role 'server'")
+            raise ConfigError(f"fault {excerpt(f.text())}: algorithm {excerpt(algo)} has no edge servers; use role 'server'")
         if f.role == "server" and num_servers > 1:
-            raise ConfigError(f"fault '{f.text()}': algorithm '{algo}' has {num_servers} edge servers; use role "
+            raise ConfigError(f"fault {excerpt(f.text())}: algorithm {excerpt(algo)} has {num_servers} edge servers; use role "
                               f"'edge' (or 'fed' for the central server)")
         if f.index is not None:
             limit = num_client_actors if f.role == "client" else num_servers
             if f.index >= limit:
-                raise ConfigError(f"fault '{f.text()}': index {f.index} out of range; this run has {limit} "
+                raise ConfigError(f"fault {excerpt(f.text())}: index {f.index} out of range; this run has {limit} "
                                   f"{'client actors' if f.role == 'client' else 'edge servers'}")

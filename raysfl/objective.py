@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from raysfl.errors import ConfigError
+from raysfl.errors import ConfigError, excerpt
 from raysfl.run_registry import RunRegistry
 
 PREFIX = "custom-"
@@ -179,7 +179,7 @@ def as_loss(loss) -> Loss:
     if isinstance(loss, str):
         if loss in BUILT_IN:
             return BUILT_IN[loss]
-        raise ConfigError(f"unknown loss '{loss}'; allowed: {', '.join(BUILT_IN)}, a function (outputs, targets) -> "
+        raise ConfigError(f"unknown loss {excerpt(loss)}; allowed: {', '.join(BUILT_IN)}, a function (outputs, targets) -> "
                           f"mean loss, or raysfl.Loss(fn, targets='classes'|'values')")
     return Loss(loss)
 
@@ -193,7 +193,7 @@ def get_loss(name: str) -> Loss:
         if found is None:
             raise _RUNS.missing(name)
         return found
-    raise ConfigError(f"unknown loss '{name}'; allowed: {', '.join(BUILT_IN)} (or your own: "
+    raise ConfigError(f"unknown loss {excerpt(name)}; allowed: {', '.join(BUILT_IN)} (or your own: "
                       f"raysfl.run(cfg, data=..., loss=fn))")
 
 

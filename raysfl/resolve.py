@@ -25,7 +25,7 @@ from raysfl.algorithms.spec import ResolvedAlgorithm, resolve_algorithm
 from raysfl.config import (AGGREGATION_WEIGHTS, CO_HOST, DIRECT_PAYLOADS, EPOCH_RULES, OPTIMIZERS, RUN_DEFAULTS,
                            SECTIONS, STRATEGIES, TRANSFER_DTYPES, Config, coerce)
 from raysfl.data import DATASETS, PARTITIONERS, check_dataset_args, dataset_info
-from raysfl.errors import ConfigError
+from raysfl.errors import ConfigError, excerpt
 from raysfl.data import custom as custom_data
 from raysfl.models import MODELS, model_info
 from raysfl.models import custom as custom_model
@@ -60,17 +60,17 @@ def from_dict(data: dict, base: Config | None = None) -> Config:
         if key == "plugins":
             continue
         if not isinstance(key, str):
-            raise ConfigError(f"setting names must be text, got {key!r}")
+            raise ConfigError(f"setting names must be text, got {excerpt(key)}")
         k = key.replace("-", "_")
         if k in SECTIONS:
             if not isinstance(value, dict):
-                raise ConfigError(f"section '{key}' must be a mapping, got {value!r}")
+                raise ConfigError(f"section {excerpt(key)} must be a mapping, got {excerpt(value)}")
             section = dataclasses.replace(getattr(cfg, k))
             names = {f.name for f in dataclasses.fields(SECTIONS[k])}
             for sk, sv in value.items():
                 sk = str(sk).replace("-", "_")
                 if sk not in names:
-                    raise ConfigError(f"unknown setting '{k}.{sk}'; allowed: {', '.join(sorted(names))}")
+                    raise ConfigError(f"unknown setting {excerpt(f'{k}.{sk}')}; allowed: {', '.join(sorted(names))}")
                 setattr(section, sk, coerce(SECTIONS[k], sk, sv, f"{k}."))
             setattr(cfg, k, section)
         elif k == "faults":  # a string or a list (of strings or mappings): stored as one string
@@ -81,13 +81,13 @@ def from_dict(data: dict, base: Config | None = None) -> Config:
             setattr(cfg, k, coerce(Config, k, value, ""))
         elif isinstance(value, dict) or k in ALGORITHMS:
             if not isinstance(value, dict):
-                raise ConfigError(f"section '{key}' must be a mapping of {key}'s settings, got {value!r}")
+                raise ConfigError(f"section {excerpt(key)} must be a mapping of {key}'s settings, got {excerpt(value)}")
             algo_sections[k] = value
         else:
             owner = _knob_owner(k)
-            hint = (f" ('{k}' is a setting of algorithm '{owner}': put it under a '{owner}:' section, or pass "
+            hint = (f" ({excerpt(k)} is a setting of algorithm {excerpt(owner)}: put it under a '{owner}:' section, or pass "
                     f"--{k.replace('_', '-')})") if owner else _suggest(k, top | set(SECTIONS))
-            raise ConfigError(f"unknown setting '{key}'{hint}; allowed: {', '.join(sorted(top | set(SECTIONS)))}")
+            raise ConfigError(f"unknown setting {excerpt(key)}{hint}; allowed: {', '.join(sorted(top | set(SECTIONS)))}")
     algo_cls = get_algorithm(cfg.algo)
     if "algo_params" in algo_sections:  # as Config.to_dict and every run's config.json write it
         algo_sections[algo_cls.name] = {**algo_sections.pop("algo_params"), **algo_sections.get(algo_cls.name, {})}
@@ -100,7 +100,7 @@ def from_dict(data: dict, base: Config | None = None) -> Config:
             sk = str(sk).replace("-", "_")
             if sk not in names:
                 raise ConfigError(
-                    f"unknown setting '{section_name}.{sk}'; allowed: {', '.join(sorted(names)) or 'none'}")
+                    f"unknown setting {excerpt(f'{section_name}.{sk}')}; allowed: {', '.join(sorted(names)) or 'none'}")
             setattr(params, sk, coerce(type(params), sk, sv, f"{section_name}."))
     cfg.algo_params = params
     return resolve_defaults(cfg)
@@ -124,17 +124,34 @@ def _refuse_section(name: str, values: dict, algo: str) -> None:
     such as --mu arrives as its algorithm's section) or an unknown section. Neither is
     silently ignored."""
     if name in ALGORITHMS:
-        knobs = ", ".join(f"'{name}.{k}' (--{str(k).replace('_', '-')})" for k in values) or f"section '{name}'"
-        raise ConfigError(f"{knobs} belong{'s' if len(values) == 1 else ''} to algorithm '{name}', not to this "
-                          f"run's algorithm '{algo}'; drop {'it' if len(values) <= 1 else 'them'} or run --algo {name}")
+        knobs = ", ".join(f"{excerpt(f'{name}.{k}')} (--{str(k).replace('_', '-')})" for k in list(values)[:3])
+        knobs = (knobs + (f" and {len(values) - 3:,} more" if len(values) > 3 else "")) or f"section {excerpt(name)}"
+        raise ConfigError(f"{knobs} belong{'s' if len(values) == 1 else ''} to algorithm {excerpt(name)}, not to this "
+                          f"run's algorithm {excerpt(algo)}; drop {'it' if len(values) <= 1 else 'them'} or run --algo {name}")
     allowed = ["devices", "resources", algo]
-    raise ConfigError(f"unknown section '{name}'{_suggest(name, set(allowed) | set(ALGORITHMS))}; allowed: "
+    raise ConfigError(f"unknown section {excerpt(name)}{_suggest(name, set(allowed) | set(ALGORITHMS))}; allowed: "
                       f"{', '.join(allowed)} (this run's algorithm)")
 
 
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise ConfigError(msg)
+
+
+def _check_types(cfg: Config) -> None:
+    """Every setting has its field's type -- also in a ``Config(...)`` built in Python, which
+    :func:`from_dict` did not see: each value goes through :func:`raysfl.config.coerce` (in
+    place: ``np.int64(3)`` becomes 3), so a list where a name or a number goes is refused naming
+    the setting."""
+    for obj, where in ((cfg, ""), (cfg.devices, "devices."), (cfg.resources, "resources."),
+                       (cfg.algo_params, f"{cfg.algo}.")):
+        for f in dataclasses.fields(obj):
+            if obj is cfg and f.name == "faults" and not isinstance(cfg.faults, str):  # a list, as from_dict takes
+                from raysfl.faults import parse_faults
+
+                cfg.faults = ",".join(x.text() for x in parse_faults(cfg.faults))
+            elif f.name not in ("devices", "resources", "algo_params"):
+                setattr(obj, f.name, coerce(type(obj), f.name, getattr(obj, f.name), where))
 
 
 def _check_finite(obj, where: str, flags: bool) -> None:
@@ -158,11 +175,11 @@ def _writable_dir(path: str, what: str) -> None:
             break
         probe = probe.parent
     if not probe.is_dir():
-        raise ConfigError(f"{what} '{path}' cannot be used: '{probe}' is not a directory")
+        raise ConfigError(f"{what} {excerpt(path)} cannot be used: {excerpt(probe)} is not a directory")
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".raysfl-write-test-", dir=probe))
     except OSError as e:
-        raise ConfigError(f"{what} '{path}' is not a writable directory: cannot create files in '{probe}' "
+        raise ConfigError(f"{what} {excerpt(path)} is not a writable directory: cannot create files in {excerpt(probe)} "
                           f"({e.strerror or e})") from None
 
 
@@ -184,9 +201,9 @@ def _check_text(value: str, what: str) -> None:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raw = os.fsencode(value) if isinstance(value, str) else value
-        raise ConfigError(f"{what} must be valid UTF-8 text, got the bytes {raw!r}") from None
+        raise ConfigError(f"{what} must be valid UTF-8 text, got the bytes {excerpt(raw)}") from None
     bad = sorted({c for c in value if unicodedata.category(c) == "Cc"})
-    _check(not bad, f"{what} must not contain control characters (newline, tab, ...), got {value!r}")
+    _check(not bad, f"{what} must not contain control characters (newline, tab, ...), got {excerpt(value)}")
 
 
 def check_name(name: str | None) -> None:
@@ -196,8 +213,8 @@ def check_name(name: str | None) -> None:
         return
     seps = {"/", os.sep} | ({os.altsep} if os.altsep else set())
     _check(bool(name) and name not in (".", "..") and not any(c in name for c in seps) and "\0" not in name,
-           f"name must be one directory name inside --out (no '/', not '.' or '..'), got {name!r}")
-    _check(bool(name.strip()), f"name must not be blank, got {name!r}")
+           f"name must be one directory name inside --out (no '/', not '.' or '..'), got {excerpt(name)}")
+    _check(bool(name.strip()), f"name must not be blank, got {excerpt(name)}")
     _check_text(name, "name")
     _check(len(name.encode()) <= 200, f"name must be at most 200 bytes long, got {len(name.encode())}")
 
@@ -224,27 +241,27 @@ def _check_loss(cfg: Config, algo_cls, info) -> None:
         _check(objective.lookup(cfg.loss) is not None, str(objective.missing(cfg.loss)))
     else:
         _check(cfg.loss in objective.BUILT_IN,
-               f"unknown loss '{cfg.loss}'; allowed: {', '.join(objective.BUILT_IN)} (or your own: "
+               f"unknown loss {excerpt(cfg.loss)}; allowed: {', '.join(objective.BUILT_IN)} (or your own: "
                f"raysfl.run(cfg, data=..., loss=fn))")
     targets = objective.get_loss(cfg.loss).targets
     if targets != info.targets:
         words = {"classes": "class labels", "values": "real-valued targets"}
         hint = ("built-in data sets have class labels: give your own data, raysfl.run(cfg, data=(x, y), "
-                f"loss='{cfg.loss}')" if info.targets == "classes" else
+                f"loss={excerpt(cfg.loss)})" if info.targets == "classes" else
                 "give the loss that fits them (mse, bce or a function of yours), or class labels")
-        _check(False, f"loss '{cfg.loss}' trains on {words[targets]} but data set '{cfg.dataset}' has "
+        _check(False, f"loss {excerpt(cfg.loss)} trains on {words[targets]} but data set {excerpt(cfg.dataset)} has "
                       f"{words[info.targets]}; {hint}")
     _check(algo_cls.losses is None or cfg.loss in algo_cls.losses,
            f"{cfg.algo} trains with {' or '.join(algo_cls.losses or ())} only (its steps are written for it), "
-           f"got loss '{cfg.loss}'")
+           f"got loss {excerpt(cfg.loss)}")
     _check(targets in algo_cls.targets,
-           f"{cfg.algo} needs class labels (it reads them itself); loss '{cfg.loss}' trains on real-valued targets")
+           f"{cfg.algo} needs class labels (it reads them itself); loss {excerpt(cfg.loss)} trains on real-valued targets")
     if targets == "values":
-        _check(cfg.partition == "iid", f"partition '{cfg.partition}' splits by class label, and loss '{cfg.loss}' "
+        _check(cfg.partition == "iid", f"partition {excerpt(cfg.partition)} splits by class label, and loss {excerpt(cfg.loss)} "
                                        f"trains on real-valued targets: use partition iid (quantity-skew still "
                                        f"applies)")
         _check(cfg.local_test_fraction == 0, f"local-test-fraction {cfg.local_test_fraction:g} reports a "
-                                             f"per-client accuracy, which needs class labels; loss '{cfg.loss}' "
+                                             f"per-client accuracy, which needs class labels; loss {excerpt(cfg.loss)} "
                                              f"trains on real-valued targets: leave it 0")
 
 
@@ -260,6 +277,7 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
     resolve_defaults(cfg, algo_cls)
     if cfg.algo_params is None or not isinstance(cfg.algo_params, algo_cls.params_cls):
         cfg.algo_params = algo_cls.params_cls()
+    _check_types(cfg)
     _check_finite(cfg, "", flags=True)
     _check_finite(cfg.devices, "devices.", flags=False)
     _check_finite(cfg.resources, "resources.", flags=False)
@@ -267,13 +285,13 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
     if custom_data.is_custom(cfg.dataset):  # your own data (raysfl.run(cfg, data=...)): given to this run?
         _check(custom_data.lookup(cfg.dataset) is not None, str(custom_data.missing(cfg.dataset)))
     else:
-        _check(cfg.dataset in DATASETS, f"unknown dataset '{cfg.dataset}'; allowed: {', '.join(DATASETS)}")
+        _check(cfg.dataset in DATASETS, f"unknown dataset {excerpt(cfg.dataset)}; allowed: {', '.join(DATASETS)}")
     if custom_model.is_custom(cfg.model):  # your own model (raysfl.run(cfg, model=...))
         _check(custom_model.lookup(cfg.model) is not None, str(custom_model.missing(cfg.model)))
     else:
-        _check(cfg.model in MODELS, f"unknown model '{cfg.model}'; allowed: {', '.join(MODELS)}")
+        _check(cfg.model in MODELS, f"unknown model {excerpt(cfg.model)}; allowed: {', '.join(MODELS)}")
     _check(cfg.partition in PARTITIONERS,
-           f"unknown partition '{cfg.partition}'; allowed: {', '.join(PARTITIONERS)}")
+           f"unknown partition {excerpt(cfg.partition)}; allowed: {', '.join(PARTITIONERS)}")
     _check(1 <= cfg.rounds <= MAX_ROUNDS, f"rounds must be between 1 and {MAX_ROUNDS:,}, got {cfg.rounds}")
     _check_ints(cfg)
     _check(cfg.clients >= 1, f"clients must be >= 1, got {cfg.clients}")
@@ -284,7 +302,7 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
     _check(cfg.batch_size >= 1, f"batch-size must be >= 1, got {cfg.batch_size}")
     _check(cfg.lr > 0, f"lr must be > 0, got {cfg.lr}")
     _check(cfg.server_lr is None or cfg.server_lr > 0, f"server-lr must be > 0, got {cfg.server_lr}")
-    _check(cfg.optimizer in OPTIMIZERS, f"unknown optimizer '{cfg.optimizer}'; allowed: {', '.join(OPTIMIZERS)}")
+    _check(cfg.optimizer in OPTIMIZERS, f"unknown optimizer {excerpt(cfg.optimizer)}; allowed: {', '.join(OPTIMIZERS)}")
     _check(0 < cfg.lr_decay <= 1, f"lr-decay must be in (0, 1] (1 = constant), got {cfg.lr_decay}")
     _check(0 <= cfg.momentum < 1, f"momentum must be in [0, 1), got {cfg.momentum}")
     _check(cfg.weight_decay >= 0, f"weight-decay must be >= 0, got {cfg.weight_decay}")
@@ -299,11 +317,11 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
            f"local-test-fraction must be in [0, 1) (0 = no local test splits), got {cfg.local_test_fraction}")
     _check(0 <= cfg.validation <= 0.5, f"validation must be a share of the training split in [0, 0.5] (0 = none: "
                                        f"the run evaluates on the test split), got {cfg.validation}")
-    _check(cfg.epoch in EPOCH_RULES, f"unknown epoch rule '{cfg.epoch}'; allowed: {', '.join(EPOCH_RULES)}")
+    _check(cfg.epoch in EPOCH_RULES, f"unknown epoch rule {excerpt(cfg.epoch)}; allowed: {', '.join(EPOCH_RULES)}")
     _check(cfg.aggregation_weights in AGGREGATION_WEIGHTS,
-           f"unknown aggregation-weights '{cfg.aggregation_weights}'; allowed: {', '.join(AGGREGATION_WEIGHTS)}")
+           f"unknown aggregation-weights {excerpt(cfg.aggregation_weights)}; allowed: {', '.join(AGGREGATION_WEIGHTS)}")
     _check(cfg.transfer_dtype in TRANSFER_DTYPES,
-           f"unknown transfer-dtype '{cfg.transfer_dtype}'; allowed: {', '.join(TRANSFER_DTYPES)}")
+           f"unknown transfer-dtype {excerpt(cfg.transfer_dtype)}; allowed: {', '.join(TRANSFER_DTYPES)}")
     _check(cfg.eval_every >= 1, f"eval-every must be >= 1, got {cfg.eval_every}")
     _check(cfg.eval_passes >= 0, f"eval-passes must be >= 0 (0 = every per-client model on the whole test set), "
                                  f"got {cfg.eval_passes}")
@@ -357,18 +375,18 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
     _check(0 <= r.inline_object_kb <= 64 * 1024,
            f"resources.inline_object_kb must be between 0 and 65536 (64 MiB), got {r.inline_object_kb}")
     _check(r.direct_payloads in DIRECT_PAYLOADS,
-           f"unknown resources.direct_payloads '{r.direct_payloads}'; allowed: {', '.join(DIRECT_PAYLOADS)}")
-    _check(r.co_host in CO_HOST, f"unknown resources.co_host '{r.co_host}'; allowed: {', '.join(CO_HOST)}")
+           f"unknown resources.direct_payloads {excerpt(r.direct_payloads)}; allowed: {', '.join(DIRECT_PAYLOADS)}")
+    _check(r.co_host in CO_HOST, f"unknown resources.co_host {excerpt(r.co_host)}; allowed: {', '.join(CO_HOST)}")
     if r.co_host == "on":
         _check(not r.server_gpus and not r.fed_gpus,
                f"resources.co_host 'on' puts the servers and the fed server in one process, which takes no GPU "
                f"share (server_gpus {r.server_gpus:g}, fed_gpus {r.fed_gpus:g}); use 'off' or 'auto'")
     _check(r.placement_timeout_s > 0, f"resources.placement_timeout_s must be > 0, got {r.placement_timeout_s}")
     check_name(cfg.name)
-    _check(bool(cfg.out.strip()), f"out must name a directory (the runs go inside it), got {cfg.out!r}")
+    _check(bool(cfg.out.strip()), f"out must name a directory (the runs go inside it), got {excerpt(cfg.out)}")
     _check_text(cfg.out, "out")
     if cfg.resume:
-        _check(Path(cfg.resume).is_dir(), f"cannot resume '{cfg.resume}': not a directory")
+        _check(Path(cfg.resume).is_dir(), f"cannot resume {excerpt(cfg.resume)}: not a directory")
         _writable_dir(cfg.resume, "run directory")
     else:
         _writable_dir(cfg.out, "out")
@@ -376,11 +394,11 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
     info = dataset_info(cfg.dataset)
     _check_loss(cfg, algo_cls, info)
     _check(info.num_train >= cfg.clients,
-           f"dataset '{cfg.dataset}' has {info.num_train} training samples but clients={cfg.clients}; "
+           f"dataset {excerpt(cfg.dataset)} has {info.num_train} training samples but clients={cfg.clients}; "
            f"each client needs at least one sample")
     if cfg.partition == "pathological":
         _check(cfg.classes_per_client <= info.num_classes,
-               f"classes-per-client must be <= {info.num_classes} for '{cfg.dataset}', got {cfg.classes_per_client}")
+               f"classes-per-client must be <= {info.num_classes} for {excerpt(cfg.dataset)}, got {cfg.classes_per_client}")
         _check(cfg.clients * cfg.classes_per_client >= info.num_classes,
                f"pathological partition needs clients x classes-per-client >= {info.num_classes} classes, "
                f"got {cfg.clients} x {cfg.classes_per_client}")
@@ -391,7 +409,7 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
     if algo_cls.planner.uses_cut:
         cuts = model_info(cfg.model).cuts  # the zoo's catalogue, or your model's own: nothing is built
         _check(cfg.cut in cuts,
-               f"cut {cfg.cut} is not valid for model '{cfg.model}'; valid cuts: {cuts[0]}..{cuts[-1]}")
+               f"cut {cfg.cut} is not valid for model {excerpt(cfg.model)}; valid cuts: {cuts[0]}..{cuts[-1]}")
     algo_cls.validate(cfg)
     from raysfl.faults import check_roles, check_rounds, parse_faults, server_kills
 
@@ -413,5 +431,5 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
     if cfg.max_restarts == 0 and any(f.action == "kill" for f in faults):
         raise ConfigError("kill faults need --max-restarts >= 1 (with 0, the first kill ends the run)")
     if faults and exchange is None:
-        raise ConfigError(f"faults need actors; algorithm '{cfg.algo}' runs in one process")
+        raise ConfigError(f"faults need actors; algorithm {excerpt(cfg.algo)} runs in one process")
     return cfg, algo

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from raysfl.callbacks import Callback
-from raysfl.errors import ConfigError
+from raysfl.errors import ConfigError, excerpt
 
 _FIX = "pip install 'raysfl[mlflow]'"
 ARTIFACTS = ("config.json", "clients.json", "metrics.parquet", "clients.parquet", "placement.json")
@@ -48,13 +48,13 @@ def _client(uri: str | None):
     except Exception as e:  # noqa: BLE001 - MLflow raises its own and the store's errors
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         if "unsupported URI" in first or isinstance(e, ImportError):
-            raise ConfigError(f"MLflow cannot open the store '{uri}': {first[:200]} (a database URI such as "
+            raise ConfigError(f"MLflow cannot open the store {excerpt(uri)}: {first[:200]} (a database URI such as "
                               f"sqlite:///mlflow.db needs sqlalchemy and alembic); fix: {_FIX}") from None
         if "MLFLOW_ALLOW_FILE_STORE" in first:
-            raise ConfigError(f"MLflow refuses the directory store '{uri}' (maintenance mode in MLflow 3): set "
+            raise ConfigError(f"MLflow refuses the directory store {excerpt(uri)} (maintenance mode in MLflow 3): set "
                               f"MLFLOW_ALLOW_FILE_STORE=true, or use a database URI such as sqlite:///mlflow.db"
                               ) from None
-        raise ConfigError(f"cannot log to MLflow at '{uri}': {first[:300]}") from None
+        raise ConfigError(f"cannot log to MLflow at {excerpt(uri)}: {first[:300]}") from None
     return client
 
 
@@ -63,8 +63,48 @@ def check_mlflow(uri: str) -> None:
     An empty URI is refused: MLflow would take it for its default store, a database in the
     current directory."""
     if not uri.strip():
-        raise ConfigError(f"mlflow must be a tracking URI (e.g. file:./mlruns, http://host:5000), got {uri!r}")
+        raise ConfigError(f"mlflow must be a tracking URI (e.g. file:./mlruns, http://host:5000), got {excerpt(uri)}")
+    _check_server(uri)
     _client(uri)
+
+
+REACH_TIMEOUT_S = 3.0  # how long check_mlflow waits for a tracking server to take a connection
+
+
+def _check_server(uri: str, timeout: float = REACH_TIMEOUT_S) -> None:
+    """An http(s) tracking URI: its host resolves and takes a TCP connection within ``timeout``
+    seconds, else one line naming the URI -- MLflow's own client retries a server that is not
+    there for minutes (268 s for a port nothing listens on) before it gives up. A file or
+    database store (file:, sqlite:, a path) needs no network and is not checked here."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri.strip())
+    if parts.scheme.lower() not in ("http", "https"):
+        return
+    try:
+        host, port = parts.hostname, parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    except ValueError:  # a port that is not a number or out of range
+        host = port = None
+    if not host or not port:
+        raise ConfigError(f"mlflow URI {excerpt(uri)} has no valid host:port; expected e.g. http://host:5000")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as e:
+        raise ConfigError(f"cannot reach the MLflow tracking server {excerpt(uri)}: host {excerpt(host)} does not "
+                          f"resolve ({e.strerror or e})") from None
+    last = None
+    for family, socktype, proto, _, sockaddr in infos:
+        try:
+            with socket.socket(family, socktype, proto) as sock:
+                sock.settimeout(timeout)
+                sock.connect(sockaddr)
+            return
+        except OSError as e:
+            last = e
+    why = f"no answer within {timeout:g} s" if isinstance(last, TimeoutError) else (last.strerror or last)
+    raise ConfigError(f"cannot reach the MLflow tracking server {excerpt(uri)} ({why}); start it (mlflow server "
+                      f"--host {host} --port {port}) or give another --mlflow URI, e.g. sqlite:///mlflow.db")
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, str]:

@@ -727,3 +727,164 @@ def test_resume_names_the_plugin_modules_it_imports_first(finished_run, tmp_path
         __import__("sys").modules.pop("plugin_of_mine", None)
     assert first == (f"raysfl: resuming {d} with plugin module plugin_of_mine "
                      f"({tmp_path / 'mine' / 'plugin_of_mine.py'}) as its config.json records")
+
+
+# ------------------------------------------------------------------ issue 45: inputs that cost without bounds
+# (docs/reliability.md, "Bounded config files and short echoes")
+
+
+def _alias_bomb(levels: int) -> str:
+    """A "billion laughs" under devices.latency_ms: 9 ** levels values from a few hundred bytes."""
+    lines = ["devices:", "  latency_ms:", "    - &l0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"    - &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_yaml_alias_bomb_is_refused_while_loading(tmp_path, capsys):
+    import time
+
+    from raysfl.config import load_file
+
+    big = tmp_path / "big.yaml"
+    big.write_text(_alias_bomb(10))  # 9**10 values: expanding it (or printing it) never ends
+    assert len(big.read_bytes()) < 700
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError, match=r"holds more than 10,000 values \(.*aliases \(\*name\) expanded\)"):
+        load_file(big)
+    assert time.monotonic() - t0 < 2
+    small = tmp_path / "small.yaml"
+    small.write_text(_alias_bomb(6))  # the issue's 426-byte one gave an 80 MB error line
+    line = _one_line(["run", "--config", str(small), "--out", str(tmp_path)], capsys, "holds more than 10,000 values")
+    assert len(line) < 300
+
+
+@pytest.mark.parametrize("name,text,expected", [
+    ("deep.yaml", "x: " + "[" * 11 + "1" + "]" * 11 + "\n", "nest deeper than 10 levels"),
+    ("deep-alias.yaml", "".join(f"a{i}: &a{i} [{f'*a{i - 1}' if i else 1}]\n" for i in range(11)),
+     "nest deeper than 10 levels"),
+    ("list.yaml", "devices:\n  latency_ms: [" + ", ".join(map(str, range(100_000))) + "]\n",
+     "holds more than 10,000 values"),
+    ("list.json", '{"devices": {"latency_ms": [' + ", ".join(map(str, range(100_000))) + "]}}",
+     "holds more than 10,000 values"),
+    ("huge.yaml", "rounds: 2\n" + " " * (1024 * 1024), "is larger than 1024 KiB"),
+])
+def test_config_file_size_and_depth_are_bounded(name, text, expected, tmp_path, capsys):
+    f = tmp_path / name
+    f.write_text(text)
+    line = _one_line(["run", "--config", str(f), "--out", str(tmp_path)], capsys, expected)
+    assert len(line) < 300
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("name: [a, b]\n", "name: cannot use ['a', 'b']; expected str | None"),  # was runs/['a', 'b']
+    ("name: yes\n", "name: cannot use True; expected str | None"),  # was runs/True
+    ("progress: [1]\n", "progress: cannot use [1]; expected bool"),  # was taken as on
+    ("dataset: {a: 1}\n", "dataset: cannot use {'a': 1}; expected str"),
+    ("resources:\n  client_placement: [PACK]\n", "resources.client_placement: cannot use ['PACK']; expected str"),
+])
+def test_a_list_where_a_scalar_goes_is_refused_naming_the_key(text, expected, tmp_path):
+    from raysfl.config import load_file
+    from raysfl.resolve import from_dict, validate
+
+    f = tmp_path / "c.yaml"
+    f.write_text(text + f"out: {tmp_path}\n")
+    with pytest.raises(ConfigError) as e:
+        validate(from_dict(load_file(f)))
+    assert expected in str(e.value)
+
+
+def test_a_config_built_in_python_is_type_checked(tmp_path):
+    import numpy as np
+
+    from raysfl.config import Config
+    from raysfl.resolve import validate
+
+    with pytest.raises(ConfigError, match=r"name: cannot use \['a', 'b'\]; expected str"):
+        validate(Config(name=["a", "b"], out=str(tmp_path)))
+    with pytest.raises(ConfigError, match=r"progress: cannot use \[1\]; expected bool"):
+        validate(Config(progress=[1], out=str(tmp_path)))
+    cfg = validate(Config(rounds=np.int64(3), lr=np.float32(0.5), progress=np.bool_(False), out=str(tmp_path)))
+    assert (type(cfg.rounds), type(cfg.lr), cfg.progress) == (int, float, False)  # NumPy scalars still work
+
+
+def test_echoed_values_are_short_excerpts(tmp_path):
+    from raysfl.config import Config
+    from raysfl.resolve import from_dict, validate
+
+    cases = [
+        (lambda: from_dict({"devices": {"latency_ms": list(range(100_000))}}), "(a list of 100,000 items)"),
+        (lambda: from_dict({"x" * 100_000: 1}), "... (100,000 characters)"),
+        (lambda: from_dict({"resources": list(range(100_000))}), "section 'resources' must be a mapping"),
+        (lambda: from_dict({"faults": "kill:" + "c" * 100_000}), "... (100,005 characters)"),
+        (lambda: validate(Config(dataset="d" * 100_000, out=str(tmp_path))), "unknown dataset 'ddd"),
+        (lambda: validate(Config(name="n" * 100_000, out=str(tmp_path))), "name must be at most 200 bytes"),
+    ]
+    for make, expected in cases:
+        with pytest.raises(ConfigError) as e:
+            make()
+        # short: the value's excerpt and what is allowed (the list of settings is ~650 characters)
+        assert expected in str(e.value) and len(str(e.value)) < 1200, str(e.value)[:500]
+
+
+def test_non_finite_data_is_named_when_it_is_loaded():
+    """NaN or inf in your own data: one line naming the array, the sample and the column when the
+    data are loaded, not a "diverged ... lower --lr" after training on it."""
+    import numpy as np
+
+    from raysfl.data.custom import as_dataset
+
+    x, y = np.random.default_rng(0).random((40, 5)), np.arange(40) % 2
+    x[7, 2] = np.nan
+    with pytest.raises(ConfigError, match=r"^x holds nan at sample 7, column 2 \(1 non-finite value in all\)"):
+        as_dataset((x, y))
+    xt = np.ones((10, 1, 2, 2))
+    xt[3, 0, 1, 0] = 1e39  # beyond float32: inf once converted
+    with pytest.raises(ConfigError, match=r"^x_test holds inf at sample 3, position \(0, 1, 0\)"):
+        as_dataset((np.ones((30, 1, 2, 2)), np.arange(30) % 2, xt, np.arange(10) % 2))
+    targets = np.ones(40)
+    targets[5] = np.inf
+    with pytest.raises(ConfigError, match=r"^y holds inf at sample 5 "):
+        as_dataset((np.ones((40, 3)), targets), targets="values")
+
+
+def test_unreachable_mlflow_server_fails_fast_with_one_line(tmp_path):
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    uri = f"http://127.0.0.1:{port}"
+    t0 = time.monotonic()
+    proc = _run_cli(["--out", str(tmp_path / "runs"), "--rounds", "1", "--mlflow", uri], {}, tmp_path, timeout=60)
+    took = time.monotonic() - t0
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and f"cannot reach the MLflow tracking server '{uri}'" in lines[0], proc.stderr
+    assert took < 30, f"took {took:.0f} s"  # MLflow's own client retried for 268 s
+    assert not (tmp_path / "runs").exists()
+
+
+def test_mlflow_stores_without_a_server_are_not_probed(monkeypatch):
+    import socket
+
+    from raysfl import trackers
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("a file or database store needs no network check")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    for uri in ("file:./mlruns", "sqlite:///mlflow.db", "./mlruns"):
+        trackers._check_server(uri)
+
+
+@pytest.mark.parametrize("body,code", [("import sys\nsys.exit(0)\n", "0"), ("raise SystemExit(3)\n", "3")])
+def test_plugin_that_exits_at_import_is_one_line(body, code, tmp_path, capsys, monkeypatch):
+    import sys
+
+    module = f"raysfl_exiting_plugin_{code}"
+    (tmp_path / f"{module}.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    _one_line(["run", "--plugin", module, "--out", str(tmp_path)], capsys,
+              f"--plugin {module}: importing it called sys.exit({code})")

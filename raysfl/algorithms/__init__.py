@@ -27,7 +27,7 @@ from raysfl.algorithms.flex_sfl.spec import FlexSFL
 from raysfl.algorithms.gapsl.spec import GAPSL
 from raysfl.algorithms.spec import Algorithm, NoParams
 from raysfl.algorithms.super_sfl.spec import SuperSFL
-from raysfl.errors import ConfigError
+from raysfl.errors import ConfigError, excerpt
 
 ALGORITHMS: dict[str, type[Algorithm]] = {}
 PLUGINS: list[str] = []  # modules loaded for their algorithms (``--plugin``, entry points), in order
@@ -87,14 +87,26 @@ def load_plugin(module: str) -> None:
     if module in PLUGINS:
         return
     if not module.strip() or module.startswith(".") or any(not part.isidentifier() for part in module.split(".")):
-        raise ConfigError(f"--plugin {module!r} is not a module name; give one importable from here "
+        raise ConfigError(f"--plugin {excerpt(module)} is not a module name; give one importable from here "
                           f"(dotted identifiers), e.g. --plugin my_algo")
     try:
-        importlib.import_module(module)
+        _import(module, lambda: importlib.import_module(module), "--plugin")
     except ImportError as e:
         raise ConfigError(f"--plugin {module}: cannot import it ({e}); give a module name importable from "
                           f"here (the current directory is on the path), e.g. --plugin my_algo") from None
     PLUGINS.append(module)
+
+
+def _import(module: str, load, what: str):
+    """``load()`` (the import of a user's module); a ``sys.exit()`` run while importing it -- a
+    script's last line left at module level -- becomes a one-line ConfigError naming the module
+    (exit status 2), instead of ending raysfl with that status and nothing run."""
+    try:
+        return load()
+    except SystemExit as e:
+        raise ConfigError(f"{what} {module}: importing it called sys.exit({excerpt(e.code)}), which would end "
+                          f"raysfl with nothing run; a plugin module only defines and registers (put a script "
+                          f"part under `if __name__ == \"__main__\":`)") from None
 
 
 def load_entry_points() -> None:
@@ -103,7 +115,7 @@ def load_entry_points() -> None:
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.module not in PLUGINS:
-            ep.load()
+            _import(ep.module, ep.load, f"entry point {ep.name} ({ENTRY_POINT_GROUP}) of module")
             PLUGINS.append(ep.module)
 
 
@@ -113,7 +125,7 @@ def get_algorithm(name: str) -> type[Algorithm]:
 
         close = difflib.get_close_matches(str(name), list(ALGORITHMS), n=1, cutoff=0.6)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ConfigError(f"unknown algorithm '{name}'{hint}; allowed: {', '.join(ALGORITHMS)}; an algorithm of "
+        raise ConfigError(f"unknown algorithm {excerpt(name)}{hint}; allowed: {', '.join(ALGORITHMS)}; an algorithm of "
                           f"your own joins with --plugin MODULE (raysfl.run: import its module first)")
     return ALGORITHMS[name]
 
@@ -133,12 +145,12 @@ def load_recorded_plugins(modules, where: str) -> None:
     """Import the ``plugins`` a run's config recorded (:func:`plugin_of`); one line when one
     cannot be imported here, naming the run's setting."""
     if not isinstance(modules, (list, tuple)) or not all(isinstance(m, str) for m in modules):
-        raise ConfigError(f"{where}: 'plugins' must be a list of module names, got {modules!r}")
+        raise ConfigError(f"{where}: 'plugins' must be a list of module names, got {excerpt(modules)}")
     for module in modules:
         try:
             load_plugin(module)
         except ConfigError as e:
-            raise ConfigError(f"{where} was made with plugin module '{module}', which cannot be imported here "
+            raise ConfigError(f"{where} was made with plugin module {excerpt(module)}, which cannot be imported here "
                               f"({str(e).split(': ', 1)[-1]})") from None
 
 

@@ -18,7 +18,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from raysfl.errors import ConfigError
+from raysfl.errors import ConfigError, excerpt
 
 _KEY = "raysfl.knob"
 
@@ -76,7 +76,7 @@ def check_knobs(params) -> None:
             continue
         if k.choices is not None:
             if v not in k.choices:
-                raise ConfigError(f"unknown {f.name} '{v}'; allowed: {', '.join(map(str, k.choices))}")
+                raise ConfigError(f"unknown {f.name} {excerpt(v)}; allowed: {', '.join(map(str, k.choices))}")
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             continue

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raysfl.errors import ConfigError
+from raysfl.errors import ConfigError, excerpt
 
 
 @dataclass(frozen=True)
@@ -40,5 +40,5 @@ def dataset_info(name: str) -> DatasetInfo:
             raise custom.missing(name)
         return DatasetInfo(name, ds.input_shape, ds.num_classes, ds.num_train, ds.num_test, ds.targets)
     if name not in _CATALOG:
-        raise ConfigError(f"unknown dataset '{name}'; allowed: {', '.join(DATASETS)}")
+        raise ConfigError(f"unknown dataset {excerpt(name)}; allowed: {', '.join(DATASETS)}")
     return _CATALOG[name]

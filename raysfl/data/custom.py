@@ -26,6 +26,7 @@ name, they receive the arrays.
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -40,10 +41,29 @@ _SPLIT_SEED = 0
 _RUNS = RunRegistry("dataset", "raysfl.run(cfg, data=...)", "raysfl.data.custom_dataset(..., name=...)")
 
 
+def _finite(a: np.ndarray, what: str, kind: str = "samples") -> None:
+    """Refuse an array holding NaN or inf with one line naming the array, the first bad sample
+    and its position in the sample: left in, it makes the loss NaN and the run stops as
+    "diverged", blaming the learning rate for the data. ``a`` is already float32, so a value
+    beyond float32's range (about 3.4e38), which became inf, is caught too."""
+    bad = ~np.isfinite(a)
+    if not bad.any():
+        return
+    at = np.unravel_index(int(bad.argmax()), a.shape)  # the first non-finite value
+    where = f"sample {at[0]}" + (f", column {at[1]}" if len(at) == 2 else
+                                 f", position {tuple(int(i) for i in at[1:])}" if len(at) > 2 else "")
+    n = int(bad.sum())
+    raise ConfigError(f"{what} holds {a[at]} at {where} ({n:,} non-finite value{'s' if n > 1 else ''} in all); "
+                      f"raysfl trains on finite {kind}, not NaN or infinite values: drop or fill them before the run"
+                      + (" (a value beyond float32's range, about 3.4e38, becomes inf)" if np.isinf(a[at]) else ""))
+
+
 def _labels(y, what: str) -> np.ndarray:
     y = np.asarray(y.numpy() if hasattr(y, "numpy") else y)
     if y.ndim != 1:
         raise ConfigError(f"{what} must be a 1-D array of integer class labels, got shape {y.shape}")
+    if y.size and np.issubdtype(y.dtype, np.floating):
+        _finite(y.astype(np.float64), what, "labels")
     if y.size and not np.issubdtype(y.dtype, np.integer):
         if not np.all(np.equal(np.mod(y, 1), 0)):
             raise ConfigError(f"{what} must hold integer class labels, got dtype {y.dtype} with fractions")
@@ -60,10 +80,10 @@ def _values(y, what: str) -> np.ndarray:
         raise ConfigError(f"{what} must be targets of shape (N,) or (N, k) for this loss, got shape {y.shape}")
     if y.size and not (np.issubdtype(y.dtype, np.number) or y.dtype == bool):
         raise ConfigError(f"{what} must be numeric targets for this loss, got dtype {y.dtype}")
-    y = np.ascontiguousarray(y, dtype=np.float32).reshape(len(y), -1)
-    if y.size and not np.all(np.isfinite(y)):
-        raise ConfigError(f"{what} holds NaN or infinite targets")
-    return y
+    with np.errstate(over="ignore"):
+        y = np.ascontiguousarray(y, dtype=np.float32)
+    _finite(y, what, "targets")
+    return y.reshape(len(y), -1)
 
 
 def _samples(x, what: str) -> np.ndarray:
@@ -72,7 +92,10 @@ def _samples(x, what: str) -> np.ndarray:
         raise ConfigError(f"{what} must be an array of samples (N, ...), got shape {x.shape}")
     if not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
         raise ConfigError(f"{what} must be numeric, got dtype {x.dtype}")
-    return np.ascontiguousarray(x, dtype=np.float32)
+    with np.errstate(over="ignore"):  # a value beyond float32's range becomes inf, which _finite names
+        x = np.ascontiguousarray(x, dtype=np.float32)
+    _finite(x, what)
+    return x
 
 
 def _name(name: str) -> str:
@@ -150,6 +173,9 @@ def _normalisation(x: np.ndarray, mean, std, scale) -> tuple[tuple, tuple, float
     if mean and (x.ndim < 3 or len(mean) != x.shape[1] or len(std) != len(mean)):
         raise ConfigError(f"mean/std need one value per channel of samples shaped (C, ...), got "
                           f"{len(mean)}/{len(std)} values for samples of shape {x.shape[1:]}")
+    if not all(math.isfinite(v) for v in mean + std) or not all(v > 0 for v in std):
+        raise ConfigError(f"mean/std must be finite numbers and std > 0 (each batch is divided by it), got "
+                          f"mean {mean}, std {std}")
     if not scale > 0:
         raise ConfigError(f"scale must be > 0, got {scale}")
     return mean, std, float(scale)

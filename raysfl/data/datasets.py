@@ -28,7 +28,7 @@ import numpy as np
 from raysfl.data import custom
 from raysfl.data.arrays import DatasetArrays, stratified_test_indices
 from raysfl.data.catalog import DATASETS
-from raysfl.errors import ConfigError
+from raysfl.errors import ConfigError, excerpt
 
 _DIGITS_FILE = Path(__file__).with_name("digits.npz")
 _DIGITS_TEST_FRACTION = 0.2
@@ -65,7 +65,7 @@ def _check_name(name) -> None:
             raise custom.missing(name)
         return
     if not isinstance(name, str) or name not in DATASETS:
-        raise ConfigError(f"unknown dataset {name!r}; allowed: {', '.join(DATASETS)}")
+        raise ConfigError(f"unknown dataset {excerpt(name)}; allowed: {', '.join(DATASETS)}")
 
 
 def check_dataset_args(name: str, data_root=None, download: bool = False) -> None:
@@ -84,13 +84,13 @@ def check_dataset_args(name: str, data_root=None, download: bool = False) -> Non
         return
     if data_root is None or str(data_root) == "":
         if not download:
-            raise ConfigError(f"dataset '{name}' needs --data-root DIR (or --download to fetch it)")
+            raise ConfigError(f"dataset {excerpt(name)} needs --data-root DIR (or --download to fetch it)")
         return
     root = Path(data_root).expanduser()
     if root.exists() and not root.is_dir():
-        raise ConfigError(f"data root '{root}' for dataset '{name}' is not a directory")
+        raise ConfigError(f"data root {excerpt(root)} for dataset {excerpt(name)} is not a directory")
     if not download and not root.is_dir():
-        raise ConfigError(f"data root '{root}' for dataset '{name}' does not exist; pass --download to fetch it")
+        raise ConfigError(f"data root {excerpt(root)} for dataset {excerpt(name)} does not exist; pass --download to fetch it")
 
 
 # ----------------------------------------------------------------------------- loading
@@ -211,9 +211,9 @@ def _load_torchvision(name: str, root: str, download: bool) -> DatasetArrays:
         except (RuntimeError, OSError) as e:
             if download:
                 raise ConfigError(
-                    f"could not download dataset '{name}' into '{root}': {_one_line(e)}") from None
+                    f"could not download dataset {excerpt(name)} into {excerpt(root)}: {_one_line(e)}") from None
             raise ConfigError(
-                f"dataset '{name}' not found or incomplete under data root '{root}' "
+                f"dataset {excerpt(name)} not found or incomplete under data root {excerpt(root)} "
                 f"({_one_line(e)}); pass --download to fetch it") from None
         data = ds.data.numpy() if isinstance(ds.data, torch.Tensor) else np.asarray(ds.data)
         if data.ndim == 3:  # (N, H, W) grey -> (N, 1, H, W)
@@ -224,7 +224,7 @@ def _load_torchvision(name: str, root: str, download: bool) -> DatasetArrays:
         targets = ds.targets.numpy() if isinstance(ds.targets, torch.Tensor) else np.asarray(ds.targets)
         y = np.asarray(targets, dtype=np.int64).reshape(-1)
         if x.shape[1:] != shape or len(x) != len(y):
-            raise ConfigError(f"dataset '{name}' under '{root}' has unexpected shape {x.shape} "
+            raise ConfigError(f"dataset {excerpt(name)} under {excerpt(root)} has unexpected shape {x.shape} "
                               f"with {len(y)} labels; expected (N, {', '.join(map(str, shape))})")
         splits.append((x, y))
     (x_train, y_train), (x_test, y_test) = splits

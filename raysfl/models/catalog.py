@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raysfl.errors import ConfigError
+from raysfl.errors import ConfigError, excerpt
 
 
 @dataclass(frozen=True)
@@ -46,5 +46,5 @@ def model_info(name: str) -> ModelInfo:
             raise custom.missing(name)
         return ModelInfo(name, model.num_blocks, model.leading_conv_blocks(), tuple(model.valid_cuts()))
     if name not in MODELS:
-        raise ConfigError(f"unknown model {name!r}; allowed: {', '.join(MODELS)}")
+        raise ConfigError(f"unknown model {excerpt(name)}; allowed: {', '.join(MODELS)}")
     return MODELS[name]
