@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from raysfl.errors import ConfigError
+from raysfl.errors import ConfigError, first_line
 
 _ND = "__ndarray__"
 # Settings that may differ between a checkpoint and the run resuming it: where and how long it
@@ -160,7 +160,7 @@ def read_manifest(run_dir: Path) -> dict:
             raise ValueError("not a mapping")
         return out
     except (OSError, ValueError) as e:
-        print(f"raysfl: warning: {path} is unreadable ({_short(e)}); the checkpoints are not checked against it",
+        print(f"raysfl: warning: {path} is unreadable ({first_line(e)}); the checkpoints are not checked against it",
               file=sys.stderr)
         return {}
 
@@ -235,15 +235,6 @@ def load_round(run_dir: Path, rnd: int) -> dict:
     return _decode(torch.load(path, weights_only=True, map_location="cpu"))
 
 
-def _short(e: BaseException, limit: int = 160) -> str:
-    """The first line of an error, shortened at a word boundary (with '...') when long."""
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    if len(first) <= limit:
-        return first
-    cut = first[:limit].rsplit(" ", 1)[0]
-    return (cut if len(cut) > limit // 2 else first[:limit]) + " ..."
-
-
 def load_latest(run_dir: Path, cfg_dict: dict | None = None) -> dict:
     """The newest readable checkpoint of ``run_dir`` (checked against ``cfg_dict``)."""
     files = checkpoint_files(run_dir)
@@ -253,7 +244,7 @@ def load_latest(run_dir: Path, cfg_dict: dict | None = None) -> dict:
         try:
             state = _decode(torch.load(path, weights_only=True, map_location="cpu"))
         except Exception as e:  # noqa: BLE001 - truncated, corrupted, or not a raysfl checkpoint
-            print(f"raysfl: warning: checkpoint {path} is unreadable ({_short(e)}); trying the one before",
+            print(f"raysfl: warning: checkpoint {path} is unreadable ({first_line(e)}); trying the one before",
                   file=sys.stderr)
             continue
         if not isinstance(state, dict) or "round" not in state or "federation" not in state and "model" not in state:

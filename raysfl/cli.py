@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from raysfl.config import Config, DeviceConfig, ResourceConfig, load_file, type_name
-from raysfl.errors import ConfigError, RunFailed
+from raysfl.errors import ConfigError, RunFailed, first_line
 from raysfl.flags import seed_list
 
 _SKIP = {"devices", "resources", "algo_params"}
@@ -452,10 +452,6 @@ def _interrupted(e: BaseException) -> str:
             f"raysfl run --resume {shlex.quote(str(run_dir))}")
 
 
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-
-
 def _log_traceback(e: BaseException) -> Path:
     """Write the traceback of an unexpected error to a log file: the run directory's
     ``error.log`` when the run got that far, else a file in the temp directory."""
@@ -508,11 +504,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"raysfl: error: {e.strerror or type(e).__name__}: '{e.filename}'", file=sys.stderr)
             return 1
         log = _log_traceback(e)
-        print(f"raysfl: error: {type(e).__name__}: {_first_line(e)} (traceback in {log})", file=sys.stderr)
+        print(f"raysfl: error: {type(e).__name__}: {first_line(e, 300)} (traceback in {log})", file=sys.stderr)
         return 1
     except Exception as e:  # noqa: BLE001 - anything unanticipated: one line and where the traceback is
         log = _log_traceback(e)
-        print(f"raysfl: error: unexpected {type(e).__name__}: {_first_line(e)} (traceback in {log})",
+        print(f"raysfl: error: unexpected {type(e).__name__}: {first_line(e, 300)} (traceback in {log})",
               file=sys.stderr)
         return 1
 

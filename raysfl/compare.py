@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from raysfl.config import DATA_DEFINING, RUN_DEFAULTS, Config
-from raysfl.errors import ConfigError
+from raysfl.errors import ConfigError, first_line
 from raysfl.runtime.many_runs import runs_at_once, start_local_ray
 
 
@@ -177,7 +177,7 @@ def compare(configs: list[Config], out_dir: Path, target: float = 0.8, parallel:
             except KeyboardInterrupt:
                 pass
             except Exception as err:  # noqa: BLE001 - the interrupt is what is reported; the runs are kept
-                first = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+                first = first_line(err, 160)
                 e.raysfl_compare = f"the finished runs' table could not be written ({first})"
             raise
 

@@ -26,6 +26,42 @@ class Diverged(RunFailed):
 EXCERPT_CHARS = 160  # the most characters of a user's value an error message echoes (a path fits)
 
 
+def first_line(err: BaseException, limit: int | None = EXCERPT_CHARS, empty: str | None = None) -> str:
+    """The first line of an error's message, for a one-line report of it: its type's name when
+    the message is empty (or ``empty``, when given), cut at a word boundary with ' ...' past
+    ``limit`` characters (None: not cut)."""
+    first = (str(err).strip().splitlines() or [type(err).__name__ if empty is None else empty])[0]
+    if limit is None or len(first) <= limit:
+        return first
+    cut = first[:limit].rsplit(" ", 1)[0]
+    return (cut if len(cut) > limit // 2 else first[:limit]) + " ..."
+
+
+def connect_error(host: str, port: int, timeout: float) -> str | None:
+    """Why ``host:port`` takes no TCP connection within ``timeout`` seconds (``does not resolve
+    (...)``, ``no answer within N s``, ``Connection refused``), or None when it does: a check of a
+    server's address before a client that retries for minutes is pointed at it (``RAY_ADDRESS``,
+    an MLflow server)."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as e:
+        return f"does not resolve ({e.strerror or e})"
+    last: OSError | None = None
+    for family, socktype, proto, _, sockaddr in infos:
+        try:
+            with socket.socket(family, socktype, proto) as sock:
+                sock.settimeout(timeout)
+                sock.connect(sockaddr)
+            return None
+        except OSError as e:
+            last = e
+    if isinstance(last, TimeoutError):
+        return f"no answer within {timeout:g} s"
+    return str(getattr(last, "strerror", None) or last or "no address")
+
+
 def excerpt(value, limit: int = EXCERPT_CHARS) -> str:
     """``repr(value)`` cut to about ``limit`` characters, for an error message that names a
     user's value: a string as ``'abc...' (1,000,000 characters)``, a list or mapping by its

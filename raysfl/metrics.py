@@ -39,7 +39,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from raysfl.errors import RunFailed
+from raysfl.errors import RunFailed, first_line
 
 # Columns that depend on the machine's speed rather than on the training (excluded when
 # comparing two runs for determinism).
@@ -257,7 +257,7 @@ class RunLogger:
         self._tb_reported = True
         from raysfl.checkpoint import resume_hint, rounds_saved
 
-        cause = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        cause = first_line(e, None)
         done = self.rows[-1]["round"] if self.rows else 0
         kept = rounds_saved(self.run_dir)
         if at_end and self.total_rounds and done >= self.total_rounds:

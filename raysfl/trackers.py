@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from raysfl.callbacks import Callback
-from raysfl.errors import ConfigError, excerpt
+from raysfl.errors import ConfigError, connect_error, excerpt, first_line
 
 _FIX = "pip install 'raysfl[mlflow]'"
 ARTIFACTS = ("config.json", "clients.json", "metrics.parquet", "clients.parquet", "placement.json")
@@ -46,7 +46,7 @@ def _client(uri: str | None):
         client = mlflow.MlflowClient(tracking_uri=uri or None)
         client.search_experiments(max_results=1)  # reaches the store now: a bad URI fails before the run
     except Exception as e:  # noqa: BLE001 - MLflow raises its own and the store's errors
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        first = first_line(e, None)
         if "unsupported URI" in first or isinstance(e, ImportError):
             raise ConfigError(f"MLflow cannot open the store {excerpt(uri)}: {first[:200]} (a database URI such as "
                               f"sqlite:///mlflow.db needs sqlalchemy and alembic); fix: {_FIX}") from None
@@ -76,7 +76,6 @@ def _check_server(uri: str, timeout: float = REACH_TIMEOUT_S) -> None:
     seconds, else one line naming the URI -- MLflow's own client retries a server that is not
     there for minutes (268 s for a port nothing listens on) before it gives up. A file or
     database store (file:, sqlite:, a path) needs no network and is not checked here."""
-    import socket
     from urllib.parse import urlsplit
 
     parts = urlsplit(uri.strip())
@@ -88,21 +87,11 @@ def _check_server(uri: str, timeout: float = REACH_TIMEOUT_S) -> None:
         host = port = None
     if not host or not port:
         raise ConfigError(f"mlflow URI {excerpt(uri)} has no valid host:port; expected e.g. http://host:5000")
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as e:
-        raise ConfigError(f"cannot reach the MLflow tracking server {excerpt(uri)}: host {excerpt(host)} does not "
-                          f"resolve ({e.strerror or e})") from None
-    last = None
-    for family, socktype, proto, _, sockaddr in infos:
-        try:
-            with socket.socket(family, socktype, proto) as sock:
-                sock.settimeout(timeout)
-                sock.connect(sockaddr)
-            return
-        except OSError as e:
-            last = e
-    why = f"no answer within {timeout:g} s" if isinstance(last, TimeoutError) else (last.strerror or last)
+    why = connect_error(host, port, timeout)
+    if why is None:
+        return
+    if why.startswith("does not resolve"):
+        raise ConfigError(f"cannot reach the MLflow tracking server {excerpt(uri)}: host {excerpt(host)} {why}")
     raise ConfigError(f"cannot reach the MLflow tracking server {excerpt(uri)} ({why}); start it (mlflow server "
                       f"--host {host} --port {port}) or give another --mlflow URI, e.g. sqlite:///mlflow.db")
 

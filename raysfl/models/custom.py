@@ -27,7 +27,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from raysfl.errors import ConfigError
+from raysfl.errors import ConfigError, first_line
 from raysfl.run_registry import RunRegistry
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -136,7 +136,7 @@ def check_runs(model: SplitModel) -> None:
                 try:
                     x = block(x)
                 except Exception as e:  # noqa: BLE001 - any failure is a model/data mismatch
-                    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                    first = first_line(e, None)
                     raise ConfigError(f"model '{model.name}' does not run on the data: block {i} "
                                       f"({type(block).__name__}) fails on input of shape {tuple(x.shape[1:])}: "
                                       f"{first}") from None

@@ -21,7 +21,7 @@ import numpy as np
 
 from raysfl.algorithms import plugin_of
 from raysfl.algorithms.roles import FederationContext
-from raysfl.errors import ConfigError, RunFailed
+from raysfl.errors import ConfigError, RunFailed, first_line
 from raysfl.metrics import RunLogger
 
 
@@ -117,7 +117,7 @@ def _load_data(cfg):
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - whatever the reader raised: it names no value the user can fix
-        first = (str(e).strip().splitlines() or [""])[0][:200]
+        first = first_line(e, 200, empty="")
         why = f"{type(e).__name__}: {first}" if first else f"{type(e).__name__} in its reader"
         where = f" under data root '{cfg.data_root}'" if cfg.data_root else ""
         raise ConfigError(f"dataset '{cfg.dataset}'{where} cannot be read ({why}); "
@@ -136,7 +136,7 @@ def _check_recorded(run_dir: Path, done: int) -> None:
         try:
             pq.read_table(path)
         except Exception as e:  # noqa: BLE001 - pyarrow's errors for a damaged file vary
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+            first = first_line(e, 160)
             raise ConfigError(f"cannot resume '{run_dir}': {name} is unreadable ({first}); move it away to resume "
                               f"without the {name.split('.')[0]} of rounds 1..{done}") from None
 
@@ -455,7 +455,7 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
 
             if isinstance(e, ray.exceptions.RayTaskError) and not is_death(e):
                 raise  # an error in our own code, not a failure of the cluster: its traceback is wanted
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            first = first_line(e, None)
             rows = exp.logger.rows
             done = rows[-1]["round"] if rows else 0
             raise RunFailed(f"round {rnd} failed ({type(e).__name__}: {first}); metrics of rounds 1..{done} "
@@ -489,11 +489,7 @@ def checkpoint_finished(exp, fed) -> None:
                 save_checkpoint(exp, fed, done)
         except Exception as e:  # noqa: BLE001 - an actor gone with the signal: the older checkpoint stays
             print(f"raysfl: warning: could not checkpoint round {done} on the way out "
-                  f"({type(e).__name__}: {_first(e)})", file=sys.stderr)
-
-
-def _first(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [""])[0][:200]
+                  f"({type(e).__name__}: {first_line(e, 200, empty='')})", file=sys.stderr)
 
 
 class StartupClock:

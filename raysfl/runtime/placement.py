@@ -90,9 +90,7 @@ def check_ray_address(address: str | None = None, timeout: float = CONNECT_TIMEO
     (Ray itself retries "Failed to connect to GCS" for minutes): a malformed address, a host
     that does not resolve, a port nothing listens on. ``auto`` and ``local`` are Ray's own and
     pass. A port that answers but is not a Ray cluster is not detected here."""
-    import socket
-
-    from raysfl.errors import ConfigError
+    from raysfl.errors import ConfigError, connect_error
 
     address = os.environ.get("RAY_ADDRESS") if address is None else address
     if not address or address.strip() in ("auto", "local"):
@@ -116,21 +114,11 @@ def check_ray_address(address: str | None = None, timeout: float = CONNECT_TIMEO
     if not sep or not host or not port_s.isdigit() or not 0 < int(port_s) < 65536 or "/" in host:
         raise ConfigError(f"RAY_ADDRESS={text!r} is not a Ray address; {allowed}")
     port = int(port_s)
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as e:
-        raise ConfigError(f"RAY_ADDRESS={text!r}: host '{host}' does not resolve ({e.strerror or e}); "
-                          f"{allowed}") from None
-    last = None
-    for family, socktype, proto, _, sockaddr in infos:
-        try:
-            with socket.socket(family, socktype, proto) as s:
-                s.settimeout(timeout)
-                s.connect(sockaddr)
-            return
-        except OSError as e:
-            last = e
-    why = "timed out" if isinstance(last, (socket.timeout, TimeoutError)) else (getattr(last, "strerror", None) or last)
+    why = connect_error(host, port, timeout)
+    if why is None:
+        return
+    if why.startswith("does not resolve"):
+        raise ConfigError(f"RAY_ADDRESS={text!r}: host '{host}' {why}; {allowed}")
     raise ConfigError(f"RAY_ADDRESS={text!r}: no Ray cluster answers at {host}:{port} ({why}); "
                       f"{start_hint(scheme, port)}, or unset RAY_ADDRESS to run on a local Ray")
 
@@ -155,7 +143,7 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
     """
     import ray
 
-    from raysfl.errors import ConfigError
+    from raysfl.errors import ConfigError, first_line
     from raysfl.runtime import interrupts
 
     if ray.is_initialized():
@@ -170,7 +158,7 @@ def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
             ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=True)
             interrupts.reinstall()  # ray.init took SIGTERM over (and Ray's C-level stack dump under it)
         except (ConnectionError, ValueError, RuntimeError) as e:
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            first = first_line(e, 200)
             raise ConfigError(f"cannot connect to the Ray cluster at RAY_ADDRESS={os.environ['RAY_ADDRESS']!r}: "
                               f"{first}") from None
         worker_logs.install()  # a crashed worker's noise becomes one line
@@ -268,9 +256,9 @@ def start_failure(e: BaseException):
     import resource
     import shutil
 
-    from raysfl.errors import RunFailed
+    from raysfl.errors import RunFailed, first_line
 
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+    first = first_line(e, 160)
     try:
         from ray._common.utils import get_default_ray_temp_dir
 
