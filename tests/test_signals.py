@@ -41,6 +41,15 @@ def _ours(marker: str) -> list[int]:
     return found
 
 
+def _kill_ours(marker: str) -> None:
+    """SIGKILL whatever is left of the test's Ray (never `ray stop`: others' Rays)."""
+    for pid in _ours(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def _start(argv, env, ignore_sigint: bool):
     def child():
         if ignore_sigint:  # what a non-interactive shell does to a job started with &
@@ -104,11 +113,7 @@ def test_signal_keeps_finished_rounds_and_resume_continues(tmp_path, sig, code, 
         rows = pq.read_table(run / "metrics.parquet").to_pylist()
         assert [r["round"] for r in rows] == [1, 2, 3]
     finally:
-        for pid in _ours(marker):  # whatever is left (never `ray stop`: others' Rays)
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        _kill_ours(marker)
 
 
 def test_a_signal_while_a_round_is_recorded_waits_for_its_checkpoint(monkeypatch):
@@ -222,8 +227,4 @@ def test_sigterm_to_compare_keeps_finished_runs_and_the_same_command_continues(t
         md = (out / "results.md").read_text()
         assert "Partial" not in md and "| splitfed_v2 | 2 |" in md
     finally:
-        for pid in _ours(marker):  # whatever is left (never `ray stop`: others' Rays)
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        _kill_ours(marker)
