@@ -604,7 +604,7 @@ def _misshapen(run_dir, tmp_path, part):
     return d, path, (key, (3, 3), want)
 
 
-@pytest.mark.parametrize("where", ["driver", "actor"])
+@pytest.mark.parametrize("where", ["driver", pytest.param("actor", marks=pytest.mark.slow)])  # actor: 5 s each
 @pytest.mark.parametrize("part", ["model", "opt"])
 def test_checkpoint_of_another_shape_is_refused_with_one_line(finished_run, tmp_path, capsys, monkeypatch, part,
                                                               where):
