@@ -241,7 +241,10 @@ class RunLogger:
         if self.progress:
             clear = "\r\033[K" if sys.stderr.isatty() else ""
             self._walls.append(float(row.get("wall_time_s", 0.0)))
-            eta = sum(self._walls) / len(self._walls) * max(0, self.total_rounds - step)
+            # the first round of a process pays one-off costs (first calls, caches): the ETA is
+            # taken from the rounds after it, and none is said before there is one (issue 46)
+            later = self._walls[1:]
+            eta = sum(later) / len(later) * max(0, self.total_rounds - step) if later else None
             print(clear + progress_line(row, self.total_rounds, eta), file=sys.stderr, flush=True)
         self._check_events()
 

@@ -161,6 +161,46 @@ def test_run_logger_writes_parquet_off_thread_and_flush_waits_for_it(tmp_path, m
     assert [x["round"] for x in pq.read_table(tmp_path / "metrics.parquet").to_pylist()] == [1, 2, 3]
 
 
+def test_eta_leaves_out_the_first_rounds_one_off_costs(tmp_path, capsys):
+    """Issue 46: round 1 pays one-off costs (it took 100 s, the next 1 s): no ETA is said after
+    it, and the ETA after round 2 comes from round 2 alone (8 rounds left at 1 s: 8 s), not 8m24s."""
+    from raysfl import metrics
+
+    log = metrics.RunLogger(tmp_path, progress=True, total_rounds=10)
+    base = {"test_accuracy": 0.5, "test_loss": 1.0, "train_loss": 1.0, "bytes_up": 0, "bytes_down": 0,
+            "sim_time_s": 1.0}
+    log.log_round({**base, "round": 1, "wall_time_s": 100.0}, [])
+    log.log_round({**base, "round": 2, "wall_time_s": 1.0}, [])
+    log.flush()
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.lstrip("\r\x1b[K").startswith("round")]
+    assert "eta" not in lines[0]
+    assert lines[1].rstrip().endswith("eta 8s"), lines[1]
+
+
+def test_startup_json_names_the_overlap_and_the_time_outside_every_stage(tmp_path):
+    """Issue 46: startup.json's stages minus ``overlapped`` plus ``other`` are its ``total``: two
+    stages run at once (0.2 s inside 0.3 s) and 0.2 s pass in none."""
+    import json
+    import threading
+    import time
+
+    from raysfl.runtime.experiment import StartupClock
+
+    clock = StartupClock(tmp_path, verbose=False)
+    side = threading.Thread(target=clock.timed, args=("setup", "setting up", lambda: time.sleep(0.2)))
+    side.start()
+    clock.timed("ray", "starting Ray", lambda: time.sleep(0.3))
+    side.join()
+    time.sleep(0.2)  # outside every stage
+    clock.timed("actors", "starting actors", lambda: time.sleep(0.1))
+    clock.write()
+    out = json.loads((tmp_path / "startup.json").read_text())
+    stages = sum(out[k] for k in ("setup", "ray", "actors", "warm_up", "state"))
+    assert stages - out["overlapped"] + out["other"] == pytest.approx(out["total"], abs=0.005)
+    assert out["overlapped"] == pytest.approx(0.2, abs=0.05)
+    assert out["other"] == pytest.approx(0.2, abs=0.08)
+
+
 def test_accuracy_on_a_client_label_mix_weights_per_class_accuracy():
     from raysfl.evaluation import evaluate_by_class, mix_weighted_accuracy
 

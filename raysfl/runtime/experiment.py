@@ -496,7 +496,10 @@ class StartupClock:
     """The start-up stages of a run, timed: each said when it starts and when it ends (with
     --progress), and kept in the run directory's ``startup.json`` (seconds per stage, and from
     the start to the first round), so that round 1's ``wall_time_s`` is training only. Stages
-    may overlap (Ray and the actors start while the data are set up)."""
+    may overlap (Ray starts while the data are set up), and time may pass outside every stage
+    (the driver's own imports and bookkeeping, a busy machine): ``startup.json`` names both,
+    ``overlapped`` (seconds counted in two stages at once) and ``other`` (in none), so that its
+    stages minus ``overlapped`` plus ``other`` are its ``total`` (issue 46)."""
 
     def __init__(self, run_dir: Path | None, verbose: bool):
         import threading
@@ -504,6 +507,7 @@ class StartupClock:
         self.run_dir, self.verbose = run_dir, verbose
         self.t0 = time.perf_counter()
         self.seconds: dict[str, float] = {}
+        self._spans: list[tuple[float, float]] = []  # (start, end) of every timed stage, from t0
         self._lock = threading.Lock()
 
     @property
@@ -522,7 +526,10 @@ class StartupClock:
         try:
             return fn()
         finally:
-            self.seconds[stage] = round(time.perf_counter() - t, 3)
+            end = time.perf_counter()
+            self.seconds[stage] = round(end - t, 3)
+            with self._lock:
+                self._spans.append((t - self.t0, end - self.t0))
 
     def mark(self, stage: str) -> None:
         """A stage that took no time of its own (Ray already up, the state in place)."""
@@ -539,6 +546,15 @@ class StartupClock:
         return tick
 
     def write(self) -> None:
+        total = self.total
         out = {k: self.seconds.get(k, 0.0) for k in ("setup", "ray", "actors", "warm_up", "state")}
-        (Path(self.run_dir) / "startup.json").write_text(json.dumps({**out, "total": round(self.total, 3)},
+        with self._lock:
+            spans = sorted(self._spans)
+        covered, reach = 0.0, 0.0  # the time inside at least one stage: the union of the spans
+        for start, end in spans:
+            covered += max(0.0, end - max(start, reach))
+            reach = max(reach, end)
+        out["overlapped"] = round(sum(out.values()) - covered, 3)
+        out["other"] = round(total - covered, 3)
+        (Path(self.run_dir) / "startup.json").write_text(json.dumps({**out, "total": round(total, 3)},
                                                                     indent=1) + "\n")
