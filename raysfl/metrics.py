@@ -78,6 +78,10 @@ def tb_tag(column: str) -> str:
     return f"algorithm/{column}"
 
 
+def _finite(x) -> bool:
+    return x is not None and math.isfinite(x)
+
+
 def _sent(row: dict) -> int:
     return int(row.get("bytes_up", 0) or 0) + int(row.get("bytes_down", 0) or 0)
 
@@ -313,11 +317,13 @@ class RunLogger:
         from torch.utils.tensorboard.summary import hparams
 
         last = self.rows[-1]
-        evaluated = [r["test_accuracy"] for r in self.rows if r["test_accuracy"] == r["test_accuracy"]]
-        losses = [r["test_loss"] for r in self.rows if r["test_loss"] == r["test_loss"]]
-        final = {"hparams/final_test_accuracy": evaluated[-1] if evaluated else float("nan"),
-                 "hparams/best_test_accuracy": max(evaluated) if evaluated else float("nan"),
-                 "hparams/final_test_loss": losses[-1] if losses else float("nan"),
+        evaluated = [r["test_accuracy"] for r in self.rows if _finite(r.get("test_accuracy"))]
+        losses = [r["test_loss"] for r in self.rows if _finite(r.get("test_loss"))]
+        # the task's own figures: a loss without an accuracy (regression) has no accuracy to show,
+        # and shows its best (lowest) and final test loss rather than NaN (issue 46)
+        final = {**({"hparams/final_test_accuracy": evaluated[-1], "hparams/best_test_accuracy": max(evaluated)}
+                    if evaluated else {}),
+                 **({"hparams/final_test_loss": losses[-1], "hparams/best_test_loss": min(losses)} if losses else {}),
                  "hparams/rounds": float(last["round"]),
                  "hparams/bytes_sent_mb": sum(_sent(r) for r in self.rows) / 1e6,
                  "hparams/sim_time_total_s": float(last["sim_time_total_s"])}
@@ -358,7 +364,7 @@ def progress_line(row: dict, total: int, eta_s: float | None = None) -> str:
     # a loss without an accuracy (regression, raysfl.objective) shows its test loss instead
     score = (f"acc {acc:.4f}" if acc == acc else f"test loss {test_loss:.4f}" if test_loss == test_loss
              and test_loss is not None else "acc   -   ")
-    line = (f"round {row['round']:>4}/{total} [{bar}] {score} loss {row['train_loss']:.4f} "
+    line = (f"round {row['round']:>4}/{total} [{bar}] {score} train loss {row['train_loss']:.4f} "
             f"up {_mb(row['bytes_up'])} down {_mb(row['bytes_down'])} "
             f"sim {row['sim_time_s']:8.2f}s wall {row['wall_time_s']:6.2f}s")
     if eta_s is not None and row["round"] < total:

@@ -177,6 +177,34 @@ def test_eta_leaves_out_the_first_rounds_one_off_costs(tmp_path, capsys):
     assert lines[1].rstrip().endswith("eta 8s"), lines[1]
 
 
+def test_a_run_without_an_accuracy_is_labelled_and_summarised_by_its_loss(tmp_path, capsys):
+    """Issue 46: a regression run's progress line says which loss is which, and its TensorBoard
+    hparams summary holds its best (lowest) and final test loss, no NaN accuracy."""
+    import math
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from raysfl import metrics
+
+    log = metrics.RunLogger(tmp_path, progress=True, total_rounds=3, config={"lr": 0.1})
+    nan = float("nan")
+    for rnd, test_loss in ((1, 0.9), (2, 0.59), (3, 0.61)):
+        log.log_round({"round": rnd, "test_accuracy": nan, "test_loss": test_loss, "train_loss": 0.45,
+                       "bytes_up": 0, "bytes_down": 0, "sim_time_s": 1.0, "sim_time_total_s": float(rnd),
+                       "wall_time_s": 1.0}, [])
+    log._hparams()
+    log.tb.flush()
+    err = capsys.readouterr().err
+    assert "test loss 0.5900 train loss 0.4500" in err
+    acc = EventAccumulator(str(tmp_path / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert acc.Scalars("hparams/best_test_loss")[-1].value == pytest.approx(0.59)
+    assert acc.Scalars("hparams/final_test_loss")[-1].value == pytest.approx(0.61)
+    assert not any("accuracy" in t for t in tags if t.startswith("hparams/"))
+    assert all(math.isfinite(acc.Scalars(t)[-1].value) for t in tags if t.startswith("hparams/"))
+
+
 def test_startup_json_names_the_overlap_and_the_time_outside_every_stage(tmp_path):
     """Issue 46: startup.json's stages minus ``overlapped`` plus ``other`` are its ``total``: two
     stages run at once (0.2 s inside 0.3 s) and 0.2 s pass in none."""
