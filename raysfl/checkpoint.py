@@ -277,8 +277,8 @@ def verify_resume(run_dir: Path, rnd: int, metrics_rows: list[dict] | None) -> N
     have = [int(r["round"]) for r in mine]
     if have != list(range(1, rnd + 1)):
         missing = sorted(set(range(1, rnd + 1)) - set(have))
-        what = (f"lacks round(s) {_ranges(missing)}" if missing
-                else f"holds rounds {_ranges(sorted(set(have)))} out of order or twice")
+        what = (f"lacks round(s) {round_ranges(missing, 6)}" if missing
+                else f"holds rounds {round_ranges(sorted(set(have)), 6)} out of order or twice")
         raise ConfigError(f"cannot resume '{run_dir}': metrics.parquet {what}, but checkpoint {ckpt.name} goes with "
                           f"rounds 1..{rnd}; put the file back, or {move}")
     entry = read_manifest(run_dir).get(str(rnd))
@@ -292,8 +292,8 @@ def verify_resume(run_dir: Path, rnd: int, metrics_rows: list[dict] | None) -> N
                           f"ones recorded with checkpoint {ckpt.name}; put the original file back, or {move}")
 
 
-def _ranges(rounds: list[int]) -> str:
-    """'1-3, 5' for [1, 2, 3, 5] (at most 6 pieces)."""
+def round_ranges(rounds: list[int], most: int | None = None) -> str:
+    """'1-3, 5' for [1, 2, 3, 5] (at most ``most`` pieces, then ' ...')."""
     out, start = [], None
     for i, r in enumerate(rounds):
         if start is None:
@@ -301,4 +301,6 @@ def _ranges(rounds: list[int]) -> str:
         if i + 1 == len(rounds) or rounds[i + 1] != r + 1:
             out.append(f"{start}-{r}" if r != start else f"{r}")
             start = None
-    return ", ".join(out[:6]) + (" ..." if len(out) > 6 else "")
+    if most is not None and len(out) > most:
+        return ", ".join(out[:most]) + " ..."
+    return ", ".join(out)

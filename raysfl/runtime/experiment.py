@@ -271,21 +271,13 @@ def _write_own_keys(run_dir: Path, model_name: str) -> None:
 
 def _warn_thin_rounds(cfg, rows: list[dict]) -> None:
     """One closing line when rounds included fewer clients than --min-included asks for."""
+    from raysfl.checkpoint import round_ranges
+
     thin = [r["round"] for r in rows if r.get("below_min_included")]
     if thin:
         print(f"raysfl: warning: {len(thin)} of {len(rows)} rounds included fewer than {cfg.min_included:.0%} of "
-              f"their selected clients (rounds {_ranges(thin)}; column below_min_included)", file=sys.stderr)
-
-
-def _ranges(xs: list[int]) -> str:
-    out, start = [], None
-    for i, x in enumerate(xs):
-        if start is None:
-            start = x
-        if i + 1 == len(xs) or xs[i + 1] != x + 1:
-            out.append(str(start) if start == x else f"{start}-{x}")
-            start = None
-    return ", ".join(out[:10]) + (" ..." if len(out) > 10 else "")
+              f"their selected clients (rounds {round_ranges(thin, 10)}; column below_min_included)",
+              file=sys.stderr)
 
 
 def _new_run_dir(cfg) -> Path:
