@@ -404,7 +404,7 @@ def custom_objects(cfg: Config, model=None, data=None, loss=None):
             stack.enter_context(custom_data.registered(ds))
         if model is not None:
             info = dataset_info(cfg.dataset)
-            split = custom_model.as_split_model(model, info.input_shape, info.num_classes)
+            split = custom_model.as_split_model(model, info.input_shape, info.num_classes, info.targets)
             if custom_model.is_custom(cfg.model):
                 split.name = cfg.model
             cfg.model = split.name

@@ -196,9 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="draw accuracy against rounds, simulated time and bytes from run directories")
     plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     plot.add_argument("--out", default=".", metavar="DIR", help="where the PNGs go (default: here)")
-    plot.add_argument("--metric", default="test_accuracy", metavar="COLUMN",
-                      help="metrics.parquet column on the y axis (default test_accuracy; e.g. train_loss, "
-                           "test_accuracy_local, acc_mix)")
+    plot.add_argument("--metric", default=None, metavar="COLUMN",
+                      help="metrics.parquet column on the y axis (default: test_accuracy, or test_loss for runs "
+                           "without an accuracy; e.g. train_loss, test_accuracy_local, acc_mix)")
     plot.add_argument("--band", choices=("std", "minmax", "none"), default="std",
                       help="band over the seeds of a group: mean ± std (default), min-max, or none")
     plot.add_argument("--formats", default="png,pdf", metavar="EXT,...",

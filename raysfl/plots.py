@@ -215,11 +215,20 @@ def parse_size(text: str) -> tuple[float, float]:
     return w, h
 
 
-def plot_runs(run_dirs: list[Path], out_dir: Path, metric: str = "test_accuracy", band: str = "std",
+def primary_metric(runs: list[Run]) -> str:
+    """The runs' own headline metric: ``test_accuracy`` where any run has one, else ``test_loss``
+    (a regression run's accuracy is NaN throughout)."""
+    has_accuracy = any(isinstance(v, float) and v == v for r in runs for v in (row.get("test_accuracy")
+                                                                                for row in r.rows))
+    return "test_accuracy" if has_accuracy else "test_loss"
+
+
+def plot_runs(run_dirs: list[Path], out_dir: Path, metric: str | None = None, band: str = "std",
               formats=("png", "pdf"), size: tuple[float, float] = SIZE, caption: bool = True,
               legend: str = "best") -> list[Path]:
-    """Write ``metric`` against rounds, simulated time and bytes into ``out_dir`` in each of
-    ``formats`` (and the caption's text to ``caption.txt``); returns the figures' paths."""
+    """Write ``metric`` (default: the runs' :func:`primary_metric`) against rounds, simulated
+    time and bytes into ``out_dir`` in each of ``formats`` (and the caption's text to
+    ``caption.txt``); returns the figures' paths."""
     if legend not in LEGENDS:
         raise ConfigError(f"unknown legend placement '{legend}'; allowed: {', '.join(LEGENDS)}")
     if band not in BANDS:
@@ -237,13 +246,19 @@ def plot_runs(run_dirs: list[Path], out_dir: Path, metric: str = "test_accuracy"
         return _draw(run_dirs, Path(out_dir), metric, band, formats, size, caption, legend)
 
 
-def _draw(run_dirs, out_dir: Path, metric: str, band: str, formats, size, caption: bool, legend: str) -> list[Path]:
+def _draw(run_dirs, out_dir: Path, metric: str | None, band: str, formats, size, caption: bool,
+          legend: str) -> list[Path]:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
     warn: list[str] = []
-    groups, text = group_runs(load_runs(run_dirs, warn), warn)
+    runs = load_runs(run_dirs, warn)
+    metric = metric or primary_metric(runs)
+    groups, text = group_runs(runs, warn)
     curves = {label: [curve(r, metric) for r in runs] for label, runs in groups.items()}
+    if not any(len(c["y"]) for cs in curves.values() for c in cs):
+        raise ConfigError(f"no run has a value of '{metric}' in any round (NaN throughout); plot another "
+                          f"column with --metric (e.g. test_loss)")
     for label, cs in curves.items():
         lengths = sorted({len(c["y"]) for c in cs})
         if len(lengths) > 1:

@@ -116,6 +116,9 @@ def test_what_cannot_work_is_refused_in_one_line(tmp_path):
                    loss="mse", model=mlp())
     with pytest.raises(ConfigError, match="must be a 1-D array of integer class labels"):
         raysfl.run(raysfl.config_from_kwargs(algo="fedavg", **base), data=(x, y), model=mlp())  # forgot loss=
+    with pytest.raises(ConfigError, match=r"outputs shape \(3,\) per sample; these data's targets have 2 value\(s\) "
+                                          r"per sample, so the model must output \(2,\) outputs"):
+        raysfl.run(raysfl.config_from_kwargs(algo="fedavg", **base), data=(x, y), loss="mse", model=mlp(outputs=3))
 
 
 # ----------------------------------------------------------------------------- through the actors
@@ -154,3 +157,15 @@ def test_multilabel_and_your_own_loss_learn_in_every_shape_of_algorithm(quick):
     assert res.config.loss == "custom-huber"
     losses = [r["test_loss"] for r in res.metrics]  # your loss, on the test set
     assert losses[-1] < 0.5 * constant, (losses, constant)  # far below the best constant prediction
+
+
+def test_a_regression_run_writes_no_column_that_is_always_nan(quick):
+    """Issue 46: psl's own-model columns that need classes (label mix, own-class share) or an
+    accuracy (the averaged client's) are not written for a regression run; what is written has
+    values -- test_accuracy alone stays, NaN, the one column every run has."""
+    x, y = regression()
+    res = raysfl.run(quick(algo="psl", rounds=2, cut=1, partition="iid"), model=mlp(), data=(x, y), loss="mse")
+    rows = res.metrics
+    always_nan = {k for k in rows[0] if all(isinstance(r[k], float) and math.isnan(r[k]) for r in rows)}
+    assert always_nan == {"test_accuracy"}, always_nan
+    assert math.isfinite(rows[-1]["eval_test_share"])

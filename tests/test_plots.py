@@ -124,3 +124,28 @@ def test_plot_cli_options_and_results_md_states_the_shared_settings(tmp_path, ca
     shared = shared_settings(dirs)
     assert shared.startswith("digits, cnn, 4 clients")
     assert f"Shared settings (as the figures' caption): {shared}." in results_markdown([], 0.8, shared)
+
+
+def test_plot_defaults_to_the_test_loss_for_runs_without_an_accuracy(tmp_path, capsys):
+    """Issue 46: `raysfl plot` of regression runs (test_accuracy NaN throughout) draws their test
+    loss; a metric with no value in any run is one line, not empty axes and exit 0."""
+    from raysfl.cli import main
+
+    nan = float("nan")
+    runs = []
+    for s in (0, 1):
+        d = fake_run(tmp_path, f"r{s}", [nan, nan, nan], algo="splitfed_v2", seed=s)
+        rows = pq.read_table(d / "metrics.parquet").to_pylist()
+        pq.write_table(pa.Table.from_pylist([{**r, "test_loss": 1.0 / r["round"]} for r in rows]),
+                       d / "metrics.parquet")
+        runs.append(d)
+    assert main(["plot", *map(str, runs), "--out", str(tmp_path / "f"), "--formats", "png"]) == 0
+    assert sorted(p.name for p in (tmp_path / "f").glob("*.png")) == [
+        f"test_loss_vs_{k}.png" for k in ("bytes", "rounds", "sim_time")]
+    assert main(["plot", *map(str, runs), "--out", str(tmp_path / "g"), "--metric", "test_accuracy"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("no run has a value of 'test_accuracy' in any round (NaN throughout); plot another "
+                            "column with --metric (e.g. test_loss)")
+    classified = fake_run(tmp_path, "c", [0.3, 0.5], algo="psl")
+    assert main(["plot", str(classified), "--out", str(tmp_path / "h"), "--formats", "png"]) == 0
+    assert (tmp_path / "h" / "accuracy_vs_rounds.png").exists()

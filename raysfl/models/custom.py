@@ -82,18 +82,20 @@ def _name(name: str) -> str:
     return clean if clean.startswith(PREFIX) else PREFIX + clean
 
 
-def as_split_model(model, input_shape: tuple[int, ...], num_classes: int) -> SplitModel:
+def as_split_model(model, input_shape: tuple[int, ...], num_classes: int, targets: str = "classes") -> SplitModel:
     """``model`` (any accepted form) as a SplitModel named ``custom-<name>`` for data of
-    ``input_shape`` and ``num_classes``, checked to run on it (one-line ConfigError naming
-    the block that fails). A copy: the caller's object is left alone."""
+    ``input_shape`` and ``num_classes`` (for real-valued ``targets``: the values per sample),
+    checked to run on it (one-line ConfigError naming the block that fails). A copy: the
+    caller's object is left alone."""
     from torch import nn
 
     from raysfl.models.splittable import SplitModel
 
     if isinstance(model, SplitModel):
         if tuple(model.input_shape) != tuple(input_shape) or model.num_classes != num_classes:
+            what = "classes" if targets == "classes" else "outputs"
             raise ConfigError(f"model '{model.name}' is built for inputs {model.input_shape} and "
-                              f"{model.num_classes} classes, but the data have {tuple(input_shape)} and "
+                              f"{model.num_classes} {what}, but the data have {tuple(input_shape)} and "
                               f"{num_classes}")
         split = copy.deepcopy(model)
         split.name = _name(model.name)
@@ -111,19 +113,19 @@ def as_split_model(model, input_shape: tuple[int, ...], num_classes: int) -> Spl
         split = SplitModel(_name("model"), copy.deepcopy(blocks), input_shape, num_classes)
         split.own_keys = keys  # your module's keys of the trained model (raysfl.models.own_keys)
     split = split.cpu()  # a model you built on a GPU: checked, and sent to the actors, from the CPU
-    check_runs(split)
+    check_runs(split, targets)
     return split
 
 
 PROBE_BATCH = 2  # samples the check runs: a block that drops or folds the batch dimension shows with 2
 
 
-def check_runs(model: SplitModel) -> None:
+def check_runs(model: SplitModel, targets: str = "classes") -> None:
     """A batch of ``PROBE_BATCH`` zero samples through every block (eval mode, no gradients): a
     ConfigError naming the first block that fails, that does not keep the batch as its output's
     first dimension (``x.squeeze()``, ``x.view(-1)``, ``x.view(1, -1)``: every block is the client
     side's last or the server side's first at some cut, where the batch must stay one), or
-    logits of the wrong shape. Fills the model's FLOP and shape profile."""
+    outputs of the wrong shape (logits for class ids, values for real-valued ``targets``). Fills the model's FLOP and shape profile."""
     import torch
 
     with torch.no_grad():
@@ -151,8 +153,10 @@ def check_runs(model: SplitModel) -> None:
             for m, was in modes:
                 m.training = was
         if tuple(x.shape[1:]) != (model.num_classes,):
-            raise ConfigError(f"model '{model.name}' outputs shape {tuple(x.shape[1:])} per sample; a classifier for "
-                              f"these data must output ({model.num_classes},) logits")
+            need = (f"a classifier for these data must output ({model.num_classes},) logits" if targets == "classes"
+                    else f"these data's targets have {model.num_classes} value(s) per sample, so the model must "
+                         f"output ({model.num_classes},) outputs")
+            raise ConfigError(f"model '{model.name}' outputs shape {tuple(x.shape[1:])} per sample; {need}")
         model.block_flops()  # measured once here, reused by the run
 
 

@@ -18,6 +18,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from raysfl import objective
 from raysfl.aggregation import weighted_average
 from raysfl.algorithms.roles.context import ClientUpdate, FederationContext
 from raysfl.algorithms.roles.records import Recorder
@@ -128,7 +129,12 @@ class OwnModels(Aggregator):
 
     @classmethod
     def columns(cls, cfg) -> list[str]:
-        return list(OWN_MODEL_METRICS)
+        """OWN_MODEL_METRICS less what the run's loss cannot give: no accuracy, no
+        averaged-client accuracy; real-valued targets, no label mix or own-class share."""
+        loss = objective.get_loss(cfg.loss)
+        return [k for k in OWN_MODEL_METRICS
+                if (k != "test_accuracy_avg_client" or loss.has_accuracy)
+                and (k not in ("test_accuracy_label_mix", "own_class_share") or loss.targets == "classes")]
 
     def client_start(self, client, cut):
         if client in self.own:
