@@ -367,6 +367,23 @@ def _compare(ns: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+def _continued(command, ns: argparse.Namespace, given: list[str], kept: str) -> int:
+    """Run a command that searches with Ray Tune (``reproduce``, ``tune``) so that SIGINT and
+    SIGTERM end it as they end a run: one line saying what was kept and the command to go on
+    (Tune's own SIGINT handler is off: raysfl.tuning.search)."""
+    import shlex
+
+    from raysfl.runtime import interrupts
+
+    try:
+        with interrupts.handling():
+            return command(ns)
+    except KeyboardInterrupt as e:
+        e.raysfl_compare = kept
+        e.raysfl_continue = shlex.join(["raysfl", *given])
+        raise
+
+
 def _tune(ns: argparse.Namespace) -> int:
     """``raysfl tune``: the run the flags describe (defaults < --config FILE < flags), searched."""
     from raysfl.resolve import from_dict
@@ -543,9 +560,10 @@ def _main(argv: list[str] | None = None) -> int:
     if ns.command == "reproduce":
         from raysfl.reproduce.command import run as reproduce
 
-        return reproduce(ns)
+        return _continued(reproduce, ns, given, "the finished tunings and runs are cached; the same command "
+                                                "reads them")
     if ns.command == "tune":
-        return _tune(ns)
+        return _continued(_tune, ns, given, "the search's trials are not kept")
     if ns.command != "run":
         parser.print_help()
         return 2

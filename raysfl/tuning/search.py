@@ -178,6 +178,9 @@ def _search(rows: dict[str, list], combos: dict[str, list[dict]], metrics: dict[
     scheduler = (GroupedASHA(group="row", time_attr="training_iteration", max_t=rounds, grace_period=grace(rounds),
                              reduction_factor=REDUCTION) if successive_halving else None)
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # SIGINT raises in this process (raysfl.runtime.interrupts) instead of Tune's handler ending the
+    # search quietly, which left every unfinished row "without a completed setting"
+    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
     trainable = tune.with_resources(tune.with_parameters(TrialRuns, configs=rows, metrics=metrics),
                                     tune.PlacementGroupFactory([trial]))
     with tempfile.TemporaryDirectory(prefix="raysfl-tune-") as store:
