@@ -69,3 +69,25 @@ def test_kuberay_rayjob_runs_the_flex_sfl_example_with_valid_flags():
     run_argv, _ = flex_sfl.build_argv(argv[2:])
     cfg = config_from_args(build_parser().parse_args(run_argv))
     assert cfg.clients == 100 and cfg.resources.client_gpus == 0.1 and cfg.resources.server_gpus == 0.25
+
+
+@pytest.mark.parametrize("name", ["aws.yaml", "gcp.yaml"])
+def test_cluster_launcher_yaml_passes_the_schema_and_checks_ray_up_runs(name):
+    """Issue 47: what `ray up` checks before it contacts a cloud, offline: the file against the
+    JSON schema the installed Ray ships (ray/autoscaler/ray-schema.json), then the provider's
+    defaults merged in and the whole validated again (prepare_config, validate_config). A key
+    the schema does not know fails here, as it would in `ray up`."""
+    import copy
+    import json
+
+    import jsonschema
+    import ray.autoscaler
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    schema = json.loads((Path(ray.autoscaler.__file__).parent / "ray-schema.json").read_text())
+    (cfg,) = _load(name)
+    jsonschema.validate(cfg, schema)
+    validate_config(prepare_config(copy.deepcopy(cfg)))
+    typo = {**copy.deepcopy(cfg), "head_node_typ": cfg["head_node_type"]}
+    with pytest.raises(jsonschema.ValidationError, match="head_node_typ"):
+        jsonschema.validate(typo, schema)
