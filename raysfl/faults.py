@@ -18,8 +18,10 @@ unavailable    the server of ROLE cannot be reached in ``rounds=A-B`` (or ``roun
 =============  ================================================================================
 
 ROLE is ``client`` (a client actor), ``edge`` (an edge server: algorithms with several server
-actors), ``server`` (the main server of single-server algorithms) or ``fed`` (the fed
-server). Every random choice is drawn from the run's seed, so a faulty run is reproducible.
+actors), ``server`` (the main server of single-server algorithms), ``fed`` (the fed
+server) or, for kill only, ``node``: a whole worker node of a cluster, every process on it
+(its raylet is killed; ``index=I`` picks the I-th node holding the run's actors, the head and
+the driver's node never; ours: runtime/node_faults.py). Every random choice is drawn from the run's seed, so a faulty run is reproducible.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import numpy as np
 from raysfl.errors import ConfigError, excerpt
 
 ACTIONS = ("kill", "delay", "unavailable")
-ROLES = ("client", "edge", "server", "fed")
+ROLES = ("client", "edge", "server", "fed", "node")
 CLOCKS = ("sim", "real")
 _KEYS = {"round", "rounds", "step", "p", "seconds", "index", "clock"}
 # The keys each action takes (any other is refused, not silently dropped).
@@ -156,7 +158,10 @@ def _check(f: Fault, text: str) -> None:
     if f.step is not None:
         need(f.action == "kill" and f.step >= 0, "step=S (>= 0) applies to kill only")
     if f.index is not None:
-        need(f.index >= 0 and f.role in ("client", "edge"), "index=I (>= 0) picks a client actor or an edge server")
+        need(f.index >= 0 and f.role in ("client", "edge", "node"),
+             "index=I (>= 0) picks a client actor, an edge server or a worker node")
+    if f.role == "node":
+        need(f.action == "kill", "a node can only be killed (kill:node:...)")
     need(f.clock in CLOCKS, f"clock must be one of {', '.join(CLOCKS)}, got {excerpt(f.clock)}")
     if f.action == "kill":
         need(f.rounds is not None or f.p is not None, "kill needs round=R, rounds=A-B or p=P")
@@ -207,6 +212,8 @@ def plan_faults(faults: list[Fault], rnd: int, seed: int, clients: list[int], nu
                 index = f.index if f.index is not None else int(rng.integers(num_client_actors))
             elif f.role == "edge":
                 index = f.index if f.index is not None else int(rng.integers(num_servers))
+            elif f.role == "node":  # taken modulo the worker nodes that hold actors when it fires
+                index = f.index if f.index is not None else int(rng.integers(1 << 30))
             else:
                 index = 0
             out.kills.append((f.role, index, f.step or 0))

@@ -631,3 +631,18 @@ def test_unwritable_tensorboard_events_stop_the_run_with_one_line(quick, monkeyp
     plain = raysfl.run(quick(algo="splitfed_v2", rounds=3, name="tb-plain"))
     same = [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in resumed.metrics]
     assert same == [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in plain.metrics]
+
+
+def test_a_split_client_actor_killed_marks_its_clients_failed_though_the_server_reported_them(quick):
+    """Issue 47: the server reports figures for the clients it served, so a client of a dead
+    actor had stats and its clients.parquet row said failed False. Every client of the killed
+    actor is failed in its round's rows, the count in metrics agrees, and they train again."""
+    from raysfl.metrics import read_rows
+
+    res = raysfl.run(quick(algo="splitfed_v2", clients=4, rounds=3, local_steps=40,
+                           faults="kill:client:round=2:index=1:step=2"))
+    rows = read_rows(res.run_dir / "clients.parquet")
+    lost = sorted(r["client"] for r in rows if r["round"] == 2 and r["failed"])
+    assert lost == [1, 3]  # client k lives on actor k % 2
+    assert res.metrics[1]["failed_clients"] == 2
+    assert all(not r["failed"] for r in rows if r["round"] == 3)

@@ -105,6 +105,26 @@ def check_fault_steps(cfg, ds, algo) -> None:
     check_steps(faults, most, f"the most a client takes with --local-epochs {cfg.local_epochs:g}")
 
 
+def check_node_faults(cfg, placement: list[dict]) -> None:
+    """``kill:node`` needs a worker node holding the run's actors (not the head, not the
+    driver's node), and an ``index=I`` below their number: refused in one line once the actors
+    are placed, before the first round."""
+    from raysfl.faults import parse_faults
+    from raysfl.runtime.node_faults import worker_nodes
+
+    faults = [f for f in parse_faults(cfg.faults) if f.role == "node"]
+    if not faults:
+        return
+    nodes = worker_nodes(placement)
+    for f in faults:
+        if not nodes:
+            raise ConfigError(f"fault {f.text()}: no worker node holds this run's actors (they are on the head or "
+                              f"the driver's node, which kill:node spares); run on a cluster with worker nodes")
+        if f.index is not None and f.index >= len(nodes):
+            raise ConfigError(f"fault {f.text()}: index {f.index} out of range; {len(nodes)} worker node(s) hold this "
+                              f"run's actors (index 0..{len(nodes) - 1})")
+
+
 def _load_data(cfg):
     """The data set (with ``--validation``: its training split's held-out share in place of the
     test split), or a one-line ConfigError when its files cannot be read (a truncated download,

@@ -30,7 +30,7 @@ from raysfl.algorithms.roles.aggregator import FAILURES
 from raysfl.errors import RunFailed
 from raysfl.models.blob import ModelBlob
 from raysfl.runtime.client_actor import ClientActor
-from raysfl.runtime import pool
+from raysfl.runtime import node_faults, pool
 from raysfl.runtime.fed_actor import ClientViews, FedActor
 from raysfl.runtime.placement import actor_options, host_resources, reserve, role_resources
 from raysfl.runtime.pool import ActorSet
@@ -443,9 +443,16 @@ class Federation:
         return len(restarted)
 
     def kill(self, role: str, index: int) -> None:
-        """Fault injection: ``ray.kill`` one actor, letting Ray restart it."""
+        """Fault injection: ``ray.kill`` one actor, letting Ray restart it; or, for role
+        ``node``, remove the ``index``-th worker node holding the run's actors, every process on
+        it (``runtime/node_faults.py``; Ray restarts its actors on the nodes left)."""
         import ray
 
+        if role == "node":
+            nodes = node_faults.worker_nodes(self.placement())
+            if nodes:  # none left (every worker node already gone): nothing to remove
+                node_faults.kill_node(nodes[index % len(nodes)])
+            return
         actor = {"client": lambda: self.clients[index], "fed": lambda: self.fed,
                  "server": lambda: self.servers[0], "edge": lambda: self.servers[index]}[role]()
         ray.kill(actor, no_restart=False)
@@ -462,6 +469,10 @@ class Federation:
         """
         import ray
 
+        at_start = [k for k in kills if k[0] == "node" and k[2] == 0]
+        for role, index, _ in at_start:  # a node lost as the round starts: before any of its calls
+            self.kill(role, index)
+        later = [k for k in kills if k not in at_start]
         window = step_window(self.cfg) if timed else None
         deadline = deadline if timed else None
         flight = RoundInFlight(rnd, RoundResult(stats={}))
@@ -489,7 +500,7 @@ class Federation:
             flight.server_states.append(state_ref)
             server_stats.append(st_ref)
             server_metrics.append(m_ref)
-        for role, index, step in sorted(kills, key=lambda k: k[2]):
+        for role, index, step in sorted(later, key=lambda k: k[2]):
             if step > 0 and markers:
                 ray.wait(markers[min(step, len(markers)) - 1], num_returns=len(markers[min(step, len(markers)) - 1]),
                          timeout=None if deadline is None else max(0.0, deadline - time.time()), fetch_local=False)

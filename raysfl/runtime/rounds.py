@@ -335,6 +335,8 @@ def round_metrics(exp: Experiment, rnd: int, res: RoundResult, result, wall: flo
         compute.append(compute_time(stats[c], ctx.profiles[c], server_speed))
         client_rows.append({**client_row(rnd, stats[c], t, delays.get(c, 0.0), c in included),
                             **planned_clients.get(c, {})})
+        if c in res.failed:  # its actor died; what the server reported for it does not make it done
+            client_rows[-1]["failed"] = True
     for c in sorted(res.failed - set(stats)):  # lost with its actor: a row that says so
         lost = ClientRoundStats(client=c, cut=(cuts or {}).get(c, -1), failed=True)
         client_rows.append({**client_row(rnd, lost, float("nan"), delays.get(c, 0.0), False),

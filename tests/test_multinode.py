@@ -1,0 +1,142 @@
+"""Several raylets on this host (issue 47): a head and two worker nodes started by
+``ray.cluster_utils.Cluster`` in a process of their own, each node its own raylet and object
+store, the head CPU-only and the workers with a fake GPU each; ``raysfl run`` joins it through
+``RAY_ADDRESS`` as on a real cluster.
+
+One run shows what a user of a real cluster meets first: the client actors spread over the
+nodes, the GPU roles only on the GPU workers, the driver with no CUDA state, smashed data
+crossing between nodes, and a whole worker node removed at round 3 of 6
+(``--faults kill:node:round=3``: its raylet killed, every process on it) -- the run completes
+its 6 rounds, round 3's client rows name the clients lost with the node, and later rounds
+include them again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CLUSTER = r"""
+import json, sys
+from ray.cluster_utils import Cluster
+
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 0, "include_dashboard": False})
+workers = [cluster.add_node(num_cpus=2, num_gpus=1) for _ in range(2)]
+cluster.wait_for_nodes()
+print(json.dumps({"address": cluster.address, "head": cluster.head_node.node_id,
+                  "workers": [w.node_id for w in workers]}), flush=True)
+sys.stdin.read()  # until the test closes it
+cluster.shutdown()
+"""
+
+# the CLI's own entry point, with every CUDA initialisation in the driver recorded
+DRIVER = r"""
+import sys
+import torch
+calls = []
+_init = torch.cuda._lazy_init
+def spy(*a, **k):
+    calls.append(1)
+    return _init(*a, **k)
+torch.cuda._lazy_init = spy
+from raysfl.cli import main
+code = main(sys.argv[1:])
+print("cuda initialisations in the driver:", len(calls))
+sys.exit(code)
+"""
+
+
+def _ours(marker: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.fixture(scope="module")
+def three_nodes():
+    """{address, head, workers}: a 3-node cluster for the module (removed after it, by its own
+    processes' ids: never `ray stop`)."""
+    marker = tempfile.mkdtemp(prefix="rsfm", dir="/tmp")  # short: Ray's socket paths have a length limit
+    env = {**os.environ, "RAY_TMPDIR": marker, "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen([sys.executable, "-c", CLUSTER], env=env, cwd=ROOT, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line, "the test cluster did not start"
+        yield {**json.loads(line), "env": {**env, "RAY_ADDRESS": json.loads(line)["address"]}}
+    finally:
+        try:
+            proc.stdin.close()
+            proc.wait(timeout=60)
+        except Exception:  # noqa: BLE001 - whatever is left is killed below
+            pass
+        for pid in _ours(marker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+@pytest.mark.slow  # a 3-node cluster and a 6-round run that loses a node (~2-3 minutes here)
+def test_a_run_on_three_nodes_spreads_places_gpu_roles_on_workers_and_survives_losing_a_node(three_nodes,
+                                                                                          tmp_path):
+    argv = ["run", "--algo", "psl", "--clients", "8", "--rounds", "6", "--local-steps", "2", "--batch-size", "16",
+            "--faults", "kill:node:round=3", "--client-actors", "3", "--client-placement", "SPREAD",
+            "--server-gpus", "0.5", "--out", str(tmp_path), "--name", "mn", "--no-progress"]
+    proc = subprocess.run([sys.executable, "-c", DRIVER, *argv], env=three_nodes["env"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "cuda initialisations in the driver: 0" in proc.stdout
+    run = tmp_path / "mn"
+    where = {p["role"]: p for p in json.loads((run / "placement.json").read_text())}
+    head, workers = three_nodes["head"], set(three_nodes["workers"])
+    clients = {i: where[f"client-{i}"]["node_id"] for i in range(3)}
+    assert len(set(clients.values())) == 3  # SPREAD over three nodes: one client actor each
+    server = where["server-0"]
+    assert server["node_id"] in workers and server["gpu_ids"]  # the GPU role on a GPU worker, never the head
+    assert all(where[r]["node_id"] != head or not where[r]["gpu_ids"] for r in where)
+    assert any(n != server["node_id"] for n in clients.values())  # smashed data crosses between nodes
+    rows = pq.read_table(run / "metrics.parquet").to_pylist()
+    assert [r["round"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert rows[0]["bytes_smashed_up"] > 0
+    per_client = pq.read_table(run / "clients.parquet").to_pylist()
+    lost = sorted(r["client"] for r in per_client if r["round"] == 3 and r["failed"])
+    on_lost_node = [n for n in workers if n in clients.values()]
+    hosted = {n: sorted(c for c in range(8) if clients[c % 3] == n) for n in on_lost_node}
+    events = [(r["round"], r["failures"], r["failed_clients"], r["restarts"], r["retries"]) for r in rows]
+    assert lost in hosted.values(), (events, lost)  # exactly the clients of the removed node's actor
+    assert rows[2]["failed_clients"] == len(lost) and rows[2]["failures"] >= 1
+    for rnd in (5, 6):  # the lost clients train again once their actor is back on a node left
+        assert {r["client"] for r in per_client if r["round"] == rnd and r["included"]} == set(range(8))
+
+
+@pytest.mark.slow
+def test_kill_node_without_a_worker_node_is_one_line(tmp_path):
+    """On one node (the local Ray a run starts) there is no worker node to remove."""
+    proc = subprocess.run([sys.executable, "-m", "raysfl", "run", "--algo", "psl", "--clients", "2", "--rounds", "2",
+                           "--local-steps", "1", "--faults", "kill:node:round=2", "--out", str(tmp_path),
+                           "--num-cpus", "2"],
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "raysfl: error: fault kill:node:round=2: no worker node holds this run's actors (they are on the head or "
+        "the driver's node, which kill:node spares); run on a cluster with worker nodes")
