@@ -14,7 +14,11 @@ delay          make clients stragglers: each selected client with probability ``
                only adds to the simulated clock.
 unavailable    the server of ROLE cannot be reached in ``rounds=A-B`` (or ``round=R``); its
                clients fall back (the algorithm's ``on_server_down``; default: they sit the
-               round out).
+               round out). ``unavailable:client`` is churn (ours): clients that cannot join a
+               round -- each client independently with probability ``p=P`` per round, or the
+               client ``index=K`` (with ``p``: with that probability), or every client -- in
+               every round or only in ``rounds=A-B``. Selection picks among the others
+               (:func:`unavailable_clients`, drawn before selection).
 =============  ================================================================================
 
 ROLE is ``client`` (a client actor), ``edge`` (an edge server: algorithms with several server
@@ -159,7 +163,7 @@ def _check(f: Fault, text: str) -> None:
         need(f.action == "kill" and f.step >= 0, "step=S (>= 0) applies to kill only")
     if f.index is not None:
         need(f.index >= 0 and f.role in ("client", "edge", "node"),
-             "index=I (>= 0) picks a client actor, an edge server or a worker node")
+             "index=I (>= 0) picks a client actor (a client for unavailable:client), an edge server or a worker node")
     if f.role == "node":
         need(f.action == "kill", "a node can only be killed (kill:node:...)")
     need(f.clock in CLOCKS, f"clock must be one of {', '.join(CLOCKS)}, got {excerpt(f.clock)}")
@@ -169,8 +173,12 @@ def _check(f: Fault, text: str) -> None:
         need(f.role == "client", "only clients can be delayed (delay:client:...)")
         need(f.seconds is not None and f.seconds[0] >= 0, "delay needs seconds=X or seconds=A-B (>= 0)")
         need(f.rounds is not None or f.p is not None, "delay needs p=P, round=R or rounds=A-B")
+    elif f.role == "client":  # churn: p, index or a window (or several) say who and when
+        need(f.p is not None or f.index is not None or f.rounds is not None,
+             "unavailable:client needs p=P (each client, each round), index=K (one client) or rounds=A-B (every "
+             "client in those rounds)")
     else:
-        need(f.role in ("server", "edge"), "only a server or an edge server can be unavailable")
+        need(f.role in ("server", "edge"), "only clients, a server or an edge server can be unavailable")
         need(f.rounds is not None, "unavailable needs round=R or rounds=A-B")
         need(f.p is None, "unavailable takes a window (rounds=A-B), not p")
 
@@ -225,6 +233,8 @@ def plan_faults(faults: list[Fault], rnd: int, seed: int, clients: list[int], nu
                 if hit:
                     d, _ = out.delays.get(c, (0.0, f.clock))
                     out.delays[c] = (d + secs, f.clock)
+        elif f.role == "client":
+            continue  # churn: drawn before selection (unavailable_clients)
         else:
             if f.role == "server":
                 out.down_servers.add(0)
@@ -232,6 +242,27 @@ def plan_faults(faults: list[Fault], rnd: int, seed: int, clients: list[int], nu
                 out.down_servers.add(f.index)
             else:
                 out.down_servers.update(range(num_servers))
+    return out
+
+
+def unavailable_clients(faults: list[Fault], rnd: int, seed: int, num_clients: int) -> set[int]:
+    """Clients that cannot join round ``rnd`` (``unavailable:client`` items: churn, ours).
+
+    Drawn before selection (which picks among the others), as a pure function of the schedule,
+    the round and the run's seed, so the same seed gives the same churn and a resume re-plans
+    it. With ``p=P`` every client draws independently each round (one draw per client, round
+    and item); ``index=K`` narrows the item to client K; without ``p`` the item's clients are
+    unavailable in every round of its window."""
+    out: set[int] = set()
+    for i, f in enumerate(faults):
+        if f.action != "unavailable" or f.role != "client" or not f.active(rnd):
+            continue
+        who = [f.index] if f.index is not None else range(num_clients)
+        if f.p is None:
+            out.update(who)
+            continue
+        hit = np.random.default_rng([seed, rnd, i, 0xC4A2]).random(num_clients) < f.p
+        out.update(c for c in who if hit[c])
     return out
 
 
@@ -258,8 +289,9 @@ def server_kills(faults: list[Fault]) -> list[Fault]:
     return [f for f in faults if f.action == "kill" and f.role != "client"]
 
 
-def check_roles(faults: list[Fault], num_servers: int, algo: str, num_client_actors: int) -> None:
-    """Refuse faults aimed at roles this run does not have."""
+def check_roles(faults: list[Fault], num_servers: int, algo: str, num_client_actors: int, num_clients: int) -> None:
+    """Refuse faults aimed at roles this run does not have (``num_clients``: the range of
+    ``unavailable:client:index=K``)."""
     for f in faults:
         if f.role in ("server", "edge") and num_servers == 0:
             raise ConfigError(f"fault {excerpt(f.text())}: algorithm {excerpt(algo)} has no server actors (its clients train "
@@ -270,7 +302,9 @@ def check_roles(faults: list[Fault], num_servers: int, algo: str, num_client_act
             raise ConfigError(f"fault {excerpt(f.text())}: algorithm {excerpt(algo)} has {num_servers} edge servers; use role "
                               f"'edge' (or 'fed' for the central server)")
         if f.index is not None:
-            limit = num_client_actors if f.role == "client" else num_servers
+            churn = f.action == "unavailable" and f.role == "client"
+            limit = num_clients if churn else num_client_actors if f.role == "client" else num_servers
             if f.index >= limit:
+                what = "clients" if churn else "client actors" if f.role == "client" else "edge servers"
                 raise ConfigError(f"fault {excerpt(f.text())}: index {f.index} out of range; this run has {limit} "
-                                  f"{'client actors' if f.role == 'client' else 'edge servers'}")
+                                  f"{what} (index=0..{limit - 1})")

@@ -88,7 +88,9 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "progress": ("evaluation", "print a progress line per round"),
     # faults and deadlines
     "faults": ("faults", "fault schedule, comma-separated ACTION:ROLE[:key=value...] items, e.g. "
-                         "kill:client:round=3,delay:client:p=0.3:seconds=2 (docs/reliability.md)"),
+                         "kill:client:round=3,delay:client:p=0.3:seconds=2; client churn: "
+                         "unavailable:client:p=0.2[:rounds=A-B] or unavailable:client:index=K[:rounds=A-B] "
+                         "(docs/reliability.md)"),
     "max_restarts": ("faults", "Ray restarts of each actor before the run fails"),
     "max_round_retries": ("faults", "retries of a round whose server or fed server died"),
     "round_deadline_s": ("faults", "real seconds a round may take; later results are dropped"),

@@ -63,7 +63,7 @@ _GROUPS = (  # TensorBoard group of a metrics column: the first rule that matche
     ("bytes", lambda k: k.startswith("bytes")),
     ("time", lambda k: "time" in k),
     ("faults", lambda k: k in ("failures", "failed_clients", "restarts", "retries", "dropped", "late_applied",
-                               "skipped", "fallbacks", "fallback_steps", "below_min_included")),
+                               "skipped", "fallbacks", "fallback_steps", "below_min_included", "unavailable_clients")),
     ("compute", lambda k: k.endswith("flops")),
     ("clients", lambda k: k in ("participants", "completed")),
 )
@@ -342,7 +342,7 @@ def _mb(b: float) -> str:
 # fault and fallback counts of a round (runtime/rounds.py EVENT_COLUMNS), as the console names them
 EVENTS = (("failures", "actor failure"), ("failed_clients", "client lost"), ("restarts", "restart"),
           ("retries", "retry"), ("dropped", "dropped"), ("late_applied", "late applied"), ("skipped", "skipped"),
-          ("fallbacks", "fallback"))
+          ("fallbacks", "fallback"), ("unavailable_clients", "unavailable"))
 
 
 def _duration(seconds: float) -> str:

@@ -415,7 +415,7 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
 
     faults = parse_faults(cfg.faults)
     algo = resolve_algorithm(algo_cls, cfg)  # the planner as the params shape it (FLEX-SFL's edge servers)
-    check_roles(faults, algo.servers, cfg.algo, cfg.resources.num_client_actors(cfg.clients))
+    check_roles(faults, algo.servers, cfg.algo, cfg.resources.num_client_actors(cfg.clients), cfg.clients)
     kills = server_kills(faults) if cfg.resources.co_host == "on" else []
     if kills:
         raise ConfigError(f"fault '{kills[0].text()}' kills one of the servers and the fed server, which "

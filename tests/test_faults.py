@@ -37,7 +37,7 @@ def test_parse_items_and_round_trip():
     ("delay:server:p=0.5:seconds=1", "only clients can be delayed"),
     ("delay:client:p=0.5", "delay needs seconds"),
     ("delay:client:p=1.5:seconds=1", "p must be in (0, 1]"),
-    ("unavailable:client:rounds=1-2", "only a server or an edge server"),
+    ("unavailable:fed:rounds=1-2", "only clients, a server or an edge server"),
     ("unavailable:server:p=0.5", "unavailable needs round"),
     ("delay:client:p=0.5:seconds=1:clock=wall", "clock must be one of"),
     ("kill", "must look like ACTION:ROLE"),

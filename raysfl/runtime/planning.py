@@ -6,7 +6,7 @@ on a resume too). The algorithm's planner decides; this module turns its answers
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass
@@ -79,10 +79,15 @@ def aggregation_weight(cfg, n: int) -> float | None:
     return float(n) if cfg.aggregation_weights == "data_size" else None
 
 
-def plan_round(cfg, planner, rnd: int, ctx, stream_pos: dict[int, int]) -> tuple[dict[int, ClientPlan], dict[int, int]]:
+def plan_round(cfg, planner, rnd: int, ctx, stream_pos: dict[int, int],
+               unavailable: set[int] = frozenset()) -> tuple[dict[int, ClientPlan], dict[int, int]]:
     """Selection, cuts, servers and step counts for round ``rnd``: ({client: plan}, {client:
-    server actor index})."""
-    clients = planner.select(rnd, ctx)
+    server actor index}). ``unavailable``: clients that cannot join it (churn,
+    :func:`raysfl.faults.unavailable_clients`): the planner selects among the others
+    (``ctx.unavailable``), and one it selects anyway is dropped."""
+    if unavailable:
+        ctx = replace(ctx, unavailable=frozenset(unavailable))
+    clients = [c for c in planner.select(rnd, ctx) if c not in unavailable]
     cuts = planner.assign_cuts(rnd, clients, ctx)
     server_of = planner.assign_servers(rnd, clients, cuts, ctx)
     plans = {}

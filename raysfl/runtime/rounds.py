@@ -19,7 +19,7 @@ from pathlib import Path
 from raysfl import checkpoint
 from raysfl.algorithms.roles import FederationContext, Planner
 from raysfl.errors import Diverged, RunFailed
-from raysfl.faults import plan_faults
+from raysfl.faults import plan_faults, unavailable_clients
 from raysfl.runtime import interrupts
 from raysfl.runtime.federation import Federation, FedServerLost, RoundInFlight, RoundResult
 from raysfl.runtime.planning import plan_round
@@ -78,8 +78,14 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
     events = {k: 0 for k in EVENT_COLUMNS}
     events["restarts"] += fed.recover()["restarts"]
     planner.take_records(), planner.take_client_records()  # what it recorded before this round is not this round's
-    plans, server_of = plan_round(cfg, planner, rnd, ctx, exp.counters["stream_pos"])
+    unavailable = unavailable_clients(exp.faults, rnd, cfg.seed, ctx.num_clients)  # churn: selection skips them
+    events["unavailable_clients"] = len(unavailable)
+    plans, server_of = plan_round(cfg, planner, rnd, ctx, exp.counters["stream_pos"], unavailable)
     selected = len(plans)
+    if not selected and unavailable:
+        print(f"raysfl: warning: round {rnd}: no client can join ({len(unavailable)} of {ctx.num_clients} "
+              f"unavailable: unavailable:client faults); the round trains nobody and leaves the model as it was",
+              file=sys.stderr, flush=True)
     rf = plan_faults(exp.faults, rnd, cfg.seed, sorted(plans), fed.num_actors, len(fed.servers))
     down_servers = set(rf.down_servers) | set(planner.servers_down(rnd))
     down = [c for c in plans if server_of.get(c) in down_servers]

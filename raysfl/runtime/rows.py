@@ -12,9 +12,10 @@ from __future__ import annotations
 
 # fault and fallback counts of a round (rounds.run_round), as the console names them too (metrics.py)
 # failures: actors (and servers) that died in the round; failed_clients: the selected clients it
-# lost to a failure (a client actor's death takes every client it hosts)
+# lost to a failure (a client actor's death takes every client it hosts); unavailable_clients: the
+# clients that could not join the round (churn, ``unavailable:client`` faults; selection skipped them)
 EVENT_COLUMNS = ("failures", "failed_clients", "restarts", "retries", "dropped", "late_applied", "skipped",
-                 "fallbacks")
+                 "fallbacks", "unavailable_clients")
 TRAFFIC_COLUMNS = ("bytes_up", "bytes_down", "bytes_smashed_up", "bytes_grad_down", "bytes_params_up",
                    "bytes_params_down")
 

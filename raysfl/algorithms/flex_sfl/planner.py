@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from raysfl.algorithms.flex_sfl.das import DASResult, das
-from raysfl.algorithms.flex_sfl.edcs import cluster_quotas, edcs_select
+from raysfl.algorithms.flex_sfl.edcs import cluster_quota, cluster_quotas, edcs_select
 from raysfl.algorithms.flex_sfl.hilo import schedule
 from raysfl.algorithms.flex_sfl.spec import max_cut_of
 from raysfl.algorithms.roles.context import FederationContext
@@ -81,10 +81,17 @@ class FlexPlanner(Planner):
         return [None] * len(sizes)
 
     def select(self, rnd: int, ctx: FederationContext) -> list[int]:
-        """Algorithm 2 in every cluster (seeded per round and cluster)."""
+        """Algorithm 2 in every cluster (seeded per round and cluster), among the cluster's
+        available members (churn, ``ctx.unavailable``): K_n of them, or all when fewer are
+        available (K_n is the whole cluster's, eq. 16)."""
         p, chosen = self.params, []
         for n, (members, quota) in enumerate(zip(self.das.clusters, self.quotas())):
             if not members or quota == 0:
+                continue
+            if quota is None:
+                quota = cluster_quota(len(members), self.rho)
+            members = [c for c in members if c not in ctx.unavailable]
+            if not members:
                 continue
             rng = np.random.default_rng([self.cfg.seed, rnd, n, 0xEDC5])
             rand, greedy = edcs_select(members, self.histograms, self.rho, p.random_ratio, rng, quota)

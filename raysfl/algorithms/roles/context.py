@@ -24,6 +24,13 @@ class FederationContext:
     conv_blocks: int = 0       # leading convolutional blocks of the model (SplitModel.leading_conv_blocks)
     num_classes: int = 0       # classes, or outputs per sample for real-valued targets
     loss: Loss = field(default_factory=lambda: BUILT_IN["cross_entropy"])  # the run's loss (raysfl.objective)
+    # clients that cannot join the round being planned (churn: ``unavailable:client`` faults); set
+    # on the round's copy the planner's ``select`` receives, empty otherwise
+    unavailable: frozenset[int] = frozenset()
+
+    def available(self) -> list[int]:
+        """The clients that can join the round being planned, in id order (selection picks among them)."""
+        return [c for c in range(self.num_clients) if c not in self.unavailable]
 
 
 @dataclass

@@ -65,12 +65,15 @@ class Planner(Recorder):
 
     # ----------------------------------------------------------------- each round
     def select(self, rnd: int, ctx: FederationContext) -> list[int]:
-        """Clients that take part in round ``rnd`` (uniform without replacement, seeded)."""
+        """Clients that take part in round ``rnd`` (uniform without replacement, seeded) among
+        ``ctx.available()``, those that can join it (churn: fewer when fewer are; an
+        unavailable client returned is dropped)."""
         k = self.cfg.selected_per_round
-        if k >= ctx.num_clients:
-            return list(range(ctx.num_clients))
-        rng = np.random.default_rng([self.cfg.seed, rnd, 0x5E1EC7])
-        return sorted(int(c) for c in rng.choice(ctx.num_clients, size=k, replace=False))
+        pool = ctx.available()
+        if k >= len(pool):
+            return pool
+        rng = np.random.default_rng([self.cfg.seed, rnd, 0x5E1EC7])  # without churn: the draw it always was
+        return sorted(pool[int(i)] for i in rng.choice(len(pool), size=k, replace=False))
 
     def assign_cuts(self, rnd: int, clients: list[int], ctx: FederationContext) -> dict[int, int]:
         """Split point per client: blocks [0, cut) run on the client."""
