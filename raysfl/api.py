@@ -226,6 +226,7 @@ def resume_config(run_dir: str | Path, overrides: dict | None = None, trust_run_
         raise ConfigError(f"cannot resume '{run_dir}': no config.json in it")
     data = saved_config(run_dir)
     plugins = _recorded_plugins(Path(run_dir), data.get("plugins"), trust_run_config)
+    plugins += _recorded_metrics(Path(run_dir), data, trust_run_config)
     overrides = dict(overrides or {})
     unused, kept = _destinations(data, overrides, trust_run_config)
     resources = overrides.pop("resources", {}) or {}
@@ -283,7 +284,7 @@ def _say_resuming(run_dir: Path, plugins: list[str], unused: dict, kept: dict) -
     run's config.json; then one line per destination it names and the resume does not use."""
     import sys
 
-    taken = [f"plugin module {p}" for p in plugins] + [f"{DESTINATIONS[k]} {_shown(v)} (--trust-run-config)"
+    taken = [p if p.startswith("metric module ") else f"plugin module {p}" for p in plugins] + [f"{DESTINATIONS[k]} {_shown(v)} (--trust-run-config)"
                                                       for k, v in kept.items()]
     if taken:
         print(f"raysfl: resuming {_shown(run_dir)} with {', '.join(taken)} as its config.json records",
@@ -300,7 +301,6 @@ def _recorded_plugins(run_dir: Path, modules, trust: bool) -> list[str]:
     installed, or on the Python path (``--plugin`` adds the current directory) -- and not from
     inside the run directory (code that came with it runs only when named: ``--plugin MODULE``, or
     ``trust``). One line naming the module otherwise. Returns each as 'module (its file)'."""
-    import importlib.util
     import sys
 
     from raysfl.algorithms import PLUGINS, load_recorded_plugins
@@ -311,24 +311,46 @@ def _recorded_plugins(run_dir: Path, modules, trust: bool) -> list[str]:
     for module in modules if isinstance(modules, (list, tuple)) else ():
         if not isinstance(module, str) or module in PLUGINS or not all(p.isidentifier() for p in module.split(".")):
             continue  # given with --plugin, or refused by load_recorded_plugins with its own line
-        try:
-            spec = importlib.util.find_spec(module.split(".")[0])  # the top package: nothing of it runs
-        except (ImportError, ValueError):
-            spec = None
-        if spec is None:
-            raise ConfigError(f"{where} '{module}', which is not importable here (not installed, not on the Python "
-                              f"path); install it, or pass --plugin {module} from the directory that holds it")
-        origin = spec.origin if spec.has_location else next(iter(spec.submodule_search_locations or ()), None)
-        if origin and not trust and Path(origin).resolve().is_relative_to(run_dir.resolve()):
-            raise ConfigError(f"{where} '{module}', which would be imported from inside the run directory "
-                              f"({origin}); a resume runs no code that came with the run: pass --plugin {module} "
-                              f"to import it, or --trust-run-config")
+        _check_recorded_module(run_dir, module, trust, where)
     load_recorded_plugins(modules, f"run '{run_dir}'")
     shown = []
     for module in modules:
         path = getattr(sys.modules.get(module), "__file__", None)
         shown.append(f"{module} ({path})" if path else module)
     return shown
+
+
+def _recorded_metrics(run_dir: Path, data: dict, trust: bool) -> list[str]:
+    """The modules of the metrics of your own a run's config.json records (``name=module:function``),
+    held to the rule of :func:`_recorded_plugins` (importable here, not from inside the run
+    directory unless ``trust``); the run imports them when it starts. Returns each as 'module'."""
+    from raysfl import user_metrics
+
+    probe = Config(metrics=str(data.get("metrics") or ""),
+                   metrics_aggregation=str(data.get("metrics_aggregation") or user_metrics.SAMPLES))
+    mods = user_metrics.modules(probe)
+    for module in mods:
+        _check_recorded_module(run_dir, module, trust,
+                               f"cannot resume '{run_dir}': its config.json names a metric of module")
+    return [f"metric module {m}" for m in mods]
+
+
+def _check_recorded_module(run_dir: Path, module: str, trust: bool, where: str) -> None:
+    """One line unless ``module`` is importable here from outside the run directory (or ``trust``)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module.split(".")[0])  # the top package: nothing of it runs
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        raise ConfigError(f"{where} '{module}', which is not importable here (not installed, not on the Python "
+                          f"path); install it, or pass --plugin {module} from the directory that holds it")
+    origin = spec.origin if spec.has_location else next(iter(spec.submodule_search_locations or ()), None)
+    if origin and not trust and Path(origin).resolve().is_relative_to(run_dir.resolve()):
+        raise ConfigError(f"{where} '{module}', which would be imported from inside the run directory "
+                          f"({origin}); a resume runs no code that came with the run: pass --plugin {module} "
+                          f"to import it, or --trust-run-config")
 
 
 def _first_change(saved: Config, asked: Config) -> tuple[str, object, object] | None:
@@ -412,7 +434,8 @@ def custom_objects(cfg: Config, model=None, data=None, loss=None):
         yield cfg
 
 
-def run(cfg: Config, *, model=None, data=None, loss=None, callbacks=None) -> RunResult:
+def run(cfg: Config, *, model=None, data=None, loss=None, callbacks=None, metrics=None,
+        metrics_aggregation=None) -> RunResult:
     """Run (or resume, if ``cfg.resume`` is set) one experiment and return its result.
 
     ``model``: your own model (a SplitModel, a list of blocks or an nn.Sequential) instead of
@@ -423,9 +446,14 @@ def run(cfg: Config, *, model=None, data=None, loss=None, callbacks=None) -> Run
     targets) -> mean loss`` or :class:`raysfl.Loss` (:mod:`raysfl.objective`); it decides how
     ``data``'s targets are read. ``callbacks``: functions of each round's metrics row, or
     :class:`raysfl.callbacks.Callback` objects; one returning True stops the run after that
-    round. The config is validated before anything starts; the run itself is
-    :func:`raysfl.runtime.experiment.run_experiment`.
+    round. ``metrics``: metrics of your own, ``{name: fn(outputs, targets) -> number or dict}``
+    (or ``"module:function"``), run on every evaluated round's test pass and the clients' local
+    test splits as columns ``test_<name>`` and ``test_<name>_local``; ``metrics_aggregation``:
+    ``fn([(samples, value), ...]) -> value`` combining the passes of several models or clients
+    (default: by sample count; :mod:`raysfl.user_metrics`). The config is validated before
+    anything starts; the run itself is :func:`raysfl.runtime.experiment.run_experiment`.
     """
+    from raysfl import user_metrics
     from raysfl.callbacks import Callbacks
     from raysfl.runtime import interrupts
     from raysfl.runtime.experiment import run_experiment
@@ -433,7 +461,8 @@ def run(cfg: Config, *, model=None, data=None, loss=None, callbacks=None) -> Run
     hooks = Callbacks(callbacks)  # a bad callback is refused before anything starts
     # SIGINT and SIGTERM raise interrupts.Interrupted (a KeyboardInterrupt) while the run goes on:
     # the finished rounds are checkpointed on the way out (docs/reliability.md, "Signals")
-    with custom_objects(cfg, model, data, loss), interrupts.handling():
+    with custom_objects(cfg, model, data, loss), user_metrics.registered(cfg, metrics, metrics_aggregation), \
+            interrupts.handling():
         cfg, algo = validate_run(cfg)
         run_dir, rows, prepared, stopped = run_experiment(cfg, algo, hooks)
     return RunResult(run_dir, rows, config=cfg, stopped=stopped, _model=prepared.model, _prepared=prepared,

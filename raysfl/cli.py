@@ -120,7 +120,7 @@ def _add_fields(groups, cls, dest_prefix: str, taken: set[str], group_of=None, h
     for f in dataclasses.fields(cls):
         if f.name in _SKIP:
             continue
-        flag = _flag(f.name)
+        flag = "--metric" if cls is Config and f.name == "metrics" else _flag(f.name)  # once per metric
         if flag in taken:
             continue
         taken.add(flag)
@@ -128,7 +128,9 @@ def _add_fields(groups, cls, dest_prefix: str, taken: set[str], group_of=None, h
         text = f"{help_of(f.name)} (default: {_default_text(cls, f)})".replace("%", "%%")
         kwargs = {"dest": dest_prefix + f.name, "default": argparse.SUPPRESS, "help": text}
         group = groups[group_of(f.name)]
-        if t.startswith("bool"):
+        if flag == "--metric":  # repeatable (raysfl.user_metrics)
+            group.add_argument(flag, action="append", metavar="[NAME=]MODULE:FUNCTION", **kwargs)
+        elif t.startswith("bool"):
             group.add_argument(flag, action=argparse.BooleanOptionalAction, **kwargs)
         elif t.startswith("tuple"):
             group.add_argument(flag, nargs=2, metavar=("LOW", "HIGH"), **kwargs)
@@ -315,6 +317,8 @@ def _flags(ns: argparse.Namespace, skip=("command", "config_file", "plugin", "tr
         if key in skip:
             continue
         section, _, name = key.rpartition(".")
+        if key == "metrics" and isinstance(value, list):  # --metric given once per metric
+            value = ",".join(value)
         if section:
             flat.setdefault(section, {})[name] = value
         else:
@@ -535,7 +539,7 @@ def _main(argv: list[str] | None = None) -> int:
 
     given = list(sys.argv[1:] if argv is None else argv)
     plugins, argv = take_plugins(given)
-    if plugins:
+    if plugins or any(a.startswith("--metric") for a in given):
         sys.path.insert(0, os.getcwd())  # a module of yours beside you, as `python -m` finds it
     for module in plugins:
         load_plugin(module)

@@ -139,6 +139,10 @@ class Config:
     deterministic: bool = False  # deterministic kernels (torch.use_deterministic_algorithms): GPU runs reproducible
     eval_every: int = 1
     eval_passes: int = 10  # test-set passes per round of the per-client models' evaluation, dealt among them (ours)
+    metrics: str = ""  # metrics of your own (raysfl.user_metrics): "name=module:function,..." or names of
+                       # functions given to raysfl.run(cfg, metrics=...); columns test_<name>, test_<name>_local
+    metrics_aggregation: str = "samples"  # how their passes combine: samples (by sample count), module:function
+                                          # or a function given to raysfl.run(cfg, metrics_aggregation=fn)
     checkpoint_every: int = 1
     keep_checkpoints: int = 2  # the newest N checkpoints are kept (0: every one)
     keep_best: bool = False    # ... and the one of the best test accuracy

@@ -71,9 +71,11 @@ def evaluate(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, to_tensor,
 
 @torch.no_grad()
 def evaluate_predictions(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, to_tensor,
-                         batch_size: int = 512, device="cpu", loss=None) -> tuple[float, float, np.ndarray]:
+                         batch_size: int = 512, device="cpu", loss=None, outputs: list | None = None
+                         ) -> tuple[float, float, np.ndarray]:
     """(accuracy, mean loss, the class predicted for each row) in one pass; the predictions
-    are empty for real-valued targets (no classes)."""
+    are empty for real-valued targets (no classes). ``outputs``: a list that receives each
+    batch's model outputs (on the CPU), for metrics of your own (:mod:`raysfl.user_metrics`)."""
     from raysfl.objective import BUILT_IN
 
     loss = loss if loss is not None else BUILT_IN["cross_entropy"]
@@ -85,6 +87,8 @@ def evaluate_predictions(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, t
             xb = _batch(to_tensor, x[i:i + batch_size], device, channels_last)
             yb = torch.from_numpy(np.array(y[i:i + batch_size])).to(device)  # int64 class ids or float32 values
             out = model(xb)
+            if outputs is not None:
+                outputs.append(out.detach().float().cpu())
             loss_sum += float(loss.total(out, yb))
             if loss.has_accuracy:
                 correct += float(loss.hits(out, yb).sum())

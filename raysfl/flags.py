@@ -76,6 +76,13 @@ SETTINGS: dict[str, tuple[str, str]] = {
                                   "round, in all. With more such models than this, each is scored on a seeded "
                                   "share of the test set, stratified by class (ours; metrics column "
                                   "eval_test_share; 0 = every model on the whole set)"),
+    "metrics": ("evaluation", "a metric of your own (ours): module:function or name=module:function, a function "
+                              "(outputs, targets) -> number or dict of numbers, run on every evaluated round's test "
+                              "pass and the clients' local test splits; columns test_<name> and test_<name>_local. "
+                              "Flag --metric, repeatable; a config file's metrics: a comma-separated list"),
+    "metrics_aggregation": ("evaluation", "how the passes of several models or clients combine into a round's "
+                                          "value of your metrics: samples (a mean weighted by sample counts), or "
+                                          "module:function taking [(samples, value), ...]"),
     "checkpoint_every": ("evaluation", "checkpoint every K rounds (and at the last; 0 = never)"),
     "keep_checkpoints": ("evaluation", "keep the newest N checkpoints (0 = every one)"),
     "keep_best": ("evaluation", "also keep the checkpoint of the best test accuracy (the lowest test loss for a "

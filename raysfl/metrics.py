@@ -60,6 +60,7 @@ def read_rows(path: Path) -> list[dict]:
 _GROUPS = (  # TensorBoard group of a metrics column: the first rule that matches
     ("accuracy", lambda k: "acc" in k),
     ("loss", lambda k: "loss" in k),
+    ("test", lambda k: k.startswith("test_")),  # the other test-set figures: metrics of your own (test_mae)
     ("bytes", lambda k: k.startswith("bytes")),
     ("time", lambda k: "time" in k),
     ("faults", lambda k: k in ("failures", "failed_clients", "restarts", "retries", "dropped", "late_applied",

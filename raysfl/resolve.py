@@ -260,9 +260,6 @@ def _check_loss(cfg: Config, algo_cls, info) -> None:
         _check(cfg.partition == "iid", f"partition {excerpt(cfg.partition)} splits by class label, and loss {excerpt(cfg.loss)} "
                                        f"trains on real-valued targets: use partition iid (quantity-skew still "
                                        f"applies)")
-        _check(cfg.local_test_fraction == 0, f"local-test-fraction {cfg.local_test_fraction:g} reports a "
-                                             f"per-client accuracy, which needs class labels; loss {excerpt(cfg.loss)} "
-                                             f"trains on real-valued targets: leave it 0")
 
 
 def validate(cfg: Config) -> Config:
@@ -325,6 +322,10 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
     _check(cfg.eval_every >= 1, f"eval-every must be >= 1, got {cfg.eval_every}")
     _check(cfg.eval_passes >= 0, f"eval-passes must be >= 0 (0 = every per-client model on the whole test set), "
                                  f"got {cfg.eval_passes}")
+    from raysfl import user_metrics
+
+    user_metrics.parse(cfg.metrics)  # each entry's form (its function is found when the run starts)
+    user_metrics.parse_aggregation(cfg.metrics_aggregation)
     _check(cfg.checkpoint_every >= 0, f"checkpoint-every must be >= 0 (0 = never), got {cfg.checkpoint_every}")
     _check(cfg.keep_checkpoints >= 0,
            f"keep-checkpoints must be >= 0 (the newest N are kept; 0 = every one), got {cfg.keep_checkpoints}")

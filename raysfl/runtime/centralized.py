@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from raysfl import checkpoint
-from raysfl.evaluation import evaluate
+from raysfl.evaluation import evaluate_predictions
 from raysfl.objective import objective_of
 from raysfl.optim import build_optimizer
 from raysfl.runtime.client_actor import sample_stream
@@ -36,6 +36,18 @@ def centralized_device(cfg) -> torch.device:
     r = cfg.resources
     wants_gpu = max(r.client_gpus or 0.0, r.server_gpus or 0.0, r.fed_gpus or 0.0) > 0
     return torch.device("cuda") if wants_gpu and torch.cuda.is_available() else torch.device("cpu")
+
+
+def test_pass(model, ds, device, ctx) -> tuple[float, float, dict[str, float]]:
+    """(test accuracy, test loss, the metrics of your own: ``test_<name>``) of ``model``."""
+    mine = getattr(ctx, "metrics", None)
+    outputs = [] if mine is not None else None
+    acc, loss, _ = evaluate_predictions(model, ds.x_test, ds.y_test, ds.to_tensor, device=device,
+                                        loss=objective_of(ctx), outputs=outputs)
+    if not outputs:
+        return acc, loss, {}
+    values = mine.compute(torch.cat(outputs), torch.from_numpy(np.array(ds.y_test)))
+    return acc, loss, mine.combine([(len(ds.y_test), values)])
 
 
 def run_centralized(exp, state: dict | None) -> None:
@@ -79,8 +91,7 @@ def run_centralized(exp, state: dict | None) -> None:
             seen += b
         loss_sum = float(loss_sum)
         evaluate_now = exp.due(rnd, cfg.eval_every)
-        acc, test_loss = (evaluate(model, ds.x_test, ds.y_test, ds.to_tensor, device=device, loss=objective_of(ctx))
-                          if evaluate_now else (float("nan"), float("nan")))
+        acc, test_loss, mine = test_pass(model, ds, device, ctx) if evaluate_now else (float("nan"), float("nan"), {})
         wall = time.perf_counter() - t0
         sim = samples * flops_per_sample / (cfg.devices.server_tflops * 1e12)
         counters["sim_total"] += sim
@@ -90,6 +101,8 @@ def run_centralized(exp, state: dict | None) -> None:
                         sim_total=counters["sim_total"], wall=wall, wall_total=counters["wall_total"], completed=0,
                         fallback_steps=0, events={}, below_min_included=False, sim_compute=sim,
                         sim_compute_total=counters["sim_total"])
+        if getattr(ctx, "metrics", None) is not None:  # metrics of your own: in every row, NaN when not evaluated
+            row.update({k: mine.get(k, float("nan")) for k in ctx.metrics.columns()})
         with interrupts.held():  # a signal now waits until the round is logged and checkpointed
             logger.log_round(row, [])
             stop = exp.callbacks is not None and exp.callbacks.round(row)  # a callback may end the run here

@@ -76,10 +76,13 @@ def run_experiment(cfg, algo, callbacks=None) -> tuple[Path, list[dict], "object
     stages = StartupClock(None, cfg.progress)  # the run directory is known once the data loads
     ds = _load_data(cfg)
     check_fault_steps(cfg, ds, algo)
+    from raysfl import user_metrics
+
+    metrics = user_metrics.of_config(cfg)  # imported, or given to raysfl.run: one line if not
     if run_dir is None:
         run_dir = _new_run_dir(cfg)
     try:
-        return _run_in(cfg, algo, run_dir, state, ds, stages, callbacks)
+        return _run_in(cfg, algo, run_dir, state, ds, stages, callbacks, metrics)
     except BaseException as e:
         try:
             e.raysfl_run_dir = run_dir
@@ -198,7 +201,7 @@ def prepare(cfg, algo, ds=None) -> Prepared:
     return Prepared(ds, parts, local_tests, model, ctx, algo.spec, algo.planner)
 
 
-def _run_in(cfg, algo, run_dir: Path, state: dict | None, ds, stages: "StartupClock", callbacks):
+def _run_in(cfg, algo, run_dir: Path, state: dict | None, ds, stages: "StartupClock", callbacks, metrics=None):
     from raysfl.callbacks import Callbacks
     from raysfl.faults import parse_faults
     from raysfl.runtime.rounds import Experiment, new_counters
@@ -234,6 +237,16 @@ def _run_in(cfg, algo, run_dir: Path, state: dict | None, ds, stages: "StartupCl
                     raise
     else:
         p = stages.timed("setup", "setting up", lambda: prepare(cfg, algo, ds))
+    if metrics is not None:  # each called once on the initial model's outputs: a bad one stops here, in one line
+        try:
+            probe_metrics(metrics, p.model, p.ds, p.ctx.loss)
+        except ConfigError:
+            if launch is not None:
+                from raysfl.runtime import pool
+
+                pool.destroy(launch.actors)
+            raise
+        p.ctx.metrics = metrics
     if state:  # the checkpoint's tensors fit the run's model, before any reaches an actor
         from raysfl.runtime.checkpoint_fit import check_checkpoint
 
@@ -341,7 +354,20 @@ def calibrate(exp, fed) -> None:
     write_clients(exp.run_dir, exp.ctx, exp.planner)
 
 
-def ship_by_value(spec, loss=None) -> None:
+def probe_metrics(metrics, model, ds, loss, rows: int = 64) -> None:
+    """Call the metrics of your own once on ``model``'s outputs for the first ``rows`` test rows
+    (:meth:`raysfl.user_metrics.UserMetrics.probe`): what each returns fixes the run's columns."""
+    import torch
+
+    from raysfl.evaluation import evaluate_predictions
+
+    x, y = ds.x_test[:rows], np.asarray(ds.y_test)[:rows]
+    outputs: list = []
+    evaluate_predictions(model, x, y, ds.to_tensor, loss=loss, outputs=outputs)
+    metrics.probe(torch.cat(outputs), torch.from_numpy(np.array(y)))
+
+
+def ship_by_value(spec, loss=None, fns=()) -> None:
     """An algorithm or a loss from your own code (a ``--plugin`` module, a module your script
     imports, a test module) reaches the actors by value, so the nodes need not have it
     installed; raysfl's own, an installed package's (``nn.SmoothL1Loss``) and a script's
@@ -352,7 +378,7 @@ def ship_by_value(spec, loss=None) -> None:
 
     installed = {Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "purelib", "platlib")}
     fn = getattr(loss, "fn", None)
-    for obj in (spec, spec.params_cls, *spec.roles().values(), *([fn] if fn is not None else [])):
+    for obj in (spec, spec.params_cls, *spec.roles().values(), *([fn] if fn is not None else []), *fns):
         name = getattr(obj, "__module__", None) or type(obj).__module__ or ""
         top = name.split(".")[0]
         if not top or top in ("raysfl", "builtins", "__main__") or top not in sys.modules:
@@ -418,7 +444,9 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
     fed = None
     ok = False
     try:
-        ship_by_value(exp.spec, exp.ctx.loss)
+        mine = getattr(exp.ctx, "metrics", None)  # metrics of your own: their functions, as a loss's
+        ship_by_value(exp.spec, exp.ctx.loss, [*mine.fns.values(), *[mine.aggregate] * bool(mine.aggregate)]
+                      if mine is not None else ())
         fed = stages.timed("actors", f"starting {num_actors + num_servers + 1} actors", lambda: Federation(
             cfg, exp.spec, planner, exp.ctx, planner.shared(), exp.ds, exp.parts, num_actors,
             run_name=exp.run_dir.name, local_tests=exp.local_tests, model=exp.model, actors=launch.actors,

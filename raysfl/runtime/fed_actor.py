@@ -11,16 +11,19 @@ evaluates (:class:`Evaluator`).
 
 from __future__ import annotations
 
+import contextlib
 
 import numpy as np
 import torch
 
-from raysfl.evaluation import evaluate, evaluate_by_class, evaluate_predictions, mix_weighted_accuracy, test_shares
+from raysfl.errors import ConfigError
+from raysfl.evaluation import evaluate_by_class, evaluate_predictions, mix_weighted_accuracy, test_shares
 from raysfl.algorithms.roles.aggregator import block_of
 from raysfl.objective import objective_of
 from raysfl.runtime.actor_base import RunActor
 from raysfl.runtime.placement import configure_torch
 from raysfl.runtime.refs import fetch, hand_off, require_run
+from raysfl.user_metrics import METRIC_ERROR
 from raysfl.transport import state_to_wire, wire_to_state, writable
 
 
@@ -56,6 +59,7 @@ class FedActor(RunActor):
         # a copy: state_to_wire gives views of the model's tensors, and evaluation loads other
         # states into the model -- the initial global model must not change with them
         self.loss = objective_of(ctx)  # the run's loss (raysfl.objective): the test loss and accuracy
+        self.metrics = getattr(ctx, "metrics", None)  # metrics of your own (raysfl.user_metrics), or None
         self.role = spec.aggregator(cfg, ctx, shared, {k: v.copy() for k, v in state_to_wire(self.model.state_dict()).items()})
         return self.incarnation
 
@@ -116,16 +120,22 @@ class FedActor(RunActor):
 
     def evaluate(self, rnd: int = 0) -> tuple[float, float, dict[str, float]]:
         """(test accuracy, test loss, extra metrics) of round ``rnd`` per the aggregator's
-        ``evaluate``; with local test splits also ``test_accuracy_local``: the mean over clients
-        of the model each would run (``Aggregator.client_model``) on its own split."""
+        ``evaluate``; with local test splits also ``test_accuracy_local`` and ``test_loss_local``:
+        the mean over clients of the model each would run (``Aggregator.client_model``) on its own
+        split; and the metrics of your own (``test_<name>``, ``test_<name>_local``). A metric of
+        yours that fails gives its one-line message as ``extras[METRIC_ERROR]`` (the driver
+        raises it), not an actor error a round would be retried for."""
         require_run(self)
         ev = Evaluator(self.model, self.ds, self.device, self.views, self.loss,
-                       passes=self.cfg.eval_passes, seed=(self.cfg.seed, rnd))
-        acc, loss, extras = self.role.evaluate(ev)
-        extras = {**self.role.take_records(), **extras}  # what it recorded while evaluating
-        if ev.has_local_tests and "test_accuracy_local" not in extras:
-            extras = {**extras, "test_accuracy_local": self._local_accuracy(ev)}
-        return acc, loss, extras
+                       passes=self.cfg.eval_passes, seed=(self.cfg.seed, rnd), metrics=self.metrics)
+        try:
+            acc, loss, extras = self.role.evaluate(ev)
+            extras = {**self.role.take_records(), **extras}  # what it recorded while evaluating
+            if ev.has_local_tests and "test_accuracy_local" not in extras:
+                extras = {**extras, "test_accuracy_local": self._local_accuracy(ev)}
+            return acc, loss, {**extras, **ev.columns()}
+        except ConfigError as e:  # a metric of yours (raysfl.user_metrics)
+            return float("nan"), float("nan"), {METRIC_ERROR: str(e)}
 
     def _local_accuracy(self, ev) -> float:
         clients = self.role.local_test_clients([c for c, t in enumerate(self.views.local_tests) if len(t)])
@@ -165,10 +175,15 @@ class Evaluator:
       more per-client models than ``--eval-passes``, the test set is dealt among them
       (:func:`raysfl.evaluation.test_shares`, seeded by the run's seed and the round) and
       ``ev.test_share`` says the share each got (1.0: the whole set).
+
+    Every pass of ``ev(state)``, ``module``, ``for_client`` (the global test set) and ``local``
+    is recorded, for ``test_loss_local`` and the metrics of your own (:meth:`columns`): the
+    passes of the model(s) the aggregator reports. A pass of another model (an average shown for
+    comparison, a client's own path) goes inside ``with ev.aside():``.
     """
 
     def __init__(self, model, ds, device, views: ClientViews | None = None, loss=None, passes: int = 0,
-                 seed=0):
+                 seed=0, metrics=None):
         from raysfl.objective import BUILT_IN
 
         self.model, self.ds, self.device = model, ds, device
@@ -178,6 +193,43 @@ class Evaluator:
         self.passes, self.seed = int(passes or 0), seed
         self.test_share = float("nan")  # set by shares()
         self._base, self._over, self._tensors = None, set(), None  # what load() put in ev.model last
+        self.metrics = metrics  # raysfl.user_metrics.UserMetrics, or None
+        self.recorded: dict[str, list] = {"test": [], "local": []}  # (rows, accuracy, loss, your metrics) per pass
+        self._aside = 0
+
+    @contextlib.contextmanager
+    def aside(self):
+        """Passes in the block are not of the model(s) the aggregator reports: they count
+        neither for ``test_loss_local`` nor for the metrics of your own."""
+        self._aside += 1
+        try:
+            yield self
+        finally:
+            self._aside -= 1
+
+    def _pass(self, m, x, y, kind: str):
+        """One pass of ``m`` over (x, y): (accuracy, loss, predictions), recorded under ``kind``
+        ("test" or "local") unless :meth:`aside`."""
+        keep = [] if self.metrics is not None and not self._aside else None
+        acc, loss, pred = evaluate_predictions(self._here(m), x, y, self.ds.to_tensor, device=self.device,
+                                               loss=self.loss, outputs=keep)
+        if not self._aside and len(y):
+            values = self.metrics.compute(torch.cat(keep), torch.from_numpy(np.array(y))) if keep else {}
+            self.recorded[kind].append((len(y), acc, loss, values))
+        return acc, loss, pred
+
+    def columns(self) -> dict[str, float]:
+        """The round's columns of its recorded passes: ``test_loss_local`` (the mean over the
+        clients' local splits, as ``test_accuracy_local``) and the metrics of your own,
+        ``test_<name>`` over the test passes and ``test_<name>_local`` over the local ones (by
+        sample count, or your ``metrics_aggregation``)."""
+        local = self.recorded["local"]
+        out = {"test_loss_local": float(np.mean([r[2] for r in local]))} if local else {}
+        if self.metrics is not None:
+            out.update(self.metrics.combine([(n, v) for n, _, _, v in self.recorded["test"]]))
+            if self.has_local_tests:
+                out.update(self.metrics.combine([(n, v) for n, _, _, v in local], "_local"))
+        return out
 
     def shares(self, clients) -> dict[int, np.ndarray | None]:
         clients = sorted(clients)
@@ -226,15 +278,15 @@ class Evaluator:
 
     def module(self, m, rows=None) -> tuple[float, float]:
         x, y = self._test(rows)
-        return evaluate(self._here(m), x, y, self.ds.to_tensor, device=self.device, loss=self.loss)
+        return self._pass(m, x, y, "test")[:2]
 
     def local(self, m, client: int) -> float:
-        """Accuracy of ``m`` on ``client``'s local test split (NaN if it has none)."""
+        """Accuracy of ``m`` on ``client``'s local test split (NaN if it has none, or no classes);
+        its loss goes to ``test_loss_local``."""
         idx = self.views.local_tests[client] if client < len(self.views.local_tests) else np.zeros(0, np.int64)
         if not len(idx):
             return float("nan")
-        return evaluate(self._here(m), self.ds.x_train[idx], self.ds.y_train[idx], self.ds.to_tensor,
-                        device=self.device, loss=self.loss)[0]
+        return self._pass(m, self.ds.x_train[idx], np.asarray(self.ds.y_train)[idx], "local")[0]
 
     def on_label_mix(self, m, client: int, rows=None) -> float:
         """Accuracy of ``m`` on the global test set, each class weighted by ``client``'s share of it."""
@@ -268,8 +320,7 @@ class Evaluator:
             raise ValueError("no label histograms were given to this evaluator")
         mix = np.asarray(self.views.histograms[client])
         x, y = self._test(rows)
-        acc, loss, pred = evaluate_predictions(self._here(m), x, y, self.ds.to_tensor, device=self.device,
-                                               loss=self.loss)
+        acc, loss, pred = self._pass(m, x, y, "test")
         if self.ds.targets != "classes":  # real-valued targets: no classes, no label mix
             return {"accuracy": acc, "loss": loss, "label_mix": float("nan"), "own_class_share": float("nan")}
         y = np.asarray(y, dtype=np.int64)

@@ -376,6 +376,27 @@ def round_metrics(exp: Experiment, rnd: int, res: RoundResult, result, wall: flo
     recorded = {**planned, **{k: sum(v) / len(v) for k, v in by_client.items() if v}, **res.server_metrics,
                 **res.aggregator_metrics, **extras}
     row.update({k: float(recorded.get(k, nan)) for k in spec.columns(cfg)})
-    if cfg.local_test_fraction:  # every algorithm, on the clients' local test splits
-        row["test_accuracy_local"] = float(extras.get("test_accuracy_local", nan))
+    row.update(evaluation_columns(cfg, ctx, extras))
     return row, client_rows
+
+
+def evaluation_columns(cfg, ctx, extras: dict) -> dict[str, float]:
+    """The evaluation's columns every algorithm has where the run asks for them, in every row
+    (NaN where the round was not evaluated): on the clients' local test splits
+    (``--local-test-fraction``) ``test_loss_local`` and, where the task has an accuracy,
+    ``test_accuracy_local``; the metrics of your own (:mod:`raysfl.user_metrics`). A metric of
+    yours that failed on the fed server is raised here, in its one line."""
+    from raysfl.errors import ConfigError
+    from raysfl.objective import objective_of
+    from raysfl.user_metrics import METRIC_ERROR
+
+    if METRIC_ERROR in extras:
+        raise ConfigError(extras[METRIC_ERROR])
+    nan = float("nan")
+    names = []
+    if cfg.local_test_fraction:  # every algorithm, on the clients' local test splits
+        names += (["test_accuracy_local"] if objective_of(ctx).has_accuracy else []) + ["test_loss_local"]
+    mine = getattr(ctx, "metrics", None)
+    if mine is not None:
+        names += mine.columns() + (mine.columns("_local") if cfg.local_test_fraction else [])
+    return {k: float(extras.get(k, nan)) for k in names}

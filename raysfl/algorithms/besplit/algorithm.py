@@ -274,8 +274,9 @@ class EvidentialAggregator(Aggregator):
         for c in sorted(self.own):
             aux = auxiliary_model(ev.model, self.cfg.cut, ev.num_classes, self.params.aux_head)
             aux.load_state_dict(wire_to_state({k[len(HEAD):]: v for k, v in self.own[c].items() if k.startswith(HEAD)}))
-            accs.append(ev.module(aux, rows[c])[0])
-            a = ev.local(aux, c) if ev.has_local_tests else nan
+            with ev.aside():  # BESplit-A's auxiliary models: not the global model the generic columns report
+                accs.append(ev.module(aux, rows[c])[0])
+                a = ev.local(aux, c) if ev.has_local_tests else nan
             if a == a:
                 local.append(a)
         extras.update({"acc_aux": float(np.mean(accs)) if accs else nan,

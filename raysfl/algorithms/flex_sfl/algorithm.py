@@ -160,12 +160,16 @@ class HiLoAggregator(Aggregator):
         ``w_global_round`` (recorded as it aggregates, so every round has it): the round W_global
         was built (0: the initial model)."""
         st = self.state
-        mix, _, _ = self._evaluate_parts(ev, st.cluster_models, st.edge_model or {})
+        with ev.aside():  # acc_mix's models: not W_global, which the test columns report
+            mix, _, _ = self._evaluate_parts(ev, st.cluster_models, st.edge_model or {})
         w = st.w_global or {"round": 0, "cluster_models": {}, "edge_model": {}}
         cached = st.w_global_eval
         if cached is None or cached["round"] != w["round"]:  # evaluated once per W_global
             acc, loss, per = self._evaluate_parts(ev, w["cluster_models"], w["edge_model"])
-            cached = st.w_global_eval = {"round": w["round"], "acc": acc, "loss": loss, "per": per}
+            cached = st.w_global_eval = {"round": w["round"], "acc": acc, "loss": loss, "per": per,
+                                         "passes": list(ev.recorded["test"])}  # for your metrics' columns
+        else:
+            ev.recorded["test"].extend(cached.get("passes", []))
         return cached["acc"], cached["loss"], {**cached["per"], "acc_mix": mix}
 
     def client_model(self, client: int) -> dict[str, np.ndarray]:

@@ -196,7 +196,8 @@ def evaluate_own_models(agg: Aggregator, ev) -> tuple[float, float, dict[str, fl
         seen.append(ev.for_client(ev.model, c, rows[c]))
     sizes = ev.views.histograms.sum(axis=1)
     owned = [(agg.own[c], float(sizes[c])) for c in agg.last_clients if c in agg.own]
-    avg = ev(weighted_average(owned, base=agg.global_state))[0] if owned else nan
+    with ev.aside():  # a model for comparison, not the one reported: not in the metrics of your own
+        avg = ev(weighted_average(owned, base=agg.global_state))[0] if owned else nan
     return (float(np.mean([r["accuracy"] for r in seen])), float(np.mean([r["loss"] for r in seen])),
             {"test_accuracy_avg_client": float(avg),
              "test_accuracy_label_mix": float(np.mean([r["label_mix"] for r in seen])),

@@ -24,6 +24,7 @@ class FederationContext:
     conv_blocks: int = 0       # leading convolutional blocks of the model (SplitModel.leading_conv_blocks)
     num_classes: int = 0       # classes, or outputs per sample for real-valued targets
     loss: Loss = field(default_factory=lambda: BUILT_IN["cross_entropy"])  # the run's loss (raysfl.objective)
+    metrics: object = None  # metrics of your own (raysfl.user_metrics.UserMetrics), set for the run, or None
     # clients that cannot join the round being planned (churn: ``unavailable:client`` faults); set
     # on the round's copy the planner's ``select`` receives, empty otherwise
     unavailable: frozenset[int] = frozenset()

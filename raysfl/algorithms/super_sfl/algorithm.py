@@ -257,7 +257,8 @@ class CollaborativeAggregator(Aggregator):
         paths = {c: m for c in self.last_clients if (m := self.own_path(ev, c)) is not None}
         rows = ev.shares(paths)
         for c, m in paths.items():
-            seen = ev.for_client(m, c, rows[c])  # one pass: balanced accuracy and label mix
+            with ev.aside():  # the client's own path, not the super-network reported
+                seen = ev.for_client(m, c, rows[c])  # one pass: balanced accuracy and label mix
             balanced.append(seen["accuracy"])
             own.append(seen["label_mix"])
         nan = float("nan")
