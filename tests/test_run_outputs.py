@@ -206,6 +206,35 @@ def test_mlflow_artifacts_where_asked_and_an_experiment_keeps_its_own(tmp_path, 
     assert {p.name for p in tmp_path.iterdir()} <= {"arts", "run", "store"}  # the cwd: no mlruns/, no mlflow.db
 
 
+def test_a_model_torch_export_cannot_trace_is_a_warning_and_the_rest_is_logged(tmp_path, monkeypatch, capsys):
+    """A global model with Python control flow on tensor values cannot be exported (MLflow's pt2
+    format): one warning line names the cause; its state_dict is logged and the run ends FINISHED."""
+    mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed (pip install 'raysfl[mlflow]')")
+    from raysfl.runtime import trained
+    from raysfl.trackers import MLflowLogger
+
+    class Branchy(torch.nn.Module):
+        input_shape = (3,)
+
+        def forward(self, x):
+            return x * 2 if x.sum() > 0 else x - 1
+
+    monkeypatch.setattr(trained, "whole_model", lambda config, run_dir, state: Branchy())
+    monkeypatch.chdir(tmp_path)
+    uri, run_dir = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "run"
+    run_dir.mkdir()
+    logger = MLflowLogger(uri)
+    logger.on_run_start(run_dir, {"algo": "fedavg"})
+    logger.on_model({"w": torch.ones(2)})
+    logger.on_run_end(run_dir, [], None)
+    warned = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warned) == 1 and warned[0].startswith("raysfl: warning: MLflow: the model was not logged "
+                                                     "(GuardOnDataDependentSymNode: "), warned
+    client = mlflow.MlflowClient(uri)
+    assert client.get_run(logger.run_id).info.status == "FINISHED"
+    assert [a.path for a in client.list_artifacts(logger.run_id)] == ["state_dict"]
+
+
 def test_mlflow_params_are_the_settings_that_apply_and_summaries_are_the_tasks_own():
     """Only the settings a run's partition and schedule use (alpha for dirichlet, not for iid;
     local epochs only without local steps); a run without an accuracy (regression) has the best
