@@ -262,13 +262,15 @@ def test_mlflow_params_are_the_settings_that_apply_and_summaries_are_the_tasks_o
 def test_mlflow_directory_store_with_the_opt_in(quick, tmp_path, monkeypatch):
     mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed (pip install 'raysfl[mlflow]')")
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3: the directory store is opt-in
-    uri = (tmp_path / "mlruns").as_uri()
-    res = raysfl.run(quick(algo="psl", rounds=1, mlflow=uri))
+    uri, where = (tmp_path / "mlruns").as_uri(), tmp_path / "elsewhere"
+    # --mlflow-artifacts (config mlflow_artifacts): the new experiment keeps its artifacts there
+    res = raysfl.run(quick(algo="psl", rounds=1, mlflow=uri, mlflow_artifacts=str(where)))
     client = mlflow.MlflowClient(tracking_uri=uri)
     (run,) = client.search_runs([client.get_experiment_by_name("raysfl").experiment_id])
+    assert run.info.artifact_uri.startswith(where.as_uri() + "/") and (where / run.info.run_id).is_dir()
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert run.info.status == "FINISHED" and "checkpoints" in arts  # PSL: no global model, the checkpoint
-    assert "model" not in arts and run.data.params["algo"] == "psl" and res.final["round"] == 1
+    assert not {"model", "state_dict"} & arts and run.data.params["algo"] == "psl" and res.final["round"] == 1
 
 
 def test_mlflow_is_optional_and_its_mistakes_are_one_line(tmp_path, monkeypatch):
