@@ -31,7 +31,7 @@ from raysfl.resolve import from_dict, validate_run
 # and ``name`` say where the run lives: a resume may repeat them, not change them.
 RESUMABLE_OVERRIDES = {"rounds", "progress", "checkpoint_every", "eval_every", "resume",
                        "max_round_retries", "max_restarts", "round_deadline_s", "step_deadline_s", "sim_deadline_s",
-                       "faults", "min_included", "keep_checkpoints", "keep_best", "mlflow"}
+                       "faults", "min_included", "keep_checkpoints", "keep_best", "mlflow", "mlflow_artifacts"}
 
 
 @dataclass
@@ -251,7 +251,7 @@ def resume_config(run_dir: str | Path, overrides: dict | None = None, trust_run_
 
 # Settings of a run's config.json that send the run somewhere: MLflow receives its parameters,
 # metrics, files, trained model and newest checkpoint. A resume takes them from its own command.
-DESTINATIONS = {"mlflow": "mlflow URI"}
+DESTINATIONS = {"mlflow": "mlflow URI", "mlflow_artifacts": "mlflow artifact location"}
 
 
 def _destinations(data: dict, overrides: dict, trust: bool) -> tuple[dict, dict]:

@@ -40,11 +40,11 @@ _ND = "__ndarray__"
 # runs, and how it survives faults and stragglers (a resume may change those: raysfl.api).
 _FREE = {"rounds", "progress", "checkpoint_every", "eval_every", "resume", "out", "name", "resources",
          "max_round_retries", "max_restarts", "round_deadline_s", "step_deadline_s", "sim_deadline_s", "faults",
-         "min_included", "keep_checkpoints", "keep_best", "mlflow"}
+         "min_included", "keep_checkpoints", "keep_best", "mlflow", "mlflow_artifacts"}
 # What _FREE was before the fault settings joined it, and the settings added since: checkpoints
 # written then carry a fingerprint over these, which is still accepted.
 _LEGACY_FREE = {"rounds", "progress", "checkpoint_every", "eval_every", "resume", "out", "name", "resources"}
-_ADDED = {"min_included", "keep_checkpoints", "keep_best", "mlflow"}
+_ADDED = {"min_included", "keep_checkpoints", "keep_best", "mlflow", "mlflow_artifacts"}
 # Settings added after checkpoints were first written, with the value that means what their absence
 # meant: at that value they are left out of the fingerprint, so older checkpoints still resume.
 _LATER = {"deterministic": False, "eval_passes": 10}

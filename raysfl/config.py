@@ -147,6 +147,8 @@ class Config:
     keep_checkpoints: int = 2  # the newest N checkpoints are kept (0: every one)
     keep_best: bool = False    # ... and the one of the best test accuracy
     mlflow: str | None = None  # MLflow tracking URI to log the run to (raysfl[mlflow]; raysfl.trackers)
+    mlflow_artifacts: str | None = None  # where a new MLflow experiment keeps its artifacts (default: beside
+                                         # a sqlite store's file; raysfl.trackers.artifact_root)
     out: str = "runs"
     name: str | None = None
     resume: str | None = None

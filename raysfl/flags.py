@@ -89,6 +89,9 @@ SETTINGS: dict[str, tuple[str, str]] = {
                                 "loss without an accuracy, e.g. mse)"),
     "mlflow": ("evaluation", "log params, per-round metrics and the run's files to this MLflow tracking URI "
                              "(e.g. sqlite:///mlflow.db or file:./mlruns; pip install 'raysfl[mlflow]')"),
+    "mlflow_artifacts": ("evaluation", "with --mlflow: where MLflow keeps the run's artifacts, a directory or a URI "
+                                       "such as s3://bucket/path (when not given: mlartifacts/ beside a sqlite "
+                                       "store's file); MLflow fixes it when it creates the experiment"),
     "out": ("evaluation", "parent directory of run directories"),
     "name": ("evaluation", "run directory name under --out"),
     "resume": ("evaluation", "continue the run in RUN_DIR from its latest checkpoint"),

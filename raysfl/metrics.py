@@ -97,27 +97,64 @@ def _sim_ms(row: dict) -> int:
 
 
 # Settings that are not hyperparameters: where a run writes and how it is kept, resumed, shown and
-# placed (they change nothing the run computes), kept out of TensorBoard's hparams.
+# placed (they change nothing the run computes), kept out of TensorBoard's hparams and MLflow's params.
 NOT_HPARAMS = {"out", "name", "resume", "progress", "checkpoint_every", "keep_checkpoints", "keep_best", "mlflow",
-               "max_restarts", "max_round_retries", "data_root", "download", "eval_every", "eval_passes", "resources"}
+               "mlflow_artifacts", "max_restarts", "max_round_retries", "min_included", "data_root", "download",
+               "eval_every", "eval_passes", "resources"}
+# Settings that apply only under another setting (ours): a partitioner's own knob, local epochs where
+# local steps are not set. Left out of the hyperparameters elsewhere (no alpha for an iid run).
+APPLIES_WHEN = {
+    "alpha": lambda c: c.get("partition") == "dirichlet",
+    "classes_per_client": lambda c: c.get("partition") == "pathological",
+    "shards_per_client": lambda c: c.get("partition") == "shards",
+    "local_epochs": lambda c: c.get("local_steps") is None,
+}
 
 
-def hparam_values(config: dict, prefix: str = "") -> dict:
-    """The config's hyperparameters flattened for TensorBoard's hparams (numbers, strings and
-    booleans; None dropped; bookkeeping settings, :data:`NOT_HPARAMS`, left out)."""
+def applicable_settings(config: dict, prefix: str = "") -> dict:
+    """The settings of ``config`` (a run's ``config.json``) that define what it computes, flattened
+    (``devices.memory_gb``, ``algo_params.mu``) and typed: numbers stay numbers, tuples become
+    lists. Left out: bookkeeping (:data:`NOT_HPARAMS`), settings that do not apply to this run
+    (:data:`APPLIES_WHEN`), and unset ones (None, an empty string)."""
     out = {}
     for k, v in config.items():
-        if not prefix and k in NOT_HPARAMS:
+        if not prefix and (k in NOT_HPARAMS or (k in APPLIES_WHEN and not APPLIES_WHEN[k](config))):
             continue
         if isinstance(v, dict):
-            out.update(hparam_values(v, f"{prefix}{k}."))
-        elif v is None:
+            out.update(applicable_settings(v, f"{prefix}{k}."))
+        elif v is None or v == "":
             continue
-        elif isinstance(v, (bool, int, float, str)):
-            out[f"{prefix}{k}"] = v
+        elif isinstance(v, (list, tuple)):
+            out[f"{prefix}{k}"] = list(v)
         else:
-            out[f"{prefix}{k}"] = str(v)
+            out[f"{prefix}{k}"] = v
     return out
+
+
+def hparam_values(config: dict) -> dict:
+    """The config's hyperparameters (:func:`applicable_settings`) for TensorBoard's hparams, which
+    take numbers, strings and booleans: a list as its JSON text."""
+    return {k: v if isinstance(v, (bool, int, float, str)) else json.dumps(v)
+            for k, v in applicable_settings(config).items()}
+
+
+def summary(rows: list[dict]) -> dict:
+    """A run's closing figures from its metrics rows: the task's own (final and best test
+    accuracy; final and best (lowest) test loss, the only ones for a loss without an accuracy such
+    as regression), rounds, MB sent and simulated seconds; the final local test accuracy where
+    clients keep a local test split. Non-finite values are left out (TensorBoard's hparams,
+    MLflow's summary metrics)."""
+    last = rows[-1]
+    evaluated = [r["test_accuracy"] for r in rows if _finite(r.get("test_accuracy"))]
+    losses = [r["test_loss"] for r in rows if _finite(r.get("test_loss"))]
+    final = {**({"final_test_accuracy": evaluated[-1], "best_test_accuracy": max(evaluated)} if evaluated else {}),
+             **({"final_test_loss": losses[-1], "best_test_loss": min(losses)} if losses else {}),
+             "rounds": float(last["round"]),
+             "bytes_sent_mb": sum(_sent(r) for r in rows) / 1e6,
+             "sim_time_total_s": float(last["sim_time_total_s"])}
+    if _finite(last.get("test_accuracy_local")):
+        final["final_test_accuracy_local"] = float(last["test_accuracy_local"])
+    return {k: float(v) for k, v in final.items() if _finite(v)}
 
 
 def _guard_events(tb, on_error) -> bool:
@@ -318,20 +355,9 @@ class RunLogger:
         from torch.utils.tensorboard.summary import hparams
 
         last = self.rows[-1]
-        evaluated = [r["test_accuracy"] for r in self.rows if _finite(r.get("test_accuracy"))]
-        losses = [r["test_loss"] for r in self.rows if _finite(r.get("test_loss"))]
-        # the task's own figures: a loss without an accuracy (regression) has no accuracy to show,
-        # and shows its best (lowest) and final test loss rather than NaN (issue 46)
-        final = {**({"hparams/final_test_accuracy": evaluated[-1], "hparams/best_test_accuracy": max(evaluated)}
-                    if evaluated else {}),
-                 **({"hparams/final_test_loss": losses[-1], "hparams/best_test_loss": min(losses)} if losses else {}),
-                 "hparams/rounds": float(last["round"]),
-                 "hparams/bytes_sent_mb": sum(_sent(r) for r in self.rows) / 1e6,
-                 "hparams/sim_time_total_s": float(last["sim_time_total_s"])}
-        if "test_accuracy_local" in last:
-            final["hparams/final_test_accuracy_local"] = float(last["test_accuracy_local"])
-        for summary in hparams(hparam_values(self.config), final):
-            self.tb.file_writer.add_summary(summary)
+        final = {f"hparams/{k}": v for k, v in summary(self.rows).items()}
+        for event in hparams(hparam_values(self.config), final):
+            self.tb.file_writer.add_summary(event)
         for k, v in final.items():
             self.tb.add_scalar(k, v, int(last["round"]))
 

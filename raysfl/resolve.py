@@ -329,10 +329,12 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
     _check(cfg.checkpoint_every >= 0, f"checkpoint-every must be >= 0 (0 = never), got {cfg.checkpoint_every}")
     _check(cfg.keep_checkpoints >= 0,
            f"keep-checkpoints must be >= 0 (the newest N are kept; 0 = every one), got {cfg.keep_checkpoints}")
+    _check(cfg.mlflow_artifacts is None or cfg.mlflow is not None,
+           f"mlflow-artifacts {excerpt(cfg.mlflow_artifacts)} needs --mlflow URI: the tracking store the run logs to")
     if cfg.mlflow is not None:
         from raysfl.trackers import check_mlflow
 
-        check_mlflow(cfg.mlflow)
+        check_mlflow(cfg.mlflow, cfg.mlflow_artifacts)
     _check(cfg.max_restarts >= 0, f"max-restarts must be >= 0, got {cfg.max_restarts}")
     _check(cfg.max_round_retries >= 0, f"max-round-retries must be >= 0, got {cfg.max_round_retries}")
     for name in ("round_deadline_s", "step_deadline_s", "sim_deadline_s"):

@@ -9,7 +9,7 @@ import hashlib
 import json
 
 # where and how a run is written and shown, and where its actors run: not what it computes
-BOOKKEEPING = ("out", "name", "progress", "mlflow", "keep_checkpoints", "keep_best", "checkpoint_every", "resume",
+BOOKKEEPING = ("out", "name", "progress", "mlflow", "mlflow_artifacts", "keep_checkpoints", "keep_best", "checkpoint_every", "resume",
                "max_restarts", "max_round_retries", "min_included")
 
 

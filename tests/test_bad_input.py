@@ -172,6 +172,7 @@ BAD_FLAGS = [
     (["--placement-timeout-s", "nan"], "placement_timeout_s must be a finite number"),
     (["--rounds", "2.5"], "rounds: cannot use '2.5'; expected int"),
     (["--mlflow", ""], "mlflow must be a tracking URI"),  # MLflow took '' for a database in the current directory
+    (["--mlflow-artifacts", "arts"], "mlflow-artifacts 'arts' needs --mlflow URI"),  # it would go unused
 ]
 
 
@@ -667,7 +668,8 @@ def test_resume_does_not_follow_an_mlflow_uri_from_config_json(finished_run, tmp
 
     d = _copy(finished_run, tmp_path)
     uri = "http://tracker.example:5000"
-    _recorded(d, mlflow=uri, out=str(tmp_path / "elsewhere"))
+    arts = "s3://bucket/raysfl"  # where MLflow would put the artifacts: a destination as well
+    _recorded(d, mlflow=uri, mlflow_artifacts=arts, out=str(tmp_path / "elsewhere"))
 
     def contacted(u):
         raise AssertionError(f"MLflow at {u} was contacted")
@@ -675,14 +677,18 @@ def test_resume_does_not_follow_an_mlflow_uri_from_config_json(finished_run, tmp
     monkeypatch.setattr(raysfl.trackers, "_client", contacted)
     resume = ["run", "--resume", str(d), "--rounds", "3", "--no-progress"]
     cfg = config_from_args(build_parser().parse_args(resume))
-    assert cfg.mlflow is None
+    assert cfg.mlflow is None and cfg.mlflow_artifacts is None
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert lines == [f"raysfl: config.json names mlflow URI {uri}; not used -- pass --mlflow {uri} again or "
-                     f"--trust-run-config"]
-    again = config_from_args(build_parser().parse_args(resume + ["--mlflow", "sqlite:///mine.db"]))
-    assert again.mlflow == "sqlite:///mine.db" and capsys.readouterr().err == ""
+                     f"--trust-run-config",
+                     f"raysfl: config.json names mlflow artifact location {arts}; not used -- pass "
+                     f"--mlflow-artifacts {arts} again or --trust-run-config"]
+    again = config_from_args(build_parser().parse_args(resume + ["--mlflow", "sqlite:///mine.db",
+                                                                 "--mlflow-artifacts", "mine"]))
+    assert (again.mlflow, again.mlflow_artifacts) == ("sqlite:///mine.db", "mine")
+    assert capsys.readouterr().err == ""
     trusted = config_from_args(build_parser().parse_args(resume + ["--trust-run-config"]))
-    assert trusted.mlflow == uri
+    assert (trusted.mlflow, trusted.mlflow_artifacts) == (uri, arts)
     assert f"mlflow URI {uri} (--trust-run-config)" in capsys.readouterr().err.splitlines()[0]
     assert main(resume) == 0, capsys.readouterr().err  # the run itself contacts nothing
     assert "names mlflow URI" in capsys.readouterr().err

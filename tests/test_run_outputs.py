@@ -94,40 +94,183 @@ def test_a_callback_stops_the_run_cleanly_and_everything_comes_back(quick, tmp_p
     assert [r["round"] for r in resumed.metrics] == [1, 2, 3, 4] and not resumed.stopped
 
 
-def test_mlflow_logs_a_run_to_a_sqlite_store_with_its_model(quick, tmp_path, monkeypatch):
+def test_mlflow_logs_a_run_as_mlflow_users_expect(quick, tmp_path, monkeypatch, capsys):
+    """Issue 46: artifacts beside the sqlite store (not in the working directory), the run id and
+    artifact location printed once, only the params that apply, typed; summary metrics; tb/; the
+    trained model loadable with mlflow.pytorch.load_model and predicting as the run's final
+    test accuracy says."""
+    import json
+
     mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed (pip install 'raysfl[mlflow]')")
-    monkeypatch.chdir(tmp_path)  # the sqlite store keeps its artifacts in ./mlruns
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    import mlflow.pytorch
+
+    store, cwd = tmp_path / "store", tmp_path / "cwd"
+    store.mkdir()
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    uri = f"sqlite:///{store / 'mlflow.db'}"
     # --mlflow URI (a config setting, as on the command line) and a logger of your own, side by side
-    res = raysfl.run(quick(algo="fedavg", rounds=2, mlflow=uri),
-                     callbacks=[raysfl.trackers.MLflowLogger(uri, experiment="mine")])
+    res = raysfl.run(quick(algo="fedavg", rounds=3, local_steps=8, mlflow=uri),
+                     callbacks=[raysfl.trackers.MLflowLogger(uri, experiment="mine", artifacts=False)])
+    assert list(cwd.iterdir()) == []  # no ./mlruns, no ./mlflow.db
     client = mlflow.MlflowClient(tracking_uri=uri)
-    for experiment in ("raysfl", "mine"):
-        (run,) = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    runs = {e: client.search_runs([client.get_experiment_by_name(e).experiment_id])[0] for e in ("raysfl", "mine")}
+    err = capsys.readouterr().err
+    for experiment, run in runs.items():
         assert run.info.status == "FINISHED" and run.info.run_name == res.run_dir.name
-        assert run.data.params["algo"] == "fedavg" and run.data.params["resources.client_actors"] == "2"
+        beside = (store / "mlartifacts").as_uri()
+        assert run.info.artifact_uri.startswith(beside + "/")
+        said = [line for line in err.splitlines() if run.info.run_id in line]
+        assert said == [f"raysfl: MLflow run {run.info.run_id} (experiment '{experiment}', {uri}); "
+                        f"artifacts: {run.info.artifact_uri}"]
         history = client.get_metric_history(run.info.run_id, "test_accuracy")
         assert [(m.step, m.value) for m in history] == [(r["round"], pytest.approx(r["test_accuracy"]))
                                                         for r in res.metrics]
-        assert {"config.json", "metrics.parquet", "model", "checkpoints"} <= {
-            a.path for a in client.list_artifacts(run.info.run_id)}
-        assert [a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")] == ["checkpoints/round_0002.pt"]
-        local = client.download_artifacts(run.info.run_id, "model/model.pt", str(tmp_path / experiment))
-        state = torch.load(local, weights_only=True)
-        trained = res.model().state_dict()
-        assert state.keys() == trained.keys() and all(torch.equal(state[k], v) for k, v in trained.items())
+        metrics = run.data.metrics
+        assert metrics["final_test_accuracy"] == pytest.approx(res.final["test_accuracy"])
+        assert metrics["best_test_accuracy"] == pytest.approx(max(r["test_accuracy"] for r in res.metrics))
+        assert metrics["best_test_loss"] == pytest.approx(min(r["test_loss"] for r in res.metrics))
+    assert not client.list_artifacts(runs["mine"].info.run_id)  # artifacts=False
+    # params: what applies to this run, typed (JSON text; a string as it is)
+    run = runs["raysfl"]
+    params = run.data.params
+    assert params["algo"] == "fedavg" and params["partition"] == "iid"
+    assert json.loads(params["lr"]) == res.config.lr and json.loads(params["local_steps"]) == 8
+    assert json.loads(params["devices.memory_gb"]) == [2.0, 16.0] and json.loads(params["deterministic"]) is False
+    left_out = [k for k in params if k.split(".")[0] in (
+        "alpha", "classes_per_client", "shards_per_client", "local_epochs", "out", "name", "progress", "mlflow",
+        "mlflow_artifacts", "resources", "checkpoint_every", "keep_checkpoints", "resume", "faults", "server_lr")]
+    assert not left_out, left_out
+    assert "None" not in params.values() and not any(v.startswith("(") for v in params.values())
+    # the run's files and tb/, where MLflow says they are: under the store's directory
+    arts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"config.json", "metrics.parquet", "checkpoints", "tb", "state_dict"} <= arts
+    tb = [a.path for a in client.list_artifacts(run.info.run_id, "tb")]
+    assert tb and all(p.startswith("tb/events.out.tfevents.") for p in tb)
+    assert sorted(p.name for p in (res.run_dir / "tb").iterdir()) == sorted(p.split("/")[-1] for p in tb)
+    local = client.download_artifacts(run.info.run_id, "state_dict/model.pt", str(tmp_path / "down"))
+    state = torch.load(local, weights_only=True)
+    trained = res.model()
+    assert state.keys() == trained.state_dict().keys()
+    assert all(torch.equal(state[k], v) for k, v in trained.state_dict().items())
+    # the MLflow model: loads with mlflow.pytorch.load_model, predicts as the run's final accuracy says
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    loaded = mlflow.pytorch.load_model(f"runs:/{run.info.run_id}/model")
+    from raysfl.data import load_dataset
+
+    ds = load_dataset("digits")
+    x = ds.to_tensor(ds.x_test)
+    with torch.no_grad():
+        out, expected = loaded(x), trained(x)
+    assert torch.allclose(out, expected, atol=1e-5)
+    accuracy = float((out.argmax(1).numpy() == ds.y_test).mean())
+    assert accuracy == pytest.approx(res.final["test_accuracy"], abs=1e-9)
+    assert accuracy > 0.2  # trained: better than chance (0.1), so the check tells models apart
+    assert not list(cwd.iterdir())
+
+
+def test_mlflow_artifacts_where_asked_and_an_experiment_keeps_its_own(tmp_path, monkeypatch, capsys):
+    """--mlflow-artifacts: a new experiment keeps its artifacts there; MLflow fixes the location
+    when it creates the experiment, so another one asked later is refused in one line, before the
+    run. The flag needs --mlflow, and an empty location is refused."""
+    pytest.importorskip("mlflow", reason="the mlflow extra is not installed (pip install 'raysfl[mlflow]')")
+    from raysfl.resolve import validate
+    from raysfl.trackers import MLflowLogger
+
+    monkeypatch.chdir(tmp_path)
+    uri, arts = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}", tmp_path / "arts"
+    (tmp_path / "store").mkdir()
+    cfg = validate(raysfl.config_from_kwargs(mlflow=uri, mlflow_artifacts=str(arts), progress=False))
+    logger = MLflowLogger(cfg.mlflow, artifact_location=cfg.mlflow_artifacts)
+    (tmp_path / "run").mkdir()
+    logger.on_run_start(tmp_path / "run", cfg.to_dict())
+    assert logger.artifact_uri == f"{arts.as_uri()}/{logger.run_id}/artifacts"
+    assert f"artifacts: {logger.artifact_uri}" in capsys.readouterr().err
+    logger.on_run_end(tmp_path / "run", [], None)
+    # the experiment exists: the same location again is fine, and so is none (the experiment's own)
+    validate(raysfl.config_from_kwargs(mlflow=uri, mlflow_artifacts=str(arts), progress=False))
+    again = MLflowLogger(uri)
+    again.on_run_start(tmp_path / "run", cfg.to_dict())
+    assert again.artifact_uri.startswith(arts.as_uri() + "/")
+    again.on_run_end(tmp_path / "run", [], None)
+    other = tmp_path / "other"
+    with pytest.raises(ConfigError) as e:
+        validate(raysfl.config_from_kwargs(mlflow=uri, mlflow_artifacts=str(other), progress=False))
+    assert str(e.value) == (f"MLflow experiment 'raysfl' in '{uri}' keeps its artifacts in {arts.as_uri()}, fixed "
+                            f"when it was created, not in {other.as_uri()}: drop --mlflow-artifacts, or log to "
+                            f"another store (--mlflow sqlite:///other/mlflow.db)")
+    with pytest.raises(ConfigError, match=r"^mlflow-artifacts 'arts' needs --mlflow URI"):
+        validate(raysfl.config_from_kwargs(mlflow_artifacts="arts", progress=False))
+    with pytest.raises(ConfigError, match=r"^mlflow-artifacts must be a directory or an artifact URI"):
+        validate(raysfl.config_from_kwargs(mlflow=uri, mlflow_artifacts=" ", progress=False))
+    assert {p.name for p in tmp_path.iterdir()} <= {"arts", "run", "store"}  # the cwd: no mlruns/, no mlflow.db
+
+
+def test_a_model_torch_export_cannot_trace_is_a_warning_and_the_rest_is_logged(tmp_path, monkeypatch, capsys):
+    """A global model with Python control flow on tensor values cannot be exported (MLflow's pt2
+    format): one warning line names the cause; its state_dict is logged and the run ends FINISHED."""
+    mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed (pip install 'raysfl[mlflow]')")
+    from raysfl.runtime import trained
+    from raysfl.trackers import MLflowLogger
+
+    class Branchy(torch.nn.Module):
+        input_shape = (3,)
+
+        def forward(self, x):
+            return x * 2 if x.sum() > 0 else x - 1
+
+    monkeypatch.setattr(trained, "whole_model", lambda config, run_dir, state: Branchy())
+    monkeypatch.chdir(tmp_path)
+    uri, run_dir = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "run"
+    run_dir.mkdir()
+    logger = MLflowLogger(uri)
+    logger.on_run_start(run_dir, {"algo": "fedavg"})
+    logger.on_model({"w": torch.ones(2)})
+    logger.on_run_end(run_dir, [], None)
+    warned = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warned) == 1 and warned[0].startswith("raysfl: warning: MLflow: the model was not logged "
+                                                     "(GuardOnDataDependentSymNode: "), warned
+    client = mlflow.MlflowClient(uri)
+    assert client.get_run(logger.run_id).info.status == "FINISHED"
+    assert [a.path for a in client.list_artifacts(logger.run_id)] == ["state_dict"]
+
+
+def test_mlflow_params_are_the_settings_that_apply_and_summaries_are_the_tasks_own():
+    """Only the settings a run's partition and schedule use (alpha for dirichlet, not for iid;
+    local epochs only without local steps); a run without an accuracy (regression) has the best
+    and final test loss as its summary, no NaN accuracy."""
+    import json
+
+    from raysfl.metrics import summary
+    from raysfl.resolve import validate
+    from raysfl.trackers import params
+
+    iid = params(validate(raysfl.config_from_kwargs(partition="iid", local_epochs=2.0)).to_dict())
+    assert "alpha" not in iid and json.loads(iid["local_epochs"]) == 2.0
+    dirichlet = params(validate(raysfl.config_from_kwargs(partition="dirichlet", alpha=0.3, local_steps=4)).to_dict())
+    assert json.loads(dirichlet["alpha"]) == 0.3 and "local_epochs" not in dirichlet
+    assert "classes_per_client" not in dirichlet and "shards_per_client" not in dirichlet
+    shards = params(validate(raysfl.config_from_kwargs(partition="shards", shards_per_client=3)).to_dict())
+    assert json.loads(shards["shards_per_client"]) == 3 and "alpha" not in shards
+    nan = float("nan")
+    rows = [{"round": r, "test_accuracy": nan, "test_loss": loss, "sim_time_total_s": 1.0 * r}
+            for r, loss in ((1, 0.9), (2, 0.5), (3, 0.6))]
+    assert summary(rows) == {"final_test_loss": 0.6, "best_test_loss": 0.5, "rounds": 3.0, "bytes_sent_mb": 0.0,
+                             "sim_time_total_s": 3.0}
 
 
 def test_mlflow_directory_store_with_the_opt_in(quick, tmp_path, monkeypatch):
     mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed (pip install 'raysfl[mlflow]')")
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3: the directory store is opt-in
-    uri = (tmp_path / "mlruns").as_uri()
-    res = raysfl.run(quick(algo="psl", rounds=1, mlflow=uri))
+    uri, where = (tmp_path / "mlruns").as_uri(), tmp_path / "elsewhere"
+    # --mlflow-artifacts (config mlflow_artifacts): the new experiment keeps its artifacts there
+    res = raysfl.run(quick(algo="psl", rounds=1, mlflow=uri, mlflow_artifacts=str(where)))
     client = mlflow.MlflowClient(tracking_uri=uri)
     (run,) = client.search_runs([client.get_experiment_by_name("raysfl").experiment_id])
+    assert run.info.artifact_uri.startswith(where.as_uri() + "/") and (where / run.info.run_id).is_dir()
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert run.info.status == "FINISHED" and "checkpoints" in arts  # PSL: no global model, the checkpoint
-    assert "model" not in arts and run.data.params["algo"] == "psl" and res.final["round"] == 1
+    assert not {"model", "state_dict"} & arts and run.data.params["algo"] == "psl" and res.final["round"] == 1
 
 
 def test_mlflow_is_optional_and_its_mistakes_are_one_line(tmp_path, monkeypatch):

@@ -146,7 +146,8 @@ def run_cached(cfg, cache: Path) -> list[dict]:
     seen = _KeepRows()
     diverged = None
     with tempfile.TemporaryDirectory(prefix="raysfl-reproduce-") as tmp:
-        quiet = dataclasses.replace(cfg, progress=False, checkpoint_every=0, out=tmp, name=None, mlflow=None)
+        quiet = dataclasses.replace(cfg, progress=False, checkpoint_every=0, out=tmp, name=None, mlflow=None,
+                                    mlflow_artifacts=None)
         try:
             metrics = raysfl.run(quiet, callbacks=[seen]).metrics
         except Diverged as e:

@@ -210,7 +210,7 @@ def _run_in(cfg, algo, run_dir: Path, state: dict | None, ds, stages: "StartupCl
     if cfg.mlflow is not None:  # --mlflow URI: the MLflow tracker, as if passed as a callback
         from raysfl.trackers import MLflowLogger
 
-        callbacks.items.append(MLflowLogger(cfg.mlflow))
+        callbacks.items.append(MLflowLogger(cfg.mlflow, artifact_location=cfg.mlflow_artifacts))
     plugin = plugin_of(algo.spec)
     (run_dir / "config.json").write_text(json.dumps({**cfg.to_dict(), **({"plugins": [plugin]} if plugin else {})},
                                                     indent=2) + "\n")

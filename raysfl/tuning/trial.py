@@ -107,7 +107,7 @@ class TrialRuns(tune.Trainable):
         self.label, self.knobs = config["trial"]["row"], dict(config["trial"]["knobs"])
         self.tmp = tempfile.TemporaryDirectory(prefix="raysfl-tune-")
         cfgs = [apply(dataclasses.replace(c, progress=False, checkpoint_every=0, out=self.tmp.name, name=None,
-                                          mlflow=None, keep_best=False), self.knobs) for c in self.configs[self.label]]
+                                          mlflow=None, mlflow_artifacts=None, keep_best=False), self.knobs) for c in self.configs[self.label]]
         for c in cfgs:
             check_reads_validation(c, self.label)
         self.rounds = cfgs[0].rounds
