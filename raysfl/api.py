@@ -24,6 +24,7 @@ from raysfl.algorithms import get_algorithm
 from raysfl.config import Config
 from raysfl.errors import ConfigError
 from raysfl.resolve import from_dict, validate_run
+from raysfl.schedules import check_recorded
 
 # Settings a resumed run may change (plus the ``resources`` section); everything else must
 # match the original run. Fault handling is among them, so a run that gave up can go on: more
@@ -226,6 +227,7 @@ def resume_config(run_dir: str | Path, overrides: dict | None = None, trust_run_
         raise ConfigError(f"cannot resume '{run_dir}': no config.json in it")
     data = saved_config(run_dir)
     plugins = _recorded_plugins(Path(run_dir), data.get("plugins"), trust_run_config)
+    check_recorded(run_dir, data.get("lr_schedule"), trust_run_config)  # a function schedule's module, likewise
     overrides = dict(overrides or {})
     unused, kept = _destinations(data, overrides, trust_run_config)
     resources = overrides.pop("resources", {}) or {}

@@ -518,7 +518,7 @@ def _main(argv: list[str] | None = None) -> int:
 
     given = list(sys.argv[1:] if argv is None else argv)
     plugins, argv = take_plugins(given)
-    if plugins:
+    if plugins or any(a.split("=", 1)[0] == "--lr-schedule" for a in argv):
         sys.path.insert(0, os.getcwd())  # a module of yours beside you, as `python -m` finds it
     for module in plugins:
         load_plugin(module)

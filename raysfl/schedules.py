@@ -38,7 +38,6 @@ from __future__ import annotations
 import functools
 import importlib
 import math
-import os
 import sys
 from dataclasses import dataclass
 
@@ -192,7 +191,8 @@ def parse(text: str, rounds: int | None = None) -> Named | Function:
 
 def resolve(module: str, qualname: str):
     """The function ``module:qualname`` (``__main__``: the running script's), importing its module
-    from the Python path and, as ``--plugin`` and ``python -m`` do, the current directory."""
+    from the Python path (``--lr-schedule`` on the command line puts the current directory on
+    it, as ``--plugin`` does)."""
     where = f"lr-schedule {module}:{qualname}"
     if module == "__main__":
         mod = sys.modules.get("__main__")
@@ -204,11 +204,8 @@ def resolve(module: str, qualname: str):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as e:
-            if e.name != module.split(".")[0] or os.getcwd() in sys.path:
-                raise ConfigError(f"{where}: cannot import it ({e}); give module:function importable from here, "
-                                  f"or a named schedule") from None
-            sys.path.insert(0, os.getcwd())
-            return resolve(module, qualname)
+            raise ConfigError(f"{where}: cannot import it ({e}); give module:function importable from here (the "
+                              f"current directory is on the path with --lr-schedule), or a named schedule") from None
         except Exception as e:  # noqa: BLE001 - the module's own error while importing
             raise ConfigError(f"{where}: importing {module} raised {type(e).__name__}: {e}") from None
     obj = mod
@@ -218,6 +215,27 @@ def resolve(module: str, qualname: str):
         raise ConfigError(f"{where}: {module} has no function {qualname}; give module:function, a function of the "
                           f"round returning a multiplier of --lr")
     return obj
+
+
+def check_recorded(run_dir, text, trust: bool) -> None:
+    """A resume imports the module of the function schedule a run's config.json records only from
+    this environment, not from inside the run directory (as its plugin modules:
+    raysfl.api._recorded_plugins); ``trust`` (``--trust-run-config``) allows it."""
+    import importlib.util
+    from pathlib import Path
+
+    if trust or not isinstance(text, str) or text.partition(":")[0].strip().lower() in NAMES or ":" not in text:
+        return
+    module = text.partition(":")[0]
+    try:
+        spec = importlib.util.find_spec(module.split(".")[0]) if module != "__main__" else None
+    except (ImportError, ValueError):
+        spec = None
+    origin = spec and (spec.origin if spec.has_location else next(iter(spec.submodule_search_locations or ()), None))
+    if origin and Path(origin).resolve().is_relative_to(Path(run_dir).resolve()):
+        raise ConfigError(f"cannot resume '{run_dir}': its lr-schedule {text} would be imported from inside the run "
+                          f"directory ({origin}); a resume runs no code that came with the run: pass "
+                          f"--trust-run-config to import it")
 
 
 def reference(fn) -> str:

@@ -138,6 +138,32 @@ def test_the_cli_takes_both_flags_and_refuses_a_bad_schedule_in_one_line(tmp_pat
     assert err == "raysfl: error: lr-schedule exp: gamma=2 must be in (0, 1] (1 = constant)"
 
 
+def test_a_function_beside_you_on_the_command_line_and_none_from_inside_a_resumed_run(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from raysfl.cli import main
+
+    (tmp_path / "my_sched.py").write_text("def fn(rnd):\n    return -0.5\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert main(["run", "--lr-schedule", "my_sched:fn", "--rounds", "2", "--out", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("raysfl: error: lr-schedule my_sched:fn(1) returned -0.5; it must return the round's multiplier "
+                   "of --lr, a finite number >= 0")
+    # a run directory that brings its own schedule module: a resume does not import it
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({**raysfl.Config(rounds=2).to_dict(), "lr_schedule": "shipped:fn"}))
+    (run / "shipped.py").write_text("import pathlib\npathlib.Path('imported').write_text('yes')\n"
+                                    "def fn(rnd):\n    return 1.0\n")
+    monkeypatch.chdir(run)
+    sys.path.insert(0, str(run))
+    with pytest.raises(ConfigError, match=r"its lr-schedule shipped:fn would be imported from inside the run "
+                                          r"directory .*; a resume runs no code that came with the run"):
+        raysfl.resume_config(run, {"rounds": 3})
+    assert not (run / "imported").exists()
+
+
 # ----------------------------------------------------------------- runs
 def _cfg(out, **kw):
     base = dict(clients=4, rounds=2, local_steps=2, batch_size=16, out=str(out), progress=False,
