@@ -212,7 +212,7 @@ def test_init_from_starts_at_the_source_runs_final_model_and_is_recorded(source,
         recorded["init_from_checkpoint"]
 
 
-def test_init_from_a_run_of_another_model_is_refused_in_one_line_before_a_run_directory(source, tmp_path, capsys):
+def test_init_from_weights_that_do_not_fit_is_refused_in_one_line_before_a_run_directory(source, tmp_path, capsys):
     from raysfl.cli import main
 
     out = tmp_path / "runs"
@@ -222,4 +222,22 @@ def test_init_from_a_run_of_another_model_is_refused_in_one_line_before_a_run_di
     assert "\n" not in err and err.startswith(f"raysfl: error: init-from '{source.run_dir}' does not fit this "
                                               f"run's model: its final model")
     assert "it trained model 'cnn' on 'digits'; this run: model 'vit' on 'digits'" in err
+    # a checkpoint that is not the one its manifest records
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(source.run_dir, copy)
+    manifest = json.loads((copy / "checkpoints" / "manifest.json").read_text())
+    manifest["2"]["sha256"] = "0" * 64
+    (copy / "checkpoints" / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["run", "--init-from", str(copy), "--rounds", "1", "--out", str(out), "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip() == (f"raysfl: error: init-from '{copy}': round_0002.pt is not the file "
+                                               f"written as round 2's checkpoint (its sha256 differs from "
+                                               f"manifest.json's)")
+    # a run whose clients keep models of their own has no single final model to start from
+    psl = raysfl.run(_cfg(tmp_path / "psl", algo="psl", rounds=1))
+    assert main(["run", "--init-from", str(psl.run_dir), "--rounds", "1", "--out", str(out), "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip() == (f"raysfl: error: init-from '{psl.run_dir}': psl keeps no single "
+                                               f"global model (each client runs its own) to start from; give a "
+                                               f"run of an algorithm with one")
     assert not out.exists() or not any(out.iterdir())

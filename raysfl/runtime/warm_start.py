@@ -45,7 +45,7 @@ def load(cfg, ds) -> WarmStart:
     from raysfl.runtime.trained import global_weights
     from raysfl.state_shapes import describe, first_mismatch, shapes
 
-    src = Path(cfg.init_from)
+    src = Path(cfg.init_from).expanduser()
     where = f"init-from '{src}'"
     try:
         src_cfg = from_dict(saved_config(src))
