@@ -24,6 +24,7 @@ from raysfl.algorithms import get_algorithm
 from raysfl.config import Config
 from raysfl.errors import ConfigError
 from raysfl.resolve import from_dict, validate_run
+from raysfl.schedules import recorded_module
 
 # Settings a resumed run may change (plus the ``resources`` section); everything else must
 # match the original run. Fault handling is among them, so a run that gave up can go on: more
@@ -227,6 +228,10 @@ def resume_config(run_dir: str | Path, overrides: dict | None = None, trust_run_
     data = saved_config(run_dir)
     plugins = _recorded_plugins(Path(run_dir), data.get("plugins"), trust_run_config)
     plugins += _recorded_metrics(Path(run_dir), data, trust_run_config)
+    module = recorded_module(data.get("lr_schedule"))  # a function schedule's module, likewise
+    if module is not None:
+        _check_recorded_module(Path(run_dir), module, trust_run_config,
+                               f"cannot resume '{run_dir}': its config.json names an lr-schedule of module")
     overrides = dict(overrides or {})
     unused, kept = _destinations(data, overrides, trust_run_config)
     resources = overrides.pop("resources", {}) or {}

@@ -47,7 +47,7 @@ _LEGACY_FREE = {"rounds", "progress", "checkpoint_every", "eval_every", "resume"
 _ADDED = {"min_included", "keep_checkpoints", "keep_best", "mlflow", "mlflow_artifacts"}
 # Settings added after checkpoints were first written, with the value that means what their absence
 # meant: at that value they are left out of the fingerprint, so older checkpoints still resume.
-_LATER = {"deterministic": False, "eval_passes": 10}
+_LATER = {"deterministic": False, "eval_passes": 10, "lr_schedule": None, "init_from": None}
 _NAME = re.compile(r"round_(\d+)\.pt")
 MANIFEST = "manifest.json"
 

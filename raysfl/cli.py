@@ -539,7 +539,7 @@ def _main(argv: list[str] | None = None) -> int:
 
     given = list(sys.argv[1:] if argv is None else argv)
     plugins, argv = take_plugins(given)
-    if plugins or any(a.startswith("--metric") for a in given):
+    if plugins or any(a.startswith("--metric") or a.split("=", 1)[0] == "--lr-schedule" for a in given):
         sys.path.insert(0, os.getcwd())  # a module of yours beside you, as `python -m` finds it
     for module in plugins:
         load_plugin(module)

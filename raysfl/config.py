@@ -119,6 +119,8 @@ class Config:
     batch_size: int | None = None      # 32
     lr: float | None = None            # 0.05
     lr_decay: float | None = None      # 1.0; learning rate of round t = lr * lr_decay ** (t - 1)
+    lr_schedule: str | None = None     # a named schedule of the round's lr multiplier, or module:function (ours;
+                                       # raysfl.schedules); replaces lr_decay (which is exp:gamma=lr_decay)
     momentum: float | None = None      # 0.9
     weight_decay: float | None = None  # 0.0
     optimizer: str | None = None       # sgd | adamw (every optimizer of the run; raysfl/optim.py)
@@ -152,6 +154,7 @@ class Config:
     out: str = "runs"
     name: str | None = None
     resume: str | None = None
+    init_from: str | None = None  # a finished run directory: a new run starts from its final global model (ours)
     progress: bool = True
     # faults and their handling (docs/reliability.md)
     faults: str = ""                     # schedule: "kill:client:round=3,delay:client:p=0.3:seconds=2"
@@ -169,12 +172,16 @@ class Config:
 
     def lr_at(self, rnd: int) -> float:
         """Learning rate of round ``rnd`` (1-based) for the client side (and the server side
-        unless ``server_lr`` is set)."""
-        return self.lr * self.lr_decay ** (rnd - 1)
+        unless ``server_lr`` is set): ``lr`` times the schedule's multiplier (raysfl.schedules)."""
+        from raysfl.schedules import factor
+
+        return self.lr * factor(self.lr_schedule, self.lr_decay, rnd)
 
     def server_lr_at(self, rnd: int) -> float:
-        """Learning rate of round ``rnd`` for the server side."""
-        return (self.server_lr if self.server_lr is not None else self.lr) * self.lr_decay ** (rnd - 1)
+        """Learning rate of round ``rnd`` for the server side: the same schedule over ``server_lr``."""
+        from raysfl.schedules import factor
+
+        return (self.server_lr if self.server_lr is not None else self.lr) * factor(self.lr_schedule, self.lr_decay, rnd)
 
     @property
     def selected_per_round(self) -> int:

@@ -60,7 +60,11 @@ SETTINGS: dict[str, tuple[str, str]] = {
                          "raysfl.run(cfg, data=..., loss=...)"),
     "batch_size": ("training", "mini-batch size"),
     "lr": ("training", "learning rate of every optimizer (client and server side)"),
-    "lr_decay": ("training", "round t uses lr * lr_decay^(t-1) (1 = constant)"),
+    "lr_decay": ("training", "round t uses lr * lr_decay^(t-1) (1 = constant); the same as --lr-schedule exp:gamma=D"),
+    "lr_schedule": ("training", "the round's lr (and server lr) multiplier, ours (docs/schedules.md): constant, "
+                                "exp:gamma=G, step:every=E[:gamma=G], cosine[:floor=F][:rounds=T], warmup:rounds=W "
+                                "(each may add :warmup=W), or module:function, your function of the round "
+                                "returning the multiplier; instead of --lr-decay"),
     "momentum": ("training", "SGD momentum"),
     "weight_decay": ("training", "weight decay of every optimizer"),
     "optimizer": ("training", "optimizer of every client and server"),
@@ -95,6 +99,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "out": ("evaluation", "parent directory of run directories"),
     "name": ("evaluation", "run directory name under --out"),
     "resume": ("evaluation", "continue the run in RUN_DIR from its latest checkpoint"),
+    "init_from": ("evaluation", "start a new run (round 1, fresh optimisers) from the final global model of the "
+                                "finished run in RUN_DIR, whose model must have this run's shapes; ours"),
     "progress": ("evaluation", "print a progress line per round"),
     # faults and deadlines
     "faults": ("faults", "fault schedule, comma-separated ACTION:ROLE[:key=value...] items, e.g. "
@@ -148,7 +154,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
 # What a None default means, where it is not "unset".
 NONE_DEFAULTS = {
     "clients_per_round": "all", "local_steps": "from --local-epochs", "server_lr": "--lr",
-    "data_root": "none", "name": "ALGO-DATASET-MODEL-sSEED-TIME", "resume": "none", "round_deadline_s": "none",
+    "data_root": "none", "name": "ALGO-DATASET-MODEL-sSEED-TIME", "resume": "none", "init_from": "none",
+    "lr_schedule": "none: --lr-decay's", "round_deadline_s": "none",
     "step_deadline_s": "--round-deadline-s / 4, else none", "sim_deadline_s": "none", "clients_per_actor": "none",
     "client_cpus": "0.5, less where the cluster is smaller", "server_cpus": "1, less where the cluster is smaller",
     "fed_cpus": "0.5, less where the cluster is smaller", "client_memory_gb": "none", "server_memory_gb": "none",

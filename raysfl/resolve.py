@@ -57,8 +57,8 @@ def from_dict(data: dict, base: Config | None = None) -> Config:
     if "plugins" in data:  # the modules of an algorithm of your own, as a run's config.json records them
         load_recorded_plugins(data["plugins"], "this configuration")
     for key, value in data.items():
-        if key == "plugins":
-            continue
+        if key in ("plugins", "init_from_checkpoint"):  # config.json's records: the plugins are loaded above,
+            continue                                   # the warm start's checkpoint is what it was
         if not isinstance(key, str):
             raise ConfigError(f"setting names must be text, got {excerpt(key)}")
         k = key.replace("-", "_")
@@ -77,6 +77,8 @@ def from_dict(data: dict, base: Config | None = None) -> Config:
             from raysfl.faults import parse_faults
 
             cfg.faults = ",".join(f.text() for f in parse_faults(value))
+        elif k == "lr_schedule" and callable(value):  # your function (raysfl.schedules): recorded by its path
+            cfg.lr_schedule = value
         elif k in top:
             setattr(cfg, k, coerce(Config, k, value, ""))
         elif isinstance(value, dict) or k in ALGORITHMS:
@@ -223,6 +225,8 @@ def resolve_defaults(cfg: Config, algo_cls=None) -> Config:
     """Fill the settings left None: the algorithm's paper setting for the data set
     (``dataset_defaults``), then its general one (``config_defaults``), then raysfl's own (:data:`raysfl.config.RUN_DEFAULTS`). In place; returns ``cfg``."""
     algo_cls = algo_cls or get_algorithm(cfg.algo)
+    if cfg.lr_schedule is not None:  # before a paper's lr_decay: the schedule replaces it
+        _resolve_schedule(cfg)
     for defaults in (algo_cls.dataset_defaults.get(cfg.dataset, {}), algo_cls.config_defaults):
         for name, value in defaults.items():
             if getattr(cfg, name) is None:
@@ -231,6 +235,21 @@ def resolve_defaults(cfg: Config, algo_cls=None) -> Config:
         if getattr(cfg, name) is None:
             setattr(cfg, name, value)
     return cfg
+
+
+def _resolve_schedule(cfg: Config) -> None:
+    """``lr_schedule`` as the text the run records (raysfl.schedules.canonical: every key written,
+    a function as its module path). It replaces ``lr_decay``: one left unset is 1 (a paper's
+    decay does not apply); one set to anything but 1 is a second schedule, refused."""
+    from raysfl.schedules import canonical
+
+    decay = coerce(Config, "lr_decay", cfg.lr_decay, "")
+    if decay is not None and decay != 1:
+        given = excerpt(cfg.lr_schedule) if isinstance(cfg.lr_schedule, str) else "a function"
+        raise ConfigError(f"lr-decay {decay:g} and lr-schedule {given} both set the lr schedule; give one "
+                          f"(lr-decay D is lr-schedule exp:gamma=D)")
+    cfg.lr_decay = 1.0
+    cfg.lr_schedule = canonical(cfg.lr_schedule, coerce(Config, "rounds", cfg.rounds, ""))
 
 
 def _check_loss(cfg: Config, algo_cls, info) -> None:
@@ -260,6 +279,19 @@ def _check_loss(cfg: Config, algo_cls, info) -> None:
         _check(cfg.partition == "iid", f"partition {excerpt(cfg.partition)} splits by class label, and loss {excerpt(cfg.loss)} "
                                        f"trains on real-valued targets: use partition iid (quantity-skew still "
                                        f"applies)")
+
+
+def _check_init_from(run_dir: str) -> None:
+    """``--init-from RUN``: a run directory with a config and a checkpoint to take the weights
+    from (whether they fit this run's model is checked once the data are known:
+    raysfl.runtime.warm_start). A resume takes its weights from its own checkpoint instead."""
+    _check_text(run_dir, "init-from")
+    p = Path(run_dir).expanduser()
+    _check(p.is_dir(), f"init-from {excerpt(run_dir)} is not a directory; give the directory of a finished run")
+    _check((p / "config.json").is_file(), f"init-from {excerpt(run_dir)} is not a run directory (no config.json in it)")
+    _check(any((p / "checkpoints").glob("round_*.pt")),
+           f"init-from {excerpt(run_dir)} has no checkpoint to start from (checkpoints/round_*.pt; it ran with "
+           f"--checkpoint-every 0, or did not finish a round)")
 
 
 def validate(cfg: Config) -> Config:
@@ -301,6 +333,10 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
     _check(cfg.server_lr is None or cfg.server_lr > 0, f"server-lr must be > 0, got {cfg.server_lr}")
     _check(cfg.optimizer in OPTIMIZERS, f"unknown optimizer {excerpt(cfg.optimizer)}; allowed: {', '.join(OPTIMIZERS)}")
     _check(0 < cfg.lr_decay <= 1, f"lr-decay must be in (0, 1] (1 = constant), got {cfg.lr_decay}")
+    if cfg.lr_schedule is not None:  # a function's multiplier of every round, before anything starts
+        from raysfl.schedules import check as check_schedule
+
+        check_schedule(cfg.lr_schedule, cfg.rounds)
     _check(0 <= cfg.momentum < 1, f"momentum must be in [0, 1), got {cfg.momentum}")
     _check(cfg.weight_decay >= 0, f"weight-decay must be >= 0, got {cfg.weight_decay}")
     _check(0 <= cfg.seed < 2**32, f"seed must be an integer in [0, 2^32), got {cfg.seed}")
@@ -393,6 +429,8 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
         _writable_dir(cfg.resume, "run directory")
     else:
         _writable_dir(cfg.out, "out")
+        if cfg.init_from is not None:
+            _check_init_from(cfg.init_from)
     check_dataset_args(cfg.dataset, cfg.data_root, cfg.download)
     info = dataset_info(cfg.dataset)
     _check_loss(cfg, algo_cls, info)

@@ -79,10 +79,15 @@ def run_experiment(cfg, algo, callbacks=None) -> tuple[Path, list[dict], "object
     from raysfl import user_metrics
 
     metrics = user_metrics.of_config(cfg)  # imported, or given to raysfl.run: one line if not
+    warm = None
+    if cfg.init_from is not None and state is None:  # --init-from: the weights fit, before the run directory
+        from raysfl.runtime import warm_start
+
+        warm = warm_start.load(cfg, ds)
     if run_dir is None:
         run_dir = _new_run_dir(cfg)
     try:
-        return _run_in(cfg, algo, run_dir, state, ds, stages, callbacks, metrics)
+        return _run_in(cfg, algo, run_dir, state, ds, stages, callbacks, metrics, warm)
     except BaseException as e:
         try:
             e.raysfl_run_dir = run_dir
@@ -175,10 +180,11 @@ def split_clients(cfg, ds) -> list[np.ndarray]:
                      quantity_skew=cfg.quantity_skew or None, seed=cfg.seed)
 
 
-def prepare(cfg, algo, ds=None) -> Prepared:
+def prepare(cfg, algo, ds=None, model=None) -> Prepared:
     """Load (unless given) and partition the data, sample the device profiles, build the model
-    once (its shapes and FLOPs) and set the resolved algorithm's planner up (``planner.setup``),
-    as the run does; also used to rebuild a finished run's roles (``raysfl.api.load_run``)."""
+    once (its shapes and FLOPs; ``model``: the initial model already built, a warm start's) and
+    set the resolved algorithm's planner up (``planner.setup``), as the run does; also used to
+    rebuild a finished run's roles (``raysfl.api.load_run``)."""
     from raysfl.data import hold_out, label_histograms
     from raysfl.devices import sample_profiles
     from raysfl.models import build_model
@@ -188,7 +194,8 @@ def prepare(cfg, algo, ds=None) -> Prepared:
         ds = _load_data(cfg)
     parts, local_tests = hold_out(split_clients(cfg, ds), cfg.local_test_fraction, cfg.seed)  # --local-test-fraction
     profiles = sample_profiles(cfg.clients, cfg.devices, cfg.seed)
-    model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
+    if model is None:
+        model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
     # real-valued targets have no classes: one column, every sample (raysfl.objective)
     histograms = (label_histograms(ds.y_train, parts, ds.num_classes) if ds.targets == "classes"
                   else np.array([[len(p)] for p in parts], dtype=np.int64))
@@ -201,7 +208,8 @@ def prepare(cfg, algo, ds=None) -> Prepared:
     return Prepared(ds, parts, local_tests, model, ctx, algo.spec, algo.planner)
 
 
-def _run_in(cfg, algo, run_dir: Path, state: dict | None, ds, stages: "StartupClock", callbacks, metrics=None):
+def _run_in(cfg, algo, run_dir: Path, state: dict | None, ds, stages: "StartupClock", callbacks, metrics=None,
+            warm=None):
     from raysfl.callbacks import Callbacks
     from raysfl.faults import parse_faults
     from raysfl.runtime.rounds import Experiment, new_counters
@@ -212,10 +220,13 @@ def _run_in(cfg, algo, run_dir: Path, state: dict | None, ds, stages: "StartupCl
 
         callbacks.items.append(MLflowLogger(cfg.mlflow, artifact_location=cfg.mlflow_artifacts))
     plugin = plugin_of(algo.spec)
-    (run_dir / "config.json").write_text(json.dumps({**cfg.to_dict(), **({"plugins": [plugin]} if plugin else {})},
+    started = _warm_record(run_dir) if warm is None else warm.record  # --init-from's checkpoint, kept on resume
+    (run_dir / "config.json").write_text(json.dumps({**cfg.to_dict(), **({"plugins": [plugin]} if plugin else {}),
+                                                     **({"init_from_checkpoint": started} if started else {})},
                                                     indent=2) + "\n")
     _write_own_keys(run_dir, cfg.model)
     stages.run_dir = run_dir
+    model = warm.model if warm is not None else None
     launch = None
     if algo.runs_actors:
         # Ray and the actors' processes start on this thread while the data are partitioned and
@@ -223,7 +234,7 @@ def _run_in(cfg, algo, run_dir: Path, state: dict | None, ds, stages: "StartupCl
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(1, thread_name_prefix="raysfl-setup") as threads:
-            future = threads.submit(stages.timed, "setup", "setting up", lambda: prepare(cfg, algo, ds))
+            future = threads.submit(stages.timed, "setup", "setting up", lambda: prepare(cfg, algo, ds, model))
             try:
                 launch = launch_actors(cfg, algo.servers, run_dir.name, stages)
             finally:
@@ -236,7 +247,7 @@ def _run_in(cfg, algo, run_dir: Path, state: dict | None, ds, stages: "StartupCl
                         pool.destroy(launch.actors)
                     raise
     else:
-        p = stages.timed("setup", "setting up", lambda: prepare(cfg, algo, ds))
+        p = stages.timed("setup", "setting up", lambda: prepare(cfg, algo, ds, model))
     if metrics is not None:  # each called once on the initial model's outputs: a bad one stops here, in one line
         try:
             probe_metrics(metrics, p.model, p.ds, p.ctx.loss)
@@ -261,6 +272,8 @@ def _run_in(cfg, algo, run_dir: Path, state: dict | None, ds, stages: "StartupCl
     stages.say(f"{cfg.dataset} ({ds.num_train} training samples) split among {cfg.clients} clients "
                f"({cfg.partition}); model {cfg.model} ({p.model.num_blocks} blocks); {cfg.algo} set up "
                f"in {stages.seconds['setup']:.1f} s")
+    if warm is not None:
+        stages.say(f"initial model: the final model of {cfg.init_from} (its round {warm.record['round']} checkpoint)")
     if not p.planner.measures_clients:
         write_clients(run_dir, p.ctx, p.planner)
 
@@ -292,6 +305,14 @@ def _run_in(cfg, algo, run_dir: Path, state: dict | None, ds, stages: "StartupCl
             callbacks.end(run_dir, logger.rows, error)
     _warn_thin_rounds(cfg, logger.rows)
     return run_dir, logger.rows, p, exp.stopped
+
+
+def _warm_record(run_dir: Path) -> dict | None:
+    """The ``init_from_checkpoint`` a resumed run's config.json holds (None: none, or not readable)."""
+    try:
+        return json.loads((run_dir / "config.json").read_text()).get("init_from_checkpoint")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _write_own_keys(run_dir: Path, model_name: str) -> None:

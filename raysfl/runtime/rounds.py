@@ -147,7 +147,7 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
             _warn_thin(exp, rnd, res, set(aggregated), selected, events)
         if bad:  # stop before this round's state reaches a checkpoint; the previous one resumes
             raise Diverged(f"training diverged: the loss of client(s) {bad[:5]} became NaN/inf in round {rnd} "
-                           f"(lr {cfg.lr_at(rnd):g}); start a new run with a lower --lr (or --lr-decay); metrics of "
+                           f"(lr {cfg.lr_at(rnd):g}); start a new run with a lower --lr (or --lr-schedule); metrics of "
                            f"rounds 1..{rnd - 1} are in {exp.run_dir}", rnd)
         if exp.due(rnd, cfg.checkpoint_every):
             save_checkpoint(exp, fed, rnd)
