@@ -78,9 +78,11 @@ class RunResult:
             if self._prepared is None:
                 from raysfl.runtime.experiment import prepare
 
+                from raysfl.data import own_partition
+
                 cfg = copy.deepcopy(self.config)
-                with custom_objects(cfg, *self._inputs):
-                    self._prepared = prepare(*validate_run(cfg))
+                with custom_objects(cfg, *self._inputs), own_partition.stored(self.run_dir, cfg.partition):
+                    self._prepared = prepare(*validate_run(cfg), run_dir=self.run_dir)
             ctx, shared = self._prepared.ctx, self._prepared.planner.shared()
         agg = spec.aggregator(self.config, ctx, shared, {})
         agg.load_state(fed_state)
@@ -376,18 +378,20 @@ def load_run(run_dir: str | Path, *, model=None, data=None, loss=None) -> RunRes
 
 
 @contextmanager
-def custom_objects(cfg: Config, model=None, data=None, loss=None):
-    """Your own data, model and loss, if given, registered in this process for the block under
-    ``custom-<name>`` (cfg.dataset / cfg.model / cfg.loss are set to them; a ``custom-...`` name
-    already in the config, e.g. of a run being resumed, is kept), so validation and the driver
-    find them like built-in ones (:mod:`raysfl.data.custom`, :mod:`raysfl.models.custom`,
-    :mod:`raysfl.objective`). A built-in loss given by name (``loss="mse"``) is just set."""
+def custom_objects(cfg: Config, model=None, data=None, loss=None, partition=None):
+    """Your own data, model, loss and partition, if given, registered in this process for the
+    block under ``custom-<name>`` (cfg.dataset / cfg.model / cfg.loss / cfg.partition are set to
+    them; a ``custom-...`` name already in the config, e.g. of a run being resumed, is kept), so
+    validation and the driver find them like built-in ones (:mod:`raysfl.data.custom`,
+    :mod:`raysfl.models.custom`, :mod:`raysfl.objective`, :mod:`raysfl.data.own_partition`). A
+    built-in loss or partitioner given by name (``loss="mse"``) is just set."""
     from raysfl import objective
     from raysfl.data import custom as custom_data
-    from raysfl.data import dataset_info
+    from raysfl.data import dataset_info, own_partition
     from raysfl.models import custom as custom_model
 
     with ExitStack() as stack:
+        stack.enter_context(own_partition.given(cfg, partition))
         if loss is not None:
             own = objective.as_loss(loss)
             if objective.is_custom(own.name):
@@ -412,13 +416,16 @@ def custom_objects(cfg: Config, model=None, data=None, loss=None):
         yield cfg
 
 
-def run(cfg: Config, *, model=None, data=None, loss=None, callbacks=None) -> RunResult:
+def run(cfg: Config, *, model=None, data=None, loss=None, partition=None, callbacks=None) -> RunResult:
     """Run (or resume, if ``cfg.resume`` is set) one experiment and return its result.
 
     ``model``: your own model (a SplitModel, a list of blocks or an nn.Sequential) instead of
     ``cfg.model``; ``data``: your own data ((x, y), (x_train, y_train, x_test, y_test), a torch
-    Dataset or a (train, test) pair of them) instead of ``cfg.dataset``
-    (docs/custom-model-data.md). ``loss``: the training loss, for tasks other than single-label
+    Dataset or a (train, test) pair of them, a data set of dicts such as a Hugging Face
+    ``datasets.Dataset``) instead of ``cfg.dataset`` (docs/custom-model-data.md). ``partition``:
+    which client holds each training sample, an array of client ids (one per training sample) or
+    a function ``(targets, num_clients, seed) -> client ids``, instead of ``cfg.partition``
+    (:mod:`raysfl.data.own_partition`; kept in the run directory as ``partition.npy``). ``loss``: the training loss, for tasks other than single-label
     classification: ``"mse"`` (regression), ``"bce"`` (multi-label), a function ``(outputs,
     targets) -> mean loss`` or :class:`raysfl.Loss` (:mod:`raysfl.objective`); it decides how
     ``data``'s targets are read. ``callbacks``: functions of each round's metrics row, or
@@ -433,7 +440,7 @@ def run(cfg: Config, *, model=None, data=None, loss=None, callbacks=None) -> Run
     hooks = Callbacks(callbacks)  # a bad callback is refused before anything starts
     # SIGINT and SIGTERM raise interrupts.Interrupted (a KeyboardInterrupt) while the run goes on:
     # the finished rounds are checkpointed on the way out (docs/reliability.md, "Signals")
-    with custom_objects(cfg, model, data, loss), interrupts.handling():
+    with custom_objects(cfg, model, data, loss, partition), interrupts.handling():
         cfg, algo = validate_run(cfg)
         run_dir, rows, prepared, stopped = run_experiment(cfg, algo, hooks)
     return RunResult(run_dir, rows, config=cfg, stopped=stopped, _model=prepared.model, _prepared=prepared,
