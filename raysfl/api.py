@@ -76,9 +76,8 @@ class RunResult:
         ctx = shared = None
         if set_up:
             if self._prepared is None:
-                from raysfl.runtime.experiment import prepare
-
                 from raysfl.data import own_partition
+                from raysfl.runtime.experiment import prepare
 
                 cfg = copy.deepcopy(self.config)
                 with custom_objects(cfg, *self._inputs), own_partition.stored(self.run_dir, cfg.partition):
@@ -425,13 +424,13 @@ def run(cfg: Config, *, model=None, data=None, loss=None, partition=None, callba
     ``datasets.Dataset``) instead of ``cfg.dataset`` (docs/custom-model-data.md). ``partition``:
     which client holds each training sample, an array of client ids (one per training sample) or
     a function ``(targets, num_clients, seed) -> client ids``, instead of ``cfg.partition``
-    (:mod:`raysfl.data.own_partition`; kept in the run directory as ``partition.npy``). ``loss``: the training loss, for tasks other than single-label
-    classification: ``"mse"`` (regression), ``"bce"`` (multi-label), a function ``(outputs,
-    targets) -> mean loss`` or :class:`raysfl.Loss` (:mod:`raysfl.objective`); it decides how
-    ``data``'s targets are read. ``callbacks``: functions of each round's metrics row, or
-    :class:`raysfl.callbacks.Callback` objects; one returning True stops the run after that
-    round. The config is validated before anything starts; the run itself is
-    :func:`raysfl.runtime.experiment.run_experiment`.
+    (:mod:`raysfl.data.own_partition`; kept in the run directory as ``partition.npy``).
+    ``loss``: the training loss, for tasks other than single-label classification: ``"mse"``
+    (regression), ``"bce"`` (multi-label), a function ``(outputs, targets) -> mean loss`` or
+    :class:`raysfl.Loss` (:mod:`raysfl.objective`); it decides how ``data``'s targets are read.
+    ``callbacks``: functions of each round's metrics row, or :class:`raysfl.callbacks.Callback`
+    objects; one returning True stops the run after that round. The config is validated before
+    anything starts; the run itself is :func:`raysfl.runtime.experiment.run_experiment`.
     """
     from raysfl.callbacks import Callbacks
     from raysfl.runtime import interrupts

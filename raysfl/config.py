@@ -129,7 +129,8 @@ class Config:
     classes_per_client: int | None = None  # 2
     shards_per_client: int | None = None   # 2
     quantity_skew: float | None = None     # 0.0
-    target_bins: int = 10  # real-valued targets: quantile bins the dirichlet/pathological/shards partitions split by (ours)
+    target_bins: int = 10  # real-valued targets: the dirichlet/pathological/shards partitions split by this many
+                           # quantile bins of the target, as by classes (ours)
     cut: int | None = None             # 2
     local_test_fraction: float | None = None  # 0.0; each client's seeded local test split, held out of
                                               # training (BESplit Sec. 3.1); reported as the *_local metrics

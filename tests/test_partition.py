@@ -342,3 +342,14 @@ def test_a_partition_file_from_the_command_line_is_honoured_and_a_bad_one_refuse
     assert main([*argv[:-4], "--partition", "nowhere.npy", "--out", str(tmp_path / "runs")]) == 2
     assert "partition file 'nowhere.npy' does not exist" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_resume_cannot_swap_its_own_partition_for_a_named_one(tmp_path):
+    import raysfl
+    from raysfl.data import own_partition
+
+    cfg = raysfl.config_from_kwargs(partition="custom-by_label", resume=str(tmp_path))
+    with pytest.raises(ConfigError, match=r"cannot change the partition when resuming \(it was 'custom-by_label', "
+                                          r"asked 'dirichlet'\)"):
+        with own_partition.given(cfg, "dirichlet"):
+            pass

@@ -13,7 +13,7 @@
   ``datasets.Dataset``, a torch Dataset of dicts), a ``(train, test)`` pair of them or a
   mapping with ``"train"`` (and ``"test"``) such as a ``datasets.DatasetDict``: the ``"label"``
   column is the label and the one other column the samples (:mod:`raysfl.data.dicts`;
-  :func:`raysfl.data.from_dicts` names other columns);
+  :func:`raysfl.from_dicts` names other columns);
 
 Samples may have any shape (``(features,)`` rows for an MLP, ``(C, H, W)`` images, ...);
 labels are integers ``0 .. num_classes - 1``, or, for a loss of real-valued targets

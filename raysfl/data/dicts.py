@@ -50,12 +50,12 @@ def _pick(ds, features, label, what: str) -> tuple[list[str], str]:
     label = "label" if label is None else label
     if not isinstance(label, str) or label not in cols:
         raise ConfigError(f"{what} has no label column {excerpt(label)}; its columns: {', '.join(cols)} "
-                          f"(name it: raysfl.data.from_dicts(ds, label=...))")
+                          f"(name it: raysfl.from_dicts(ds, label=...))")
     if features is None:
         rest = [c for c in cols if c != label]
         if len(rest) != 1:
             raise ConfigError(f"{what} has columns {', '.join(cols)}: name the feature column(s), "
-                              f"raysfl.data.from_dicts(ds, features='...' or [...], label={label!r})")
+                              f"raysfl.from_dicts(ds, features='...' or [...], label={label!r})")
         features = rest
     feats = [features] if isinstance(features, str) else list(features) if isinstance(features, (list, tuple)) else None
     if not feats or not all(isinstance(f, str) for f in feats):
@@ -94,8 +94,8 @@ def _column(values, col: str, what: str, fix: str = "turn them into numbers firs
         raise ConfigError(f"column {col!r} of {what} holds values of different shapes ({shapes[0]}, {shapes[1]}, "
                           f"...); every sample must have the same shape") from None
     if out.size and not (np.issubdtype(out.dtype, np.number) or out.dtype == bool):
-        raise ConfigError(f"column {col!r} of {what} holds {out.dtype} values such as {excerpt(out.flat[0].item())}, not "
-                          f"numbers; {fix}")
+        raise ConfigError(f"column {col!r} of {what} holds {out.dtype} values such as "
+                          f"{excerpt(out.flat[0].item())}, not numbers; {fix}")
     return out
 
 

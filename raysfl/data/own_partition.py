@@ -173,17 +173,21 @@ def split(cfg, ds, run_dir=None) -> list[np.ndarray]:
 @contextmanager
 def given(cfg, partition):
     """``raysfl.run(cfg, partition=...)``: a named partitioner is set as ``cfg.partition``; an
-    array or function is registered for the block and ``cfg.partition`` names it (a
-    ``custom-...`` name already there, of a run being resumed, is kept)."""
+    array or function is registered for the block and ``cfg.partition`` names it (a run being
+    resumed keeps the ``custom-...`` name its config has, so the one given is compared with the
+    kept ids, :func:`split`)."""
     if partition is None:
         yield cfg
         return
     if isinstance(partition, str):
+        if cfg.resume and partition != cfg.partition:
+            raise ConfigError(f"cannot change the partition when resuming (it was {excerpt(cfg.partition)}, asked "
+                              f"{excerpt(partition)}); leave partition= out")
         cfg.partition = partition
         yield cfg
         return
     own = as_partition(partition)
-    if isinstance(cfg.partition, str) and cfg.partition.startswith(PREFIX):
+    if cfg.resume and is_own(cfg.partition):
         own.name = cfg.partition
     cfg.partition = own.name
     with registered(own):

@@ -171,7 +171,8 @@ def prepare(cfg, algo, ds=None, run_dir=None) -> Prepared:
 
     if ds is None:
         ds = _load_data(cfg)
-    parts, local_tests = hold_out(split_clients(cfg, ds, run_dir), cfg.local_test_fraction, cfg.seed)  # --local-test-fraction
+    parts, local_tests = hold_out(split_clients(cfg, ds, run_dir), cfg.local_test_fraction,
+                                  cfg.seed)  # --local-test-fraction
     profiles = sample_profiles(cfg.clients, cfg.devices, cfg.seed)
     model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
     # real-valued targets have no classes: one column, every sample (raysfl.objective)
