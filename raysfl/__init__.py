@@ -18,7 +18,7 @@ _LAZY = {
     "run": "raysfl.api", "RunResult": "raysfl.api", "config_from_kwargs": "raysfl.api",
     "resume_config": "raysfl.api", "load_run": "raysfl.api", "shutdown": "raysfl.api",
     "Callback": "raysfl.callbacks", "SplitModel": "raysfl.models", "split_sequential": "raysfl.models",
-    "custom_dataset": "raysfl.data", "Loss": "raysfl.objective",
+    "custom_dataset": "raysfl.data", "from_dicts": "raysfl.data", "Loss": "raysfl.objective",
     "Config": "raysfl.config", "DeviceConfig": "raysfl.config", "ResourceConfig": "raysfl.config",
     "ConfigError": "raysfl.errors", "RunFailed": "raysfl.errors",
 }

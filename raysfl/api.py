@@ -77,11 +77,12 @@ class RunResult:
         ctx = shared = None
         if set_up:
             if self._prepared is None:
+                from raysfl.data import own_partition
                 from raysfl.runtime.experiment import prepare
 
                 cfg = copy.deepcopy(self.config)
-                with custom_objects(cfg, *self._inputs):
-                    self._prepared = prepare(*validate_run(cfg))
+                with custom_objects(cfg, *self._inputs), own_partition.stored(self.run_dir, cfg.partition):
+                    self._prepared = prepare(*validate_run(cfg), run_dir=self.run_dir)
             ctx, shared = self._prepared.ctx, self._prepared.planner.shared()
         agg = spec.aggregator(self.config, ctx, shared, {})
         agg.load_state(fed_state)
@@ -403,18 +404,20 @@ def load_run(run_dir: str | Path, *, model=None, data=None, loss=None) -> RunRes
 
 
 @contextmanager
-def custom_objects(cfg: Config, model=None, data=None, loss=None):
-    """Your own data, model and loss, if given, registered in this process for the block under
-    ``custom-<name>`` (cfg.dataset / cfg.model / cfg.loss are set to them; a ``custom-...`` name
-    already in the config, e.g. of a run being resumed, is kept), so validation and the driver
-    find them like built-in ones (:mod:`raysfl.data.custom`, :mod:`raysfl.models.custom`,
-    :mod:`raysfl.objective`). A built-in loss given by name (``loss="mse"``) is just set."""
+def custom_objects(cfg: Config, model=None, data=None, loss=None, partition=None):
+    """Your own data, model, loss and partition, if given, registered in this process for the
+    block under ``custom-<name>`` (cfg.dataset / cfg.model / cfg.loss / cfg.partition are set to
+    them; a ``custom-...`` name already in the config, e.g. of a run being resumed, is kept), so
+    validation and the driver find them like built-in ones (:mod:`raysfl.data.custom`,
+    :mod:`raysfl.models.custom`, :mod:`raysfl.objective`, :mod:`raysfl.data.own_partition`). A
+    built-in loss or partitioner given by name (``loss="mse"``) is just set."""
     from raysfl import objective
     from raysfl.data import custom as custom_data
-    from raysfl.data import dataset_info
+    from raysfl.data import dataset_info, own_partition
     from raysfl.models import custom as custom_model
 
     with ExitStack() as stack:
+        stack.enter_context(own_partition.given(cfg, partition))
         if loss is not None:
             own = objective.as_loss(loss)
             if objective.is_custom(own.name):
@@ -439,23 +442,27 @@ def custom_objects(cfg: Config, model=None, data=None, loss=None):
         yield cfg
 
 
-def run(cfg: Config, *, model=None, data=None, loss=None, callbacks=None, metrics=None,
+def run(cfg: Config, *, model=None, data=None, loss=None, partition=None, callbacks=None, metrics=None,
         metrics_aggregation=None) -> RunResult:
     """Run (or resume, if ``cfg.resume`` is set) one experiment and return its result.
 
     ``model``: your own model (a SplitModel, a list of blocks or an nn.Sequential) instead of
     ``cfg.model``; ``data``: your own data ((x, y), (x_train, y_train, x_test, y_test), a torch
-    Dataset or a (train, test) pair of them) instead of ``cfg.dataset``
-    (docs/custom-model-data.md). ``loss``: the training loss, for tasks other than single-label
-    classification: ``"mse"`` (regression), ``"bce"`` (multi-label), a function ``(outputs,
-    targets) -> mean loss`` or :class:`raysfl.Loss` (:mod:`raysfl.objective`); it decides how
-    ``data``'s targets are read. ``callbacks``: functions of each round's metrics row, or
-    :class:`raysfl.callbacks.Callback` objects; one returning True stops the run after that
-    round. ``metrics``: metrics of your own, ``{name: fn(outputs, targets) -> number or dict}``
-    (or ``"module:function"``), run on every evaluated round's test pass and the clients' local
-    test splits as columns ``test_<name>`` and ``test_<name>_local``; ``metrics_aggregation``:
-    ``fn([(samples, value), ...]) -> value`` combining the passes of several models or clients
-    (default: by sample count; :mod:`raysfl.user_metrics`). The config is validated before
+    Dataset or a (train, test) pair of them, a data set of dicts such as a Hugging Face
+    ``datasets.Dataset``) instead of ``cfg.dataset`` (docs/custom-model-data.md). ``partition``:
+    which client holds each training sample, an array of client ids (one per training sample) or
+    a function ``(targets, num_clients, seed) -> client ids``, instead of ``cfg.partition``
+    (:mod:`raysfl.data.own_partition`; kept in the run directory as ``partition.npy``).
+    ``loss``: the training loss, for tasks other than single-label classification: ``"mse"``
+    (regression), ``"bce"`` (multi-label), a function ``(outputs, targets) -> mean loss`` or
+    :class:`raysfl.Loss` (:mod:`raysfl.objective`); it decides how ``data``'s targets are read.
+    ``callbacks``: functions of each round's metrics row, or :class:`raysfl.callbacks.Callback`
+    objects; one returning True stops the run after that round. ``metrics``: metrics of your own,
+    ``{name: fn(outputs, targets) -> number or dict}`` (or ``"module:function"``), run on every
+    evaluated round's test pass and the clients' local test splits as columns ``test_<name>`` and
+    ``test_<name>_local``; ``metrics_aggregation``: ``fn([(samples, value), ...]) -> value``
+    combining the passes of several models or clients (default: by sample count;
+    :mod:`raysfl.user_metrics`). The config is validated before
     anything starts; the run itself is :func:`raysfl.runtime.experiment.run_experiment`.
     """
     from raysfl import user_metrics
@@ -466,8 +473,8 @@ def run(cfg: Config, *, model=None, data=None, loss=None, callbacks=None, metric
     hooks = Callbacks(callbacks)  # a bad callback is refused before anything starts
     # SIGINT and SIGTERM raise interrupts.Interrupted (a KeyboardInterrupt) while the run goes on:
     # the finished rounds are checkpointed on the way out (docs/reliability.md, "Signals")
-    with custom_objects(cfg, model, data, loss), user_metrics.registered(cfg, metrics, metrics_aggregation), \
-            interrupts.handling():
+    with custom_objects(cfg, model, data, loss, partition), \
+            user_metrics.registered(cfg, metrics, metrics_aggregation), interrupts.handling():
         cfg, algo = validate_run(cfg)
         run_dir, rows, prepared, stopped = run_experiment(cfg, algo, hooks)
     return RunResult(run_dir, rows, config=cfg, stopped=stopped, _model=prepared.model, _prepared=prepared,

@@ -131,6 +131,8 @@ class Config:
     classes_per_client: int | None = None  # 2
     shards_per_client: int | None = None   # 2
     quantity_skew: float | None = None     # 0.0
+    target_bins: int = 10  # real-valued targets: the dirichlet/pathological/shards partitions split by this many
+                           # quantile bins of the target, as by classes (ours)
     cut: int | None = None             # 2
     local_test_fraction: float | None = None  # 0.0; each client's seeded local test split, held out of
                                               # training (BESplit Sec. 3.1); reported as the *_local metrics
@@ -206,7 +208,7 @@ NONE_MEANS = ("clients_per_round", "local_steps", "server_lr")
 # The settings that define the data and the federation: every run of a comparison shares them
 # (raysfl.compare), and a figure's caption states them (raysfl.plots).
 DATA_DEFINING = ("dataset", "model", "cut", "clients", "clients_per_round", "rounds", "partition", "alpha",
-                 "classes_per_client", "shards_per_client", "quantity_skew", "local_test_fraction", "validation", "local_epochs",
+                 "classes_per_client", "shards_per_client", "quantity_skew", "target_bins", "local_test_fraction", "validation", "local_epochs",
                  "local_steps", "batch_size", "epoch", "aggregation_weights")
 TRANSFER_DTYPES = ("float32", "float16", "bfloat16")
 EPOCH_RULES = ("pass", "stream")  # --epoch (runtime/planning.py)

@@ -30,11 +30,14 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "download": ("data", "download the torchvision data set into --data-root (or ./data)"),
     "clients": ("data", "number of clients"),
     "clients_per_round": ("data", "clients selected per round (FLEX-SFL: its participation rate rho = this / clients)"),
-    "partition": ("data", "how the training set is split among the clients"),
+    "partition": ("data", "how the training set is split among the clients: a partitioner, or a .npy file of one "
+                          "client id per training sample (ours; docs/custom-model-data.md)"),
     "alpha": ("data", "Dirichlet concentration of --partition dirichlet (> 0; smaller: fewer classes per client)"),
     "classes_per_client": ("data", "classes per client of --partition pathological"),
     "shards_per_client": ("data", "shards per client of --partition shards"),
     "quantity_skew": ("data", "power-law exponent of client sample counts (0 = off)"),
+    "target_bins": ("data", "real-valued targets (loss mse, bce): dirichlet, pathological and shards split by this "
+                            "many quantile bins of the target, as by classes (ours)"),
     "local_test_fraction": ("data", "share of each client's samples held out as its local test split "
                                     "(reported as test_accuracy_local; 0 = none)"),
     "validation": ("data", "share of the training split held out as a validation split (ours; stratified, the same "

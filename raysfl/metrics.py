@@ -108,6 +108,9 @@ APPLIES_WHEN = {
     "classes_per_client": lambda c: c.get("partition") == "pathological",
     "shards_per_client": lambda c: c.get("partition") == "shards",
     "local_epochs": lambda c: c.get("local_steps") is None,
+    # real-valued targets split by quantile bins (a custom loss of class ids is shown it too)
+    "target_bins": lambda c: c.get("loss") != "cross_entropy" and c.get("partition") in ("dirichlet", "pathological",
+                                                                                          "shards"),
 }
 
 

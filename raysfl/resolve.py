@@ -27,6 +27,7 @@ from raysfl.config import (AGGREGATION_WEIGHTS, CO_HOST, DIRECT_PAYLOADS, EPOCH_
 from raysfl.data import DATASETS, PARTITIONERS, check_dataset_args, dataset_info
 from raysfl.errors import ConfigError, excerpt
 from raysfl.data import custom as custom_data
+from raysfl.data import own_partition
 from raysfl.models import MODELS, model_info
 from raysfl.models import custom as custom_model
 
@@ -275,10 +276,6 @@ def _check_loss(cfg: Config, algo_cls, info) -> None:
            f"got loss {excerpt(cfg.loss)}")
     _check(targets in algo_cls.targets,
            f"{cfg.algo} needs class labels (it reads them itself); loss {excerpt(cfg.loss)} trains on real-valued targets")
-    if targets == "values":
-        _check(cfg.partition == "iid", f"partition {excerpt(cfg.partition)} splits by class label, and loss {excerpt(cfg.loss)} "
-                                       f"trains on real-valued targets: use partition iid (quantity-skew still "
-                                       f"applies)")
 
 
 def _check_init_from(run_dir: str) -> None:
@@ -319,8 +316,9 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
         _check(custom_model.lookup(cfg.model) is not None, str(custom_model.missing(cfg.model)))
     else:
         _check(cfg.model in MODELS, f"unknown model {excerpt(cfg.model)}; allowed: {', '.join(MODELS)}")
-    _check(cfg.partition in PARTITIONERS,
-           f"unknown partition {excerpt(cfg.partition)}; allowed: {', '.join(PARTITIONERS)}")
+    _check(cfg.partition in PARTITIONERS or own_partition.is_own(cfg.partition),
+           f"unknown partition {excerpt(cfg.partition)}; allowed: {', '.join(PARTITIONERS)}, a .npy file of client "
+           f"ids (one per training sample) or your own, raysfl.run(cfg, partition=...)")
     _check(1 <= cfg.rounds <= MAX_ROUNDS, f"rounds must be between 1 and {MAX_ROUNDS:,}, got {cfg.rounds}")
     _check_ints(cfg)
     _check(cfg.clients >= 1, f"clients must be >= 1, got {cfg.clients}")
@@ -437,11 +435,16 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
     _check(info.num_train >= cfg.clients,
            f"dataset {excerpt(cfg.dataset)} has {info.num_train} training samples but clients={cfg.clients}; "
            f"each client needs at least one sample")
-    if cfg.partition == "pathological":
-        _check(cfg.classes_per_client <= info.num_classes,
-               f"classes-per-client must be <= {info.num_classes} for {excerpt(cfg.dataset)}, got {cfg.classes_per_client}")
-        _check(cfg.clients * cfg.classes_per_client >= info.num_classes,
-               f"pathological partition needs clients x classes-per-client >= {info.num_classes} classes, "
+    _check(cfg.target_bins >= 2, f"target-bins must be >= 2, got {cfg.target_bins}")
+    if own_partition.is_own(cfg.partition):
+        own_partition.check(cfg, info.num_train)
+    if cfg.partition == "pathological":  # real-valued targets: their quantile bins are the classes (ours)
+        classes, what = ((info.num_classes, "classes") if info.targets == "classes" else
+                         (cfg.target_bins, "target bins (--target-bins)"))
+        _check(cfg.classes_per_client <= classes,
+               f"classes-per-client must be <= {classes} for {excerpt(cfg.dataset)}, got {cfg.classes_per_client}")
+        _check(cfg.clients * cfg.classes_per_client >= classes,
+               f"pathological partition needs clients x classes-per-client >= {classes} {what}, "
                f"got {cfg.clients} x {cfg.classes_per_client}")
     if cfg.partition == "shards":
         _check(cfg.clients * cfg.shards_per_client <= info.num_train,

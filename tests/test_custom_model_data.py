@@ -141,6 +141,8 @@ def test_split_sequential_groups_parameter_free_layers_with_the_layer_before():
     (mlp, lambda x, y: (x, y[:-1]), "600 samples but 599 labels"),
     (mlp, lambda x, y: [x], "data must be .* got list of 1"),
     (mlp, lambda x, y: (x, y, x[:, :3], y), r"test samples have shape \(3,\) but training samples \(12,\)"),
+    (mlp, lambda x, y: HFLike({"x": list(x), "target": list(y)}), r"data has no label column 'label'; its columns: "
+                                                                  r"x, target"),
 ])
 def test_bad_model_or_data_is_one_line_before_ray_starts(model, data, message, tmp_path, monkeypatch):
     import ray
@@ -166,6 +168,156 @@ def test_your_model_on_a_built_in_data_set_validates_its_cuts():
         assert validate(cfg).model == "custom-model"
     with pytest.raises(ConfigError, match="is your own model: pass it again"):
         validate(cfg)  # outside the run, the name means nothing
+
+
+class HFLike:
+    """What raysfl reads of a Hugging Face ``datasets.Dataset`` (not installed here): ``len``,
+    ``ds[i]`` a dict of the row's columns, ``ds["col"]`` a whole column, ``column_names`` and
+    ``features[label].num_classes`` (a ClassLabel)."""
+
+    def __init__(self, columns: dict, num_classes: int | None = None):
+        self._cols = columns
+        self.features = {"label": type("ClassLabel", (), {"num_classes": num_classes})()} if num_classes else {}
+        self.column_reads = 0
+
+    @property
+    def column_names(self) -> list[str]:
+        return list(self._cols)
+
+    def __len__(self) -> int:
+        return len(next(iter(self._cols.values())))
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            self.column_reads += 1
+            return self._cols[key]
+        return {c: v[key] for c, v in self._cols.items()}
+
+
+def test_a_hugging_face_style_dataset_trains_on_the_partition_given(quick):
+    """A data set of dicts (lists in one split, torch tensors in the other) learns, and the run's
+    clients hold exactly the samples an array of client ids gives them."""
+    x, y = blobs(800)
+    train = HFLike({"features": [r.tolist() for r in x[:600]], "label": y[:600].tolist()}, num_classes=3)
+    test = HFLike({"features": [torch.from_numpy(r) for r in x[600:]], "label": [torch.tensor(v) for v in y[600:]]})
+    ids = (y[:600] + np.arange(600) % 2) % 4  # 4 clients, each of two or three classes
+    cfg = quick(algo="splitfed_v2", clients=4, rounds=4, local_steps=5, lr=0.05, cut=1)
+    res = raysfl.run(cfg, model=mlp(), data=(train, test), partition=ids)
+    assert train.column_reads == 2  # read by column, once
+    acc = [r["test_accuracy"] for r in res.metrics]
+    assert acc[-1] >= 0.85, acc  # it learns (chance: 1/3)
+    ds = res._prepared.ds
+    assert np.array_equal(ds.x_train, x[:600]) and np.array_equal(ds.y_test, y[600:]) and ds.num_classes == 3
+    # every client trained on exactly the samples given: the run's parts, its clients.json, its kept copy
+    given = [np.flatnonzero(ids == c) for c in range(4)]
+    assert [p.tolist() for p in res._prepared.parts] == [g.tolist() for g in given]
+    import json
+
+    clients = json.loads((res.run_dir / "clients.json").read_text())
+    assert [c["label_histogram"] for c in clients] == [np.bincount(y[:600][g], minlength=3).tolist() for g in given]
+    assert np.array_equal(np.load(res.run_dir / "partition.npy"), ids)
+    assert json.loads((res.run_dir / "config.json").read_text())["partition"] == res.config.partition
+    assert res.config.partition.startswith("custom-")
+
+
+def test_a_partition_function_is_kept_in_the_run_and_resumed_with_it(quick):
+    x, y = blobs(300)
+    calls = []
+
+    def by_label(targets, num_clients, seed):
+        calls.append(seed)
+        return targets % num_clients
+
+    cfg = quick(algo="psl", clients=3, rounds=1, cut=1)
+    res = raysfl.run(cfg, model=mlp(), data=(x, y), partition=by_label)
+    assert calls == [0]  # once, with the run's seed
+    ds = custom_dataset(x, y)  # the split raysfl.run makes of (x, y)
+    ids = ds.y_train % 3
+    assert np.array_equal(np.load(res.run_dir / "partition.npy"), ids)
+    assert [p.tolist() for p in res._prepared.parts] == [np.flatnonzero(ids == c).tolist() for c in range(3)]
+    assert res.config.partition == "custom-by_label"
+    # a resume reads the kept copy: the function is not needed again
+    again = raysfl.run(raysfl.resume_config(res.run_dir, {"rounds": 2}), model=mlp(), data=(x, y))
+    assert len(again.metrics) == 2 and calls == [0]
+    assert [p.tolist() for p in again._prepared.parts] == [p.tolist() for p in res._prepared.parts]
+    # ... and refuses another partition in one line
+    with pytest.raises(ConfigError, match="cannot change the partition when resuming") as e:
+        raysfl.run(raysfl.resume_config(res.run_dir, {"rounds": 3}), model=mlp(), data=(x, y), partition=(ids + 1) % 3)
+    assert "\n" not in str(e.value)
+    # load_run rebuilds the clients (PSL's own models) from the kept copy too
+    assert sorted(raysfl.load_run(res.run_dir, model=mlp(), data=(x, y)).client_models()) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("partition,message", [
+    (lambda ids: ids[:-1], r"partition gives 479 client ids but the training set has 480 samples"),
+    (lambda ids: ids + 1, r"partition gives sample \d+ client id 4; allowed: 0..3 \(clients=4\)"),
+    (lambda ids: np.minimum(ids, 2), r"gives client 3 no samples; every client needs at least one: set clients=3"),
+    (lambda ids: lambda t, k, s: t[:10], r"partition gives 10 client ids but the training set has 480"),
+    (lambda ids: lambda t, k, s: 1 / 0, r"partition function 'lambda' failed: ZeroDivisionError: division by zero"),
+    (lambda ids: "nope", r"unknown partition 'nope'; allowed: iid, dirichlet, pathological, shards, a .npy file"),
+    (lambda ids: {"a": 1}, r"partition must be a named partitioner, an array of client ids"),
+])
+def test_a_bad_partition_is_one_line_before_ray_starts(partition, message, tmp_path, monkeypatch):
+    import ray
+
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("Ray started"))
+    x, y = blobs()
+    ids = np.arange(480) % 4
+    cfg = raysfl.config_from_kwargs(algo="splitfed_v2", clients=4, rounds=1, out=str(tmp_path / "runs"),
+                                    progress=False)
+    with pytest.raises(ConfigError, match=message) as e:
+        raysfl.run(cfg, model=mlp(), data=(x, y), partition=partition(ids))
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # no run directory
+
+
+def test_dict_values_become_arrays_and_bad_columns_are_one_line():
+    """PIL images (grey and RGB) become (C, H, W), tensors their values; a data set without column
+    access is read item by item; a missing column is named with the ones there are."""
+    from PIL import Image
+
+    from raysfl.data import from_dicts
+
+    class Items:  # a torch-style Dataset of dicts: no column access
+        def __init__(self, rows):
+            self.rows = rows
+
+        def __len__(self):
+            return len(self.rows)
+
+        def __getitem__(self, i):
+            return self.rows[i]
+
+    rng = np.random.default_rng(0)
+    grey = (rng.random((10, 5, 6)) * 255).astype(np.uint8)
+    rgb = (rng.random((10, 5, 6, 3)) * 255).astype(np.uint8)
+    labels = np.arange(10) % 2
+    rows = [{"img": Image.fromarray(grey[i]), "rgb": Image.fromarray(rgb[i]), "y": torch.tensor(labels[i]),
+             "n": [float(i), 2.0 * i]} for i in range(10)]
+    a = as_dataset(from_dicts(Items(rows), features="img", label="y"))
+    b = custom_dataset(grey[:, None], labels)
+    assert a.input_shape == (1, 5, 6) and np.array_equal(a.x_train, b.x_train) and np.array_equal(a.y_test, b.y_test)
+    c = as_dataset(from_dicts(Items(rows), features="rgb", label="y"))
+    assert np.array_equal(c.x_train, custom_dataset(rgb.transpose(0, 3, 1, 2), labels).x_train)
+    d = as_dataset(from_dicts(Items(rows), features=["n"], label="y"), targets="classes")
+    assert d.input_shape == (2,)
+    hf = HFLike({"x": [[0.0, 1.0]] * 4, "y": [0, 1, 0, 1], "z": [1, 2, 3, 4]})
+    for kw, message in (({"features": "img", "label": "y"}, "data has no feature column 'img'; its columns: x, y, z"),
+                        ({}, r"data has no label column 'label'; its columns: x, y, z \(name it"),
+                        ({"label": "y"}, r"data has columns x, y, z: name the feature column\(s\)"),
+                        ({"features": ["x", "y"], "label": "y"}, "column 'y' of data is the label")):
+        with pytest.raises(ConfigError, match=message) as e:
+            from_dicts(hf, **kw)
+        assert "\n" not in str(e.value)
+    text = HFLike({"text": ["a b", "c d"], "label": [0, 1]})
+    with pytest.raises(ConfigError, match=r"column 'text' of data holds <U3 values such as 'a b', not numbers"):
+        as_dataset(text)
+    words = HFLike({"x": [[0.0], [1.0]], "label": ["cat", "dog"]})
+    with pytest.raises(ConfigError, match=r"column 'label' of data holds <U3 .* map the classes to 0, 1, 2, ... "
+                                          r"\(a Hugging Face data set: ds.class_encode_column\('label'\)\)"):
+        as_dataset(words)
+    with pytest.raises(ConfigError, match="y must hold integer class labels, got <U3 values such as 'cat'"):
+        as_dataset((np.zeros((4, 2)), np.array(["cat", "dog"] * 2)))
 
 
 @pytest.mark.slow

@@ -220,3 +220,136 @@ def test_hold_out_gives_each_client_a_disjoint_seeded_local_test_split():
     assert all((a == b).all() for a, b in zip(same, parts)) and all(len(t) == 0 for t in none)
     with pytest.raises(ConfigError, match="local test fraction"):
         hold_out(parts, 1.0, seed=0)
+
+
+# ----------------------------------------------------------------------------- regression and your own partition
+
+def _regression(n: int = 1000, seed: int = 0):
+    """Real-valued targets of your own data (loss mse): y = a noisy sum of the features."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 4)).astype(np.float32)
+    return x, x.sum(axis=1) + 0.1 * rng.normal(size=n).astype(np.float32)
+
+
+def test_quantile_bins_are_near_equal_and_ties_share_a_bin():
+    from raysfl.data import quantile_bins
+
+    t = np.random.default_rng(0).normal(size=1000)
+    assert np.bincount(quantile_bins(t, 10)).tolist() == [100] * 10
+    assert np.all(np.diff(quantile_bins(np.sort(t), 10)) >= 0)  # bins follow the target's order
+    assert np.unique(quantile_bins(np.arange(100) % 2, 10)).size == 2  # 0/1 targets: two bins
+    assert np.array_equal(quantile_bins(np.stack([t, -t], 1), 4), quantile_bins(t, 4))  # (N, k): the first value
+    with pytest.raises(ConfigError, match="target_bins must be an integer >= 2, got 1"):
+        quantile_bins(t, 1)
+
+
+def test_regression_partitions_by_target_quantile_skew_each_clients_targets_and_are_seeded(tmp_path):
+    """--partition dirichlet / pathological on real-valued targets split by quantile bins (ours):
+    the clients' target means spread far wider than iid's, and the same seed gives the same split."""
+    import raysfl
+    from raysfl.api import custom_objects
+    from raysfl.data import custom
+    from raysfl.resolve import validate
+    from raysfl.runtime.experiment import split_clients
+
+    x, y = _regression(4000)
+    spread = {}
+    for method, kw in (("iid", {}), ("dirichlet", {"alpha": 0.1}), ("pathological", {"classes_per_client": 2})):
+        cfg = raysfl.config_from_kwargs(algo="splitfed_v2", clients=8, partition=method, out=str(tmp_path),
+                                        progress=False, **kw)
+        with custom_objects(cfg, data=(x, y), loss="mse"):
+            validate(cfg)  # refused on main: "partition dirichlet splits by class label ..."
+            ds = custom.lookup(cfg.dataset)
+            parts = split_clients(cfg, ds)
+            again = split_clients(cfg, ds)
+            cfg.seed = 1
+            other = split_clients(cfg, ds)
+        assert all(np.array_equal(a, b) for a, b in zip(parts, again))  # seeded
+        assert sorted(np.concatenate(parts).tolist()) == list(range(ds.num_train))  # every sample, once
+        if method != "iid":
+            assert not all(np.array_equal(a, b) for a, b in zip(parts, other))
+        t = ds.y_train[:, 0]
+        means = [float(t[p].mean()) for p in parts]
+        # how far each client's targets lie from the whole set's, over the set's deciles (total variation)
+        deciles = np.searchsorted(np.quantile(t, np.arange(1, 10) / 10), t, side="right")
+        tv = [0.5 * np.abs(np.bincount(deciles[p], minlength=10) / len(p) - 0.1).sum() for p in parts]
+        spread[method] = (float(np.std(means)) / float(t.std()), float(np.mean(tv)))
+    assert spread["iid"][0] < 0.15 and spread["iid"][1] < 0.15, spread
+    assert spread["dirichlet"][0] > 0.3, spread  # client target means far apart (in the targets' std)
+    for method in ("dirichlet", "pathological"):
+        assert spread[method][1] > 0.5, spread  # each client's targets: a few ranges of the whole
+
+
+def test_pathological_on_targets_counts_the_target_bins(tmp_path):
+    import raysfl
+    from raysfl.api import custom_objects
+    from raysfl.resolve import validate
+
+    x, y = _regression(200)
+    cfg = raysfl.config_from_kwargs(algo="splitfed_v2", clients=2, partition="pathological", classes_per_client=2,
+                                    target_bins=6, out=str(tmp_path), progress=False)
+    with custom_objects(cfg, data=(x, y), loss="mse"), pytest.raises(
+            ConfigError, match=r"needs clients x classes-per-client >= 6 target bins \(--target-bins\), got 2 x 2"):
+        validate(cfg)
+
+
+@pytest.mark.parametrize("ids,clients,message", [
+    (np.zeros(5, int), 1, r"partition gives 5 client ids but the training set has 6 samples"),
+    ([0, 1, 2, 0, 1, 7], 3, r"partition gives sample 5 client id 7; allowed: 0..2 \(clients=3\)"),
+    ([0, 1, -1, 0, 1, 1], 2, r"sample 2 client id -1; allowed: 0..1"),
+    ([0, 1, 0.5, 0, 1, 1], 2, r"integer client ids 0..1; sample 2 has 0.5"),
+    ([0, 1, 0, 0, 1, 1], 3, r"partition gives client 2 no samples; every client needs at least one: set clients=2"),
+    ([0, 2, 0, 0, 2, 2], 3, r"gives client 1 no samples; every client needs at least one: give each client"),
+    (np.zeros((6, 1), int), 1, r"must be a 1-D array of client ids, one per training sample; got shape \(6, 1\)"),
+    (["a"] * 6, 1, r"integer client ids 0..0; got dtype <U1"),
+])
+def test_client_parts_refuses_bad_ids_in_one_line(ids, clients, message):
+    from raysfl.data import client_parts
+
+    with pytest.raises(ConfigError, match=message) as e:
+        client_parts(ids, clients, 6)
+    assert "\n" not in str(e.value)
+
+
+def test_client_parts_gives_each_client_exactly_its_samples():
+    from raysfl.data import client_parts
+
+    ids = np.array([2, 0, 1, 2, 2, 0])
+    parts = client_parts(ids, 3, 6)
+    assert [p.tolist() for p in parts] == [[1, 5], [2], [0, 3, 4]]
+    assert all(p.dtype == np.int64 for p in parts)
+
+
+def test_a_partition_file_from_the_command_line_is_honoured_and_a_bad_one_refused(tmp_path, capsys):
+    """--partition PATH.npy: one client id per training sample of digits (1,437)."""
+    from raysfl.cli import build_parser, config_from_args, main
+    from raysfl.resolve import validate
+    from raysfl.runtime.experiment import split_clients
+
+    y = load_dataset("digits").y_train
+    ids = y % 3  # client c: the digits c, c+3, c+6, c+9
+    np.save(tmp_path / "split.npy", ids)
+    argv = ["run", "--algo", "fedavg", "--clients", "3", "--partition", str(tmp_path / "split.npy"),
+            "--out", str(tmp_path / "runs")]
+    cfg = validate(config_from_args(build_parser().parse_args(argv)))
+    parts = split_clients(cfg, load_dataset("digits"))
+    assert [p.tolist() for p in parts] == [np.flatnonzero(ids == c).tolist() for c in range(3)]
+    np.save(tmp_path / "short.npy", ids[:100])
+    bad = [*argv[:-4], "--partition", str(tmp_path / "short.npy"), "--out", str(tmp_path / "runs")]
+    assert main(bad) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "partition gives 100 client ids but the training set has 1,437 samples" in err
+    assert main([*argv[:-4], "--partition", "nowhere.npy", "--out", str(tmp_path / "runs")]) == 2
+    assert "partition file 'nowhere.npy' does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_resume_cannot_swap_its_own_partition_for_a_named_one(tmp_path):
+    import raysfl
+    from raysfl.data import own_partition
+
+    cfg = raysfl.config_from_kwargs(partition="custom-by_label", resume=str(tmp_path))
+    with pytest.raises(ConfigError, match=r"cannot change the partition when resuming \(it was 'custom-by_label', "
+                                          r"asked 'dirichlet'\)"):
+        with own_partition.given(cfg, "dirichlet"):
+            pass

@@ -6,8 +6,9 @@ Nothing here imports torch at import time (a batch becomes a tensor in
 from raysfl.data.arrays import DatasetArrays
 from raysfl.data.catalog import DATASETS, DatasetInfo, dataset_info
 from raysfl.data.custom import as_dataset, custom_dataset
+from raysfl.data.dicts import from_dicts
 from raysfl.data.datasets import check_dataset_args, load_dataset
-from raysfl.data.partition import PARTITIONERS, hold_out, label_histograms, partition
+from raysfl.data.partition import PARTITIONERS, client_parts, hold_out, label_histograms, partition, quantile_bins
 
 __all__ = [
     "DATASETS",
@@ -16,10 +17,13 @@ __all__ = [
     "PARTITIONERS",
     "as_dataset",
     "check_dataset_args",
+    "client_parts",
     "custom_dataset",
     "dataset_info",
+    "from_dicts",
     "hold_out",
     "label_histograms",
     "load_dataset",
     "partition",
+    "quantile_bins",
 ]

@@ -8,7 +8,12 @@
 * a ``torch.utils.data.Dataset`` of ``(x, y)`` pairs (split 80/20 likewise), or a pair of
   them ``(train, test)``;
 * a :class:`DatasetArrays` (e.g. from :func:`custom_dataset`, which also names the data set
-  and can normalise it).
+  and can normalise it);
+* a map-style data set of dicts (``len(ds)``, ``ds[i]`` a dict of columns: a Hugging Face
+  ``datasets.Dataset``, a torch Dataset of dicts), a ``(train, test)`` pair of them or a
+  mapping with ``"train"`` (and ``"test"``) such as a ``datasets.DatasetDict``: the ``"label"``
+  column is the label and the one other column the samples (:mod:`raysfl.data.dicts`;
+  :func:`raysfl.from_dicts` names other columns);
 
 Samples may have any shape (``(features,)`` rows for an MLP, ``(C, H, W)`` images, ...);
 labels are integers ``0 .. num_classes - 1``, or, for a loss of real-valued targets
@@ -28,11 +33,11 @@ from __future__ import annotations
 
 import math
 import re
-
 import numpy as np
 
+from raysfl.data import dicts
 from raysfl.data.arrays import DatasetArrays, stratified_test_indices
-from raysfl.errors import ConfigError
+from raysfl.errors import ConfigError, excerpt
 from raysfl.run_registry import RunRegistry
 
 PREFIX = "custom-"
@@ -62,6 +67,9 @@ def _labels(y, what: str) -> np.ndarray:
     y = np.asarray(y.numpy() if hasattr(y, "numpy") else y)
     if y.ndim != 1:
         raise ConfigError(f"{what} must be a 1-D array of integer class labels, got shape {y.shape}")
+    if y.size and not (np.issubdtype(y.dtype, np.number) or y.dtype == bool):
+        raise ConfigError(f"{what} must hold integer class labels, got {y.dtype} values such as {excerpt(y[0].item())}; "
+                          f"map them to 0, 1, 2, ... first")
     if y.size and np.issubdtype(y.dtype, np.floating):
         _finite(y.astype(np.float64), what, "labels")
     if y.size and not np.issubdtype(y.dtype, np.integer):
@@ -222,6 +230,9 @@ def as_dataset(data, name: str = "data", targets: str = "classes"):
         if not data.name.startswith(PREFIX):
             raise ConfigError(f"data set '{data.name}' is built in: use dataset='{data.name}' instead of data=")
         return data
+    own = dicts.named(data)  # a data set of dicts (Hugging Face), its columns named or not
+    if own is not None:
+        return own.arrays(name, targets)
     if _is_torch_dataset(data):
         return custom_dataset(*_from_torch(data, "data", targets), name=name, targets=targets)
     if isinstance(data, (tuple, list)):
@@ -231,7 +242,8 @@ def as_dataset(data, name: str = "data", targets: str = "classes"):
         if len(data) in (2, 4):
             return custom_dataset(*data, name=name, targets=targets)
     raise ConfigError(f"data must be (x, y), (x_train, y_train, x_test, y_test), a torch Dataset, a pair of "
-                      f"Datasets (train, test) or raysfl.data.custom_dataset(...); got {type(data).__name__}"
+                      f"Datasets (train, test), a data set of dicts (a Hugging Face datasets.Dataset) or "
+                      f"raysfl.data.custom_dataset(...); got {type(data).__name__}"
                       + (f" of {len(data)}" if isinstance(data, (tuple, list)) else ""))
 
 

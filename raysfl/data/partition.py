@@ -48,6 +48,15 @@ ratio is about ``K**a`` (a=1, 10 clients: ~10x). Composition with the label sche
   used; client sizes equal the targets up to rounding (a few samples) whenever the label
   scheme permits (always for dirichlet), otherwise as close as IPF gets (e.g. a huge
   pathological client holding two small classes just gets all of those two classes).
+
+Real-valued targets (regression, ours): :func:`quantile_bins` cuts the target into ``B``
+quantile bins (``--target-bins``, default 10) and the bin ids are the labels the schemes above
+split by, so ``dirichlet`` gives each client a skewed share of low, middle and high targets,
+``pathological`` a few target ranges each.
+
+A partition of your own (ours): :func:`client_parts` turns a client id per training sample
+into the same per-client index arrays, refusing ids that do not fit the run in one line
+(:mod:`raysfl.data.own_partition` says where the ids come from).
 """
 
 from __future__ import annotations
@@ -268,6 +277,66 @@ def partition(labels, num_clients: int, method: str = "iid", *, alpha: float = 0
             _deal(class_idx, _column_counts(_ipf(hist, sizes, counts), counts, rng), owner, rng)
 
     _fix_min(owner, k, min_samples, rng)
+    return _parts_from_owner(owner, k)
+
+
+def quantile_bins(targets, bins: int) -> np.ndarray:
+    """The quantile bin of each real-valued target (ours): ``int64`` ids ``0 .. bins-1``, bin
+    ``b`` holding the targets between the ``b/bins`` and ``(b+1)/bins`` quantiles, so the bins
+    are near-equal in size. Targets of shape ``(N, k)`` are binned by their first value. Tied
+    values share a bin (0/1 targets make two bins, however many are asked for), so a bin may
+    stay empty; the partitioners work on the ids that occur."""
+    t = np.asarray(targets, dtype=np.float64)
+    if t.ndim == 2:
+        t = t[:, 0]
+    if t.ndim != 1:
+        raise ConfigError(f"targets to bin must have shape (N,) or (N, k), got {t.shape}")
+    b = _check_int("target_bins", bins, 2)
+    if t.size and not np.all(np.isfinite(t)):
+        raise ConfigError("targets to bin must be finite numbers, got NaN or inf")
+    if not t.size:
+        return np.zeros(0, dtype=np.int64)
+    edges = np.quantile(t, np.arange(1, b) / b)
+    return np.searchsorted(edges, t, side="right").astype(np.int64)
+
+
+def client_parts(client_ids, num_clients: int, num_samples: int, where: str = "") -> list[np.ndarray]:
+    """Per-client sorted index arrays (as :func:`partition` returns) of a partition given as one
+    client id per training sample (``client_ids[i]`` is the client of sample ``i``). A wrong
+    length, an id outside ``0 .. num_clients-1``, a fractional id or a client left without
+    samples is refused in one line; ``where`` is added to the length's message (what the
+    training set is)."""
+    k = _check_int("clients", num_clients, 1)
+    ids = np.asarray(client_ids)
+    if ids.ndim != 1:
+        raise ConfigError(f"partition must be a 1-D array of client ids, one per training sample; "
+                          f"got shape {ids.shape}")
+    if ids.size and (ids.dtype == bool or not np.issubdtype(ids.dtype, np.number)):
+        raise ConfigError(f"partition must hold integer client ids 0..{k - 1}; got dtype {ids.dtype}")
+    if ids.size and not np.issubdtype(ids.dtype, np.integer):
+        with np.errstate(invalid="ignore"):
+            frac = ~(np.isfinite(ids) & (ids == np.round(ids)))
+        if frac.any():
+            i = int(frac.argmax())
+            raise ConfigError(f"partition must hold integer client ids 0..{k - 1}; sample {i} has {ids[i].item()}")
+    if len(ids) != num_samples:
+        raise ConfigError(f"partition gives {len(ids):,} client ids but the training set has {num_samples:,} "
+                          f"samples{where}; give one client id per training sample")
+    bad = (ids < 0) | (ids >= k)
+    if bad.any():
+        i = int(bad.argmax())
+        n_bad = int(bad.sum())
+        raise ConfigError(f"partition gives sample {i} client id {ids[i].item()}; allowed: 0..{k - 1} (clients={k})"
+                          + (f", {n_bad:,} ids out of range in all" if n_bad > 1 else ""))
+    owner = ids.astype(np.int64)
+    sizes = np.bincount(owner, minlength=k)
+    empty = np.flatnonzero(sizes == 0)
+    if len(empty):
+        top = int(owner.max()) + 1 if owner.size else 0
+        fix = (f"set clients={top}" if empty.min() >= top else "give each client at least one sample")
+        others = f" (and {len(empty) - 1} more of the {k} clients)" if len(empty) > 1 else ""
+        raise ConfigError(f"partition gives client {int(empty[0])} no samples{others}; every client needs at least "
+                          f"one: {fix}")
     return _parts_from_owner(owner, k)
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from raysfl.algorithms import plugin_of
 from raysfl.algorithms.roles import FederationContext
+from raysfl.data import own_partition
 from raysfl.errors import ConfigError, RunFailed, first_line
 from raysfl.metrics import RunLogger
 
@@ -79,6 +80,8 @@ def run_experiment(cfg, algo, callbacks=None) -> tuple[Path, list[dict], "object
     from raysfl import user_metrics
 
     metrics = user_metrics.of_config(cfg)  # imported, or given to raysfl.run: one line if not
+    if run_dir is None and own_partition.is_own(cfg.partition):  # a function's ids: checked before the run dir
+        split_clients(cfg, ds)
     warm = None
     if cfg.init_from is not None and state is None:  # --init-from: the weights fit, before the run directory
         from raysfl.runtime import warm_start
@@ -108,7 +111,7 @@ def check_fault_steps(cfg, ds, algo) -> None:
     faults = [f for f in parse_faults(cfg.faults) if f.step is not None]
     if not faults or cfg.local_steps is not None or algo.plans_own_steps:
         return
-    parts, _ = hold_out(split_clients(cfg, ds), cfg.local_test_fraction, cfg.seed)
+    parts, _ = hold_out(split_clients(cfg, ds, cfg.resume), cfg.local_test_fraction, cfg.seed)
     most = max(client_schedule(cfg, len(p), 0)[0] for p in parts)  # --epoch: a round from an epoch's start
     check_steps(faults, most, f"the most a client takes with --local-epochs {cfg.local_epochs:g}")
 
@@ -169,22 +172,27 @@ def _check_recorded(run_dir: Path, done: int) -> None:
                               f"without the {name.split('.')[0]} of rounds 1..{done}") from None
 
 
-def split_clients(cfg, ds) -> list[np.ndarray]:
-    """The clients' training indices (``--partition``, seeded). Real-valued targets have no
-    classes to split by: validation allows them ``iid`` only, which reads no label."""
-    from raysfl.data import partition
+def split_clients(cfg, ds, run_dir=None) -> list[np.ndarray]:
+    """The clients' training indices (``--partition``, seeded). Real-valued targets are split by
+    their quantile bins (``--target-bins``, ours; ``iid`` reads no label). A partition of yours
+    (:mod:`raysfl.data.own_partition`) is kept in ``run_dir`` (``partition.npy``), and read from
+    there when the run directory has it (a resume)."""
+    from raysfl.data import own_partition, partition, quantile_bins
 
-    labels = ds.y_train if ds.targets == "classes" else np.zeros(ds.num_train, dtype=np.int64)
+    if own_partition.is_own(cfg.partition):
+        return own_partition.split(cfg, ds, run_dir)
+    labels = ds.y_train if ds.targets == "classes" else quantile_bins(ds.y_train, cfg.target_bins)
     return partition(labels, cfg.clients, cfg.partition, alpha=cfg.alpha,
                      classes_per_client=cfg.classes_per_client, shards_per_client=cfg.shards_per_client,
                      quantity_skew=cfg.quantity_skew or None, seed=cfg.seed)
 
 
-def prepare(cfg, algo, ds=None, model=None) -> Prepared:
+def prepare(cfg, algo, ds=None, model=None, run_dir=None) -> Prepared:
     """Load (unless given) and partition the data, sample the device profiles, build the model
     once (its shapes and FLOPs; ``model``: the initial model already built, a warm start's) and
     set the resolved algorithm's planner up (``planner.setup``), as the run does; also used to
-    rebuild a finished run's roles (``raysfl.api.load_run``)."""
+    rebuild a finished run's roles (``raysfl.api.load_run``). ``run_dir``: the run's directory,
+    which keeps a partition of yours (:func:`split_clients`)."""
     from raysfl.data import hold_out, label_histograms
     from raysfl.devices import sample_profiles
     from raysfl.models import build_model
@@ -192,7 +200,8 @@ def prepare(cfg, algo, ds=None, model=None) -> Prepared:
 
     if ds is None:
         ds = _load_data(cfg)
-    parts, local_tests = hold_out(split_clients(cfg, ds), cfg.local_test_fraction, cfg.seed)  # --local-test-fraction
+    parts, local_tests = hold_out(split_clients(cfg, ds, run_dir), cfg.local_test_fraction,
+                                  cfg.seed)  # --local-test-fraction
     profiles = sample_profiles(cfg.clients, cfg.devices, cfg.seed)
     if model is None:
         model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
@@ -234,7 +243,8 @@ def _run_in(cfg, algo, run_dir: Path, state: dict | None, ds, stages: "StartupCl
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(1, thread_name_prefix="raysfl-setup") as threads:
-            future = threads.submit(stages.timed, "setup", "setting up", lambda: prepare(cfg, algo, ds, model))
+            future = threads.submit(stages.timed, "setup", "setting up",
+                                    lambda: prepare(cfg, algo, ds, model, run_dir))
             try:
                 launch = launch_actors(cfg, algo.servers, run_dir.name, stages)
             finally:
@@ -247,7 +257,7 @@ def _run_in(cfg, algo, run_dir: Path, state: dict | None, ds, stages: "StartupCl
                         pool.destroy(launch.actors)
                     raise
     else:
-        p = stages.timed("setup", "setting up", lambda: prepare(cfg, algo, ds, model))
+        p = stages.timed("setup", "setting up", lambda: prepare(cfg, algo, ds, model, run_dir))
     if metrics is not None:  # each called once on the initial model's outputs: a bad one stops here, in one line
         try:
             probe_metrics(metrics, p.model, p.ds, p.ctx.loss)
