@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from ray_processes import kill_ours
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,19 +56,6 @@ sys.exit(code)
 """
 
 
-def _ours(marker: str) -> list[int]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            if marker.encode() in (proc / "environ").read_bytes():
-                found.append(int(proc.name))
-        except OSError:
-            pass
-    return found
-
-
 @pytest.fixture(scope="module")
 def three_nodes():
     """{address, head, workers}: a 3-node cluster for the module (removed after it, by its own
@@ -88,11 +75,7 @@ def three_nodes():
             proc.wait(timeout=60)
         except Exception:  # noqa: BLE001 - whatever is left is killed below
             pass
-        for pid in _ours(marker):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        kill_ours(marker)
 
 
 @pytest.mark.slow  # a 3-node cluster and a 6-round run that loses a node (~2-3 minutes here)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from ray_processes import kill_ours, ours
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,44 +27,24 @@ def _command(out: Path) -> list[str]:
             "--local-steps", "150", "--batch-size", "16", "--num-cpus", "2", "--out", str(out), "--name", "run"]
 
 
-def _ours(marker: str) -> list[int]:
-    """Processes of the test's Ray: the marker (its RAY_TMPDIR) in their environment or open files."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            if marker.encode() in (proc / "environ").read_bytes() or any(
-                    os.readlink(fd).startswith(marker) for fd in (proc / "fd").iterdir()):
-                found.append(int(proc.name))
-        except OSError:
-            pass
-    return found
-
-
-def _kill_ours(marker: str) -> None:
-    """SIGKILL whatever is left of the test's Ray (never `ray stop`: others' Rays)."""
-    for pid in _ours(marker):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
-def _start(argv, env, ignore_sigint: bool):
+def _start(argv, env, ignore_sigint: bool, ready: str = "round    1/3", merged: bool = False):
+    """The command in a session of its own, its stderr (with ``merged``, stdout and stderr) read
+    on a thread: (process, lines so far, an event set at the first line starting ``ready``, the
+    thread)."""
     def child():
         if ignore_sigint:  # what a non-interactive shell does to a job started with &
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True,
                             preexec_fn=child, start_new_session=True)
     lines: list[str] = []
     seen = threading.Event()
 
     def read():
-        for line in proc.stderr:
+        for line in proc.stdout if merged else proc.stderr:
             lines.append(line.rstrip("\n"))
-            if line.startswith("round    1/3"):
+            if line.startswith(ready):
                 seen.set()
 
     reader = threading.Thread(target=read, daemon=True)
@@ -103,9 +84,9 @@ def test_signal_keeps_finished_rounds_and_resume_continues(tmp_path, sig, code, 
         rows = pq.read_table(pa.BufferReader((run / "metrics.parquet").read_bytes())).to_pylist()
         assert saved and saved[-1] >= 1 and saved[-1] == rows[-1]["round"], (saved, rows)  # no finished round lost
         deadline = time.time() + 30
-        while time.time() < deadline and _ours(marker):
+        while time.time() < deadline and ours(marker):
             time.sleep(0.5)
-        assert not _ours(marker), "processes of the run's Ray are left"
+        assert not ours(marker), "processes of the run's Ray are left"
         # the original command, repeated with --resume, goes on to the end
         again = subprocess.run(_command(out) + ["--resume", str(run), "--no-progress"], env=env, cwd=ROOT,
                                capture_output=True, text=True, timeout=300)
@@ -113,7 +94,7 @@ def test_signal_keeps_finished_rounds_and_resume_continues(tmp_path, sig, code, 
         rows = pq.read_table(run / "metrics.parquet").to_pylist()
         assert [r["round"] for r in rows] == [1, 2, 3]
     finally:
-        _kill_ours(marker)
+        killours(marker)
 
 
 def test_a_signal_while_a_round_is_recorded_waits_for_its_checkpoint(monkeypatch):
@@ -215,9 +196,9 @@ def test_sigterm_to_compare_keeps_finished_runs_and_the_same_command_continues(t
         assert (rest / "checkpoints" / "round_0001.pt").exists()
         stamps = {f: f.stat().st_mtime_ns for f in first.rglob("*")}
         deadline = time.time() + 30
-        while time.time() < deadline and _ours(marker):
+        while time.time() < deadline and ours(marker):
             time.sleep(0.5)
-        assert not _ours(marker), "processes of the comparison's Ray are left"
+        assert not ours(marker), "processes of the comparison's Ray are left"
         again = subprocess.run(_compare_command(out), env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert again.returncode == 0, again.stderr[-2000:]
         assert "seed 0: reused (finished before)" in again.stdout, again.stdout
@@ -227,7 +208,7 @@ def test_sigterm_to_compare_keeps_finished_runs_and_the_same_command_continues(t
         md = (out / "results.md").read_text()
         assert "Partial" not in md and "| splitfed_v2 | 2 |" in md
     finally:
-        _kill_ours(marker)
+        killours(marker)
 
 
 def _tune_command(out: Path) -> list[str]:
@@ -246,19 +227,7 @@ def test_ctrl_c_during_a_tuning_search_ends_it_in_one_line(tmp_path):
     env = {**os.environ, "RAY_TMPDIR": marker, "PYTHONPATH": str(ROOT)}
     env.pop("RAY_ADDRESS", None)
     try:
-        proc = subprocess.Popen(_tune_command(tmp_path), env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        lines: list[str] = []
-        searching = threading.Event()
-
-        def read():
-            for line in proc.stdout:
-                lines.append(line.rstrip("\n"))
-                if line.startswith("tune: "):
-                    searching.set()
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
+        proc, lines, searching, reader = _start(_tune_command(tmp_path), env, False, ready="tune: ", merged=True)
         assert searching.wait(300), "\n".join(lines[-20:])
         time.sleep(10)  # the trials are under way
         os.killpg(proc.pid, signal.SIGINT)
@@ -270,4 +239,4 @@ def test_ctrl_c_during_a_tuning_search_ends_it_in_one_line(tmp_path):
             f"raysfl: interrupted (SIGINT); the search's trials are not kept; continue with: raysfl {command}"], text
         assert "RuntimeError" not in text and "Traceback" not in text, text
     finally:
-        _kill_ours(marker)
+        killours(marker)
