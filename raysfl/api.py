@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,7 @@ from pathlib import Path
 from raysfl.algorithms import get_algorithm
 from raysfl.config import Config
 from raysfl.errors import ConfigError
-from raysfl.resolve import from_dict, validate_run
+from raysfl.resolve import from_dict, saved_config, validate_run
 from raysfl.schedules import recorded_module
 
 # Settings a resumed run may change (plus the ``resources`` section); everything else must
@@ -129,7 +128,7 @@ class RunResult:
         return own_keys.to_own(self._split_state_dict(round), self._keys())
 
     def _split_state_dict(self, round: int | None) -> dict:
-        from raysfl.runtime.trained import global_weights
+        from raysfl.trained import global_weights
 
         weights = global_weights(self.config, self._checkpoint(round), get_algorithm(self.config.algo))
         if weights is None:
@@ -186,29 +185,6 @@ def _tensors(weights: dict) -> dict:
 def _load(model, state: dict):
     model.load_state_dict(state, strict=True)
     return model.eval()
-
-
-def saved_config(run_dir: str | Path) -> dict:
-    """A run directory's ``config.json`` as settings for :func:`raysfl.resolve.from_dict`
-    (which reads its ``algo_params`` as the algorithm's own section)."""
-    path = Path(run_dir) / "config.json"
-    if not path.is_file():
-        raise ConfigError(f"'{run_dir}' is not a run directory (no config.json in it)")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"'{run_dir}': its config.json is unreadable ({e}); it is written when "
-                          f"the run starts, so this run directory was damaged") from None
-    if not isinstance(data, dict) or not isinstance(data.get("algo"), str):
-        raise ConfigError(f"'{run_dir}': its config.json is not a raysfl run configuration "
-                          f"(a mapping with 'algo')")
-    if not isinstance(data.get("algo_params") or {}, dict):
-        raise ConfigError(f"cannot resume '{run_dir}': 'algo_params' in its config.json is not a mapping")
-    data["algo_params"] = data.get("algo_params") or {}
-    # a run recorded before --epoch and --aggregation-weights existed ran under the earlier rules
-    data.setdefault("epoch", "stream")
-    data.setdefault("aggregation_weights", "processed")
-    return data
 
 
 def resume_config(run_dir: str | Path, overrides: dict | None = None, trust_run_config: bool = False) -> Config:
@@ -476,7 +452,12 @@ def run(cfg: Config, *, model=None, data=None, loss=None, partition=None, callba
     with custom_objects(cfg, model, data, loss, partition), \
             user_metrics.registered(cfg, metrics, metrics_aggregation), interrupts.handling():
         cfg, algo = validate_run(cfg)
-        run_dir, rows, prepared, stopped = run_experiment(cfg, algo, hooks)
+        warm = None
+        if cfg.init_from is not None and not cfg.resume:  # the weights fit, before any run directory
+            from raysfl import warm_start
+
+            warm = warm_start.load(cfg)
+        run_dir, rows, prepared, stopped = run_experiment(cfg, algo, hooks, warm)
     return RunResult(run_dir, rows, config=cfg, stopped=stopped, _model=prepared.model, _prepared=prepared,
                      _inputs=(model, data, loss))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import math
 import os
 import tempfile
@@ -281,7 +282,7 @@ def _check_loss(cfg: Config, algo_cls, info) -> None:
 def _check_init_from(run_dir: str) -> None:
     """``--init-from RUN``: a run directory with a config and a checkpoint to take the weights
     from (whether they fit this run's model is checked once the data are known:
-    raysfl.runtime.warm_start). A resume takes its weights from its own checkpoint instead."""
+    raysfl.warm_start). A resume takes its weights from its own checkpoint instead."""
     _check_text(run_dir, "init-from")
     p = Path(run_dir).expanduser()
     _check(p.is_dir(), f"init-from {excerpt(run_dir)} is not a directory; give the directory of a finished run")
@@ -477,3 +478,26 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
     if faults and exchange is None:
         raise ConfigError(f"faults need actors; algorithm {excerpt(cfg.algo)} runs in one process")
     return cfg, algo
+
+
+def saved_config(run_dir: str | Path) -> dict:
+    """A run directory's ``config.json`` as settings for :func:`raysfl.resolve.from_dict`
+    (which reads its ``algo_params`` as the algorithm's own section)."""
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"'{run_dir}' is not a run directory (no config.json in it)")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"'{run_dir}': its config.json is unreadable ({e}); it is written when "
+                          f"the run starts, so this run directory was damaged") from None
+    if not isinstance(data, dict) or not isinstance(data.get("algo"), str):
+        raise ConfigError(f"'{run_dir}': its config.json is not a raysfl run configuration "
+                          f"(a mapping with 'algo')")
+    if not isinstance(data.get("algo_params") or {}, dict):
+        raise ConfigError(f"cannot resume '{run_dir}': 'algo_params' in its config.json is not a mapping")
+    data["algo_params"] = data.get("algo_params") or {}
+    # a run recorded before --epoch and --aggregation-weights existed ran under the earlier rules
+    data.setdefault("epoch", "stream")
+    data.setdefault("aggregation_weights", "processed")
+    return data

@@ -36,11 +36,11 @@ Nothing here imports torch: validation runs before anything heavy is loaded.
 from __future__ import annotations
 
 import functools
-import importlib
 import math
 import sys
 from dataclasses import dataclass
 
+from raysfl import user_code
 from raysfl.errors import ConfigError, excerpt
 
 # name -> {key: (type, default; None: required)}
@@ -194,27 +194,13 @@ def resolve(module: str, qualname: str):
     from the Python path (``--lr-schedule`` on the command line puts the current directory on
     it, as ``--plugin`` does)."""
     where = f"lr-schedule {module}:{qualname}"
-    if module == "__main__":
-        mod = sys.modules.get("__main__")
-        if not callable(getattr(mod, qualname, None)):
-            raise ConfigError(f"{where} is a function of the script that started the run, which this process is "
-                              f"not; run that script (raysfl.run(raysfl.resume_config(run_dir)) to resume), or "
-                              f"give module:function of an importable module")
-    else:
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            raise ConfigError(f"{where}: cannot import it ({e}); give module:function importable from here (the "
-                              f"current directory is on the path with --lr-schedule), or a named schedule") from None
-        except Exception as e:  # noqa: BLE001 - the module's own error while importing
-            raise ConfigError(f"{where}: importing {module} raised {type(e).__name__}: {e}") from None
-    obj = mod
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-    if not callable(obj):
-        raise ConfigError(f"{where}: {module} has no function {qualname}; give module:function, a function of the "
-                          f"round returning a multiplier of --lr")
-    return obj
+    if module == "__main__" and not callable(getattr(sys.modules.get("__main__"), qualname, None)):
+        raise ConfigError(f"{where} is a function of the script that started the run, which this process is "
+                          f"not; run that script (raysfl.run(raysfl.resume_config(run_dir)) to resume), or "
+                          f"give module:function of an importable module")
+    return user_code.function(module, qualname, where, "give module:function importable from here (the current "
+                                                       "directory is on the path with --lr-schedule), a function of "
+                                                       "the round returning a multiplier of --lr, or a named schedule")
 
 
 def recorded_module(text) -> str | None:

@@ -280,7 +280,7 @@ class MLflowLogger(Callback):
         with tempfile.TemporaryDirectory() as tmp:
             torch.save(self._model, Path(tmp) / "model.pt")
             self.client.log_artifact(self.run_id, str(Path(tmp) / "model.pt"), artifact_path="state_dict")
-        from raysfl.runtime.trained import whole_model
+        from raysfl.trained import whole_model
 
         self._log_mlflow_model(whole_model(self._config, run_dir, self._model))
 

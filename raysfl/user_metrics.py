@@ -23,7 +23,6 @@ function handed to ``raysfl.run``, as a loss of yours is: pass it again to resum
 
 from __future__ import annotations
 
-import importlib
 import math
 import numbers
 import re
@@ -31,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from raysfl.errors import ConfigError, excerpt, first_line
+from raysfl import user_code
 from raysfl.run_registry import RunRegistry
 
 METRIC_ERROR = "metric_error"  # the evaluation's key of a metric that failed on the fed server (its message)
@@ -195,21 +195,11 @@ def parse_aggregation(text: str) -> str | None:
 
 def imported(path: str, what: str) -> Callable:
     """The function ``module:function`` names, imported here; ConfigError in one line if it is not there."""
-    from raysfl.algorithms import _import
-
     module, _, attr = path.partition(":")
     if not module or not attr or not all(p.isidentifier() for p in module.split(".") + attr.split(".")):
         raise ConfigError(f"{what} {excerpt(path)} is not module:function")
-    try:
-        obj = _import(module, lambda: importlib.import_module(module), what)
-    except ImportError as e:
-        raise ConfigError(f"{what} {excerpt(path)}: cannot import {module} ({e}); give a module importable from "
-                          f"here (the current directory is on the path)") from None
-    for part in attr.split("."):
-        obj = getattr(obj, part, None)
-    if not callable(obj):
-        raise ConfigError(f"{what} {excerpt(path)}: module {module} has no function {attr}")
-    return obj
+    return user_code.function(module, attr, f"{what} {excerpt(path)}",
+                              "give a module importable from here (the current directory is on the path)")
 
 
 def _given(name: str, what: str) -> Callable:

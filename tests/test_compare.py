@@ -137,6 +137,15 @@ def sigterm_raises():
     signal.signal(signal.SIGTERM, before)
 
 
+def _rows(path: Path) -> int:
+    """Rows of a metrics file another thread is replacing (0 until it is there): pyarrow opens a
+    path more than once, so a read that straddles an os.replace sees half of each and is retried."""
+    try:
+        return len(pq.read_table(path)) if path.exists() else 0
+    except OSError:  # pyarrow.ArrowInvalid is one
+        return 0
+
+
 def _fake_runs(monkeypatch, calls: list, interrupt: str | None = None, after: str | None = None):
     """``raysfl.api.run`` as a stand-in that writes what a run writes (config.json, a metrics row
     and a checkpoint file per round; a resume goes on from the rows there), stops after a round
@@ -170,7 +179,7 @@ def _fake_runs(monkeypatch, calls: list, interrupt: str | None = None, after: st
                 (d / "checkpoints" / f"round_{rnd:04d}.pt").write_bytes(b"")
                 if cfg.name == interrupt and rnd == 1:
                     done = Path(cfg.out) / str(after) / "metrics.parquet"
-                    while after and (not done.exists() or len(pq.read_table(done)) < cfg.rounds):
+                    while after and _rows(done) < cfg.rounds:
                         time.sleep(0.05)
                     os.kill(os.getpid(), signal.SIGTERM)
                     for _ in range(200):  # in the main thread the handler raises Interrupted here

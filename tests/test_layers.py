@@ -19,10 +19,12 @@ LAYERS = [
               "raysfl.objective",
               "raysfl.callbacks", "raysfl.metrics", "raysfl.trackers",
               "raysfl.paper_tables",  # what a paper's table is: data the algorithms' packages declare
-              "raysfl.run_key", "raysfl.state_shapes"]),
+              "raysfl.run_key", "raysfl.state_shapes",
+              "raysfl.user_code", "raysfl.user_metrics", "raysfl.schedules",
+              "raysfl.trained"]),  # a run's trained global model, from its checkpoint  # your code by name, your metrics, lr
     ("algorithms", ["raysfl.algorithms"]),
     ("runtime", ["raysfl.runtime"]),
-    ("configuration", ["raysfl.flags", "raysfl.resolve", "raysfl.api"]),
+    ("configuration", ["raysfl.flags", "raysfl.resolve", "raysfl.api", "raysfl.warm_start"]),
     ("comparisons", ["raysfl.compare", "raysfl.plots"]),
     ("tuning", ["raysfl.tuning"]),  # the search every row of a table gets, and `raysfl tune`
     ("tables", ["raysfl.reproduce"]),

@@ -1,5 +1,5 @@
 """Per-round settings (issue 46, item 3): ``--lr-schedule`` (raysfl.schedules) and
-``--init-from RUN`` (raysfl.runtime.warm_start)."""
+``--init-from RUN`` (raysfl.warm_start)."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ def test_runs_checkpointed_before_these_settings_still_resume():
     ({"lr_schedule": "cosine:flor=0.1"}, "'flor=0.1' is not a key of cosine; cosine takes rounds=, floor=, warmup="),
     ({"lr_schedule": "warmup:rounds=5", "rounds": 5}, "the warm-up (5 rounds) must be shorter than the run"),
     ({"lr_schedule": "cosine", "lr_decay": 0.9}, "lr-decay 0.9 and lr-schedule 'cosine' both set the lr schedule"),
-    ({"lr_schedule": "no_such_module_x:fn"}, "cannot import it"),
+    ({"lr_schedule": "no_such_module_x:fn"}, "cannot import no_such_module_x"),
     ({"lr_schedule": f"{__name__}:nothing_here"}, "has no function nothing_here"),
     ({"lr_schedule": f"{__name__}:negative_at_three"}, "negative_at_three(3) returned -1.0; it must return"),
     ({"lr_schedule": lambda r: 1.0}, "a lambda or a nested function"),

@@ -28,6 +28,7 @@ from raysfl.algorithms.gapsl.spec import GAPSL
 from raysfl.algorithms.spec import Algorithm, NoParams
 from raysfl.algorithms.super_sfl.spec import SuperSFL
 from raysfl.errors import ConfigError, excerpt
+from raysfl.user_code import guarded
 
 ALGORITHMS: dict[str, type[Algorithm]] = {}
 PLUGINS: list[str] = []  # modules loaded for their algorithms (``--plugin``, entry points), in order
@@ -90,23 +91,11 @@ def load_plugin(module: str) -> None:
         raise ConfigError(f"--plugin {excerpt(module)} is not a module name; give one importable from here "
                           f"(dotted identifiers), e.g. --plugin my_algo")
     try:
-        _import(module, lambda: importlib.import_module(module), "--plugin")
+        guarded(module, lambda: importlib.import_module(module), "--plugin")
     except ImportError as e:
         raise ConfigError(f"--plugin {module}: cannot import it ({e}); give a module name importable from "
                           f"here (the current directory is on the path), e.g. --plugin my_algo") from None
     PLUGINS.append(module)
-
-
-def _import(module: str, load, what: str):
-    """``load()`` (the import of a user's module); a ``sys.exit()`` run while importing it -- a
-    script's last line left at module level -- becomes a one-line ConfigError naming the module
-    (exit status 2), instead of ending raysfl with that status and nothing run."""
-    try:
-        return load()
-    except SystemExit as e:
-        raise ConfigError(f"{what} {module}: importing it called sys.exit({excerpt(e.code)}), which would end "
-                          f"raysfl with nothing run; a plugin module only defines and registers (put a script "
-                          f"part under `if __name__ == \"__main__\":`)") from None
 
 
 def load_entry_points() -> None:
@@ -115,7 +104,7 @@ def load_entry_points() -> None:
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.module not in PLUGINS:
-            _import(ep.module, ep.load, f"entry point {ep.name} ({ENTRY_POINT_GROUP}) of module")
+            guarded(ep.module, ep.load, f"entry point {ep.name} ({ENTRY_POINT_GROUP}) of module")
             PLUGINS.append(ep.module)
 
 

@@ -232,7 +232,8 @@ def as_dataset(data, name: str = "data", targets: str = "classes"):
         return data
     own = dicts.named(data)  # a data set of dicts (Hugging Face), its columns named or not
     if own is not None:
-        return own.arrays(name, targets)
+        arrays, settings = own.read(targets)
+        return custom_dataset(*arrays, name=own.name or name, targets=targets, **settings)
     if _is_torch_dataset(data):
         return custom_dataset(*_from_torch(data, "data", targets), name=name, targets=targets)
     if isinstance(data, (tuple, list)):

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from raysfl.data.arrays import DatasetArrays
 from raysfl.errors import ConfigError, excerpt
 
 
@@ -143,7 +142,7 @@ def _class_count(ds, label: str) -> int | None:
 @dataclass(frozen=True, eq=False)
 class DictData:
     """A data set of dicts with its columns named (:func:`from_dicts`); read into a
-    :class:`DatasetArrays` once the run's loss says how its labels are read."""
+    :class:`raysfl.data.arrays.DatasetArrays` once the run's loss says how its labels are read."""
 
     train: object
     test: object = None
@@ -155,17 +154,16 @@ class DictData:
     std: object = None
     scale: float = 1.0
 
-    def arrays(self, name: str = "data", targets: str = "classes") -> DatasetArrays:
+    def read(self, targets: str = "classes") -> tuple[tuple, dict]:
+        """The columns read into arrays, ``(x, y)`` or ``(x, y, x_test, y_test)``, and the
+        keywords :func:`raysfl.data.custom.custom_dataset` builds the data set with."""
         x, y = _read_dicts(self.train, list(self.features), self.label, "train dataset" if self.test is not None
                            else "data")
         rest = _read_dicts(self.test, list(self.features), self.label, "test dataset") if self.test is not None else ()
         classes = self.num_classes
         if classes is None and targets == "classes":
             classes = _class_count(self.train, self.label)
-        from raysfl.data.custom import custom_dataset
-
-        return custom_dataset(x, y, *rest, name=self.name or name, num_classes=classes, mean=self.mean, std=self.std,
-                              scale=self.scale, targets=targets)
+        return (x, y, *rest), {"num_classes": classes, "mean": self.mean, "std": self.std, "scale": self.scale}
 
 
 def from_dicts(train, test=None, *, features=None, label=None, name: str | None = None,

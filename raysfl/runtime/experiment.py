@@ -41,12 +41,13 @@ class Prepared:
     planner: object            # its planner, set up
 
 
-def run_experiment(cfg, algo, callbacks=None) -> tuple[Path, list[dict], "object", "object", bool]:
+def run_experiment(cfg, algo, callbacks=None, warm=None) -> tuple[Path, list[dict], "object", "object", bool]:
     """Run (or resume, if ``cfg.resume`` is set) the validated config ``cfg`` with its resolved
     algorithm ``algo`` (:func:`raysfl.resolve.validate_run`); return the run
     directory, its metrics rows, what :func:`prepare` made (the initial model, the algorithm
     and its planner) and whether a callback stopped the run early (``callbacks``:
-    :class:`raysfl.callbacks.Callbacks`).
+    :class:`raysfl.callbacks.Callbacks`). ``warm``: ``--init-from``'s starting model
+    (:class:`raysfl.warm_start.WarmStart`), checked before the call.
 
     Everything that can be checked without Ray is checked before the run directory is written:
     the Ray address, the checkpoint and metrics files of a resumed run, the data set. An error
@@ -82,11 +83,7 @@ def run_experiment(cfg, algo, callbacks=None) -> tuple[Path, list[dict], "object
     metrics = user_metrics.of_config(cfg)  # imported, or given to raysfl.run: one line if not
     if run_dir is None and own_partition.is_own(cfg.partition):  # a function's ids: checked before the run dir
         split_clients(cfg, ds)
-    warm = None
-    if cfg.init_from is not None and state is None:  # --init-from: the weights fit, before the run directory
-        from raysfl.runtime import warm_start
-
-        warm = warm_start.load(cfg, ds)
+    warm = warm if state is None else None  # a resume starts from its own checkpoint
     if run_dir is None:
         run_dir = _new_run_dir(cfg)
     try:
@@ -308,7 +305,7 @@ def _run_in(cfg, algo, run_dir: Path, state: dict | None, ds, stages: "StartupCl
         try:
             logger.close(stopped=exp.stopped)
             if error is None:
-                from raysfl.runtime.trained import global_state_dict
+                from raysfl.trained import global_state_dict
 
                 callbacks.model(lambda: global_state_dict(cfg, run_dir, algo.spec))
         finally:

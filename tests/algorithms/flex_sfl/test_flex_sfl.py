@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 
@@ -292,6 +293,22 @@ def test_fed_aggregate_trained_scope():
     assert 1 not in agg.state.cluster_models  # nobody in cluster 1 trained
 
 
+class _Evaluator:
+    """The fed server's evaluator as the aggregator sees it: called on a state, ``aside()``
+    around passes of models the run does not report (acc_mix's), and the passes it recorded."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.recorded = {"test": [], "local": []}  # the passes the run reports (none here: fn records nothing)
+
+    def __call__(self, state):
+        return self.fn(state)
+
+    @contextlib.contextmanager
+    def aside(self):
+        yield self
+
+
 def test_fed_evaluate_combines_cluster_and_edge_models():
     agg = _agg(_zeros())
     agg.state.cluster_models = {0: _st(0, 1.0), 1: {**_st(0, 2.0), **_st(1, 2.0)}}
@@ -302,7 +319,7 @@ def test_fed_evaluate_combines_cluster_and_edge_models():
         seen.append({k: float(v[0]) for k, v in state.items()})
         return state["blocks.0.w"][0] / 4, float(state["blocks.0.w"][0])
 
-    acc, loss, extras = agg.evaluate(evaluate_state)
+    acc, loss, extras = agg.evaluate(_Evaluator(evaluate_state))
     # the latest parts (acc_mix): cluster 0 = client block [0,1) + w_e on [1,4); cluster 1 = client [0,2) + w_e
     assert seen[0] == {"blocks.0.w": 1.0, "blocks.1.w": 5.0, "blocks.2.w": 5.0, "blocks.3.w": 5.0}
     assert seen[1] == {"blocks.0.w": 2.0, "blocks.1.w": 2.0, "blocks.2.w": 5.0, "blocks.3.w": 5.0}
@@ -320,9 +337,11 @@ def test_w_global_is_built_at_tau_g_and_evaluated_until_the_next():
     agg = _agg(_zeros(), tau_c=2, tau_e=1)  # tau_G = 2
     calls = []
 
-    def ev(state):
+    def evaluate_state(state):
         calls.append(state)
         return float(state["blocks.0.w"][0]), 0.0
+
+    ev = _Evaluator(evaluate_state)
 
     servers = [{**_st(1, 1.0), **_st(2, 1.0), **_st(3, 1.0)}, {**_st(2, 1.0), **_st(3, 1.0)}]
     agg.aggregate(1, servers, [ClientUpdate(0, _st(0, 4.0), 8)], {})

@@ -30,19 +30,20 @@ class WarmStart:
     record: dict    # config.json's init_from_checkpoint: {"round", "file", "sha256"}
 
 
-def load(cfg, ds) -> WarmStart:
-    """The initial model of ``cfg``'s run (its data set ``ds``) with the weights of the run in
-    ``cfg.init_from`` (ConfigError, one line, where they cannot be used)."""
+def load(cfg) -> WarmStart:
+    """The initial model of ``cfg``'s run with the weights of the run in ``cfg.init_from``
+    (ConfigError, one line, where they cannot be used)."""
     import numpy as np
     import torch
 
     from raysfl import checkpoint
     from raysfl.algorithms import get_algorithm
-    from raysfl.api import saved_config
+    from raysfl.data import dataset_info
+    from raysfl.resolve import saved_config
     from raysfl.models import build_model
     from raysfl.resolve import from_dict
     from raysfl.runtime.checkpoint_fit import checkpoint_path
-    from raysfl.runtime.trained import global_weights
+    from raysfl.trained import global_weights
     from raysfl.state_shapes import describe, first_mismatch, shapes
 
     src = Path(cfg.init_from).expanduser()
@@ -62,7 +63,8 @@ def load(cfg, ds) -> WarmStart:
     if weights is None:
         raise ConfigError(f"{where}: {src_cfg.algo} keeps no single global model (each client runs its own) to "
                           f"start from; give a run of an algorithm with one")
-    model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
+    info = dataset_info(cfg.dataset)
+    model = build_model(cfg.model, info.input_shape, info.num_classes, seed=cfg.seed)
     mine = shapes(model.state_dict())
     bad = first_mismatch(weights, mine, complete=True)
     extra = next((k for k in weights if k not in mine), None)
