@@ -210,7 +210,7 @@ def test_a_model_torch_export_cannot_trace_is_a_warning_and_the_rest_is_logged(t
     """A global model with Python control flow on tensor values cannot be exported (MLflow's pt2
     format): one warning line names the cause; its state_dict is logged and the run ends FINISHED."""
     mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed (pip install 'raysfl[mlflow]')")
-    from raysfl.runtime import trained
+    from raysfl import trained
     from raysfl.trackers import MLflowLogger
 
     class Branchy(torch.nn.Module):
