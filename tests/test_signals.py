@@ -94,7 +94,7 @@ def test_signal_keeps_finished_rounds_and_resume_continues(tmp_path, sig, code, 
         rows = pq.read_table(run / "metrics.parquet").to_pylist()
         assert [r["round"] for r in rows] == [1, 2, 3]
     finally:
-        killours(marker)
+        kill_ours(marker)
 
 
 def test_a_signal_while_a_round_is_recorded_waits_for_its_checkpoint(monkeypatch):
@@ -208,7 +208,7 @@ def test_sigterm_to_compare_keeps_finished_runs_and_the_same_command_continues(t
         md = (out / "results.md").read_text()
         assert "Partial" not in md and "| splitfed_v2 | 2 |" in md
     finally:
-        killours(marker)
+        kill_ours(marker)
 
 
 def _tune_command(out: Path) -> list[str]:
@@ -239,4 +239,4 @@ def test_ctrl_c_during_a_tuning_search_ends_it_in_one_line(tmp_path):
             f"raysfl: interrupted (SIGINT); the search's trials are not kept; continue with: raysfl {command}"], text
         assert "RuntimeError" not in text and "Traceback" not in text, text
     finally:
-        killours(marker)
+        kill_ours(marker)

@@ -483,7 +483,9 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
         stages.say(f"{num_actors + num_servers + 1} actors ready ({num_actors} client actors hosting {cfg.clients} "
                    f"clients, {num_servers} server{'s' * (num_servers != 1)} and 1 fed server{shared}) in "
                    f"{stages.seconds['actors']:.1f} s")
-        (exp.run_dir / "placement.json").write_text(json.dumps(fed.placement(), indent=1))
+        placed = fed.placement()
+        (exp.run_dir / "placement.json").write_text(json.dumps(placed, indent=1))
+        check_node_faults(cfg, placed)  # kill:node needs a worker node holding actors
         if planner.measures_clients:
             calibrate(exp, fed)
         stages.timed("warm_up", "warming up (every actor's first forward/backward)", fed.warm_up)
