@@ -42,6 +42,17 @@ def tcp_bytes(pid: int) -> int:
     return total
 
 
+def parse_counted(ap: argparse.ArgumentParser) -> argparse.Namespace:
+    """The arguments of a benchmark that counts the driver's bytes over rounds 2..R-1 (``--rounds``
+    R), checked: ``ss`` is there, and R leaves rounds to count."""
+    args = ap.parse_args()
+    if shutil.which("ss") is None:
+        ap.error("needs `ss` (iproute2) to read the driver's TCP byte counts")
+    if args.rounds < 4:
+        ap.error(f"--rounds must be >= 4 (rounds 2..R-1 are counted), got {args.rounds}")
+    return args
+
+
 def measure(algo: str, clients: int, direct: str, rounds: int) -> dict:
     import raysfl
 
@@ -67,11 +78,7 @@ def main() -> None:
     ap.add_argument("--algos", nargs="+", default=["splitfed_v2", "psl"])
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--out", default=str(ROOT / "docs/results/driver_bytes.md"))
-    args = ap.parse_args()
-    if shutil.which("ss") is None:
-        ap.error("needs `ss` (iproute2) to read the driver's TCP byte counts")
-    if args.rounds < 4:
-        ap.error(f"--rounds must be >= 4 (rounds 2..R-1 are counted), got {args.rounds}")
+    args = parse_counted(ap)
     rows = []
     for n in args.clients:
         for algo in args.algos:

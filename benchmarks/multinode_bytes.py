@@ -26,12 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 from pathlib import Path
 
 import sweep  # noqa: F401  (puts the checkout on sys.path)
-from driver_bytes import tcp_bytes
+from driver_bytes import parse_counted, tcp_bytes
 from sweep import ROOT, write_tables
 
 ALGOS = ["splitfed_v1", "splitfed_v2", "psl", "gapsl", "flex_sfl", "super_sfl", "fed_pairing", "besplit", "fedavg"]
@@ -70,11 +69,7 @@ def main() -> None:
     ap.add_argument("--algos", nargs="+", default=ALGOS)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", default=str(ROOT / "docs/results/multinode-bytes.md"))
-    args = ap.parse_args()
-    if shutil.which("ss") is None:
-        ap.error("needs `ss` (iproute2) to read the driver's TCP byte counts")
-    if args.rounds < 4:
-        ap.error(f"--rounds must be >= 4 (rounds 2..R-1 are counted), got {args.rounds}")
+    args = parse_counted(ap)
     import tempfile
 
     import ray
