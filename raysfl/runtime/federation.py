@@ -19,6 +19,7 @@ server or fed server back to the last checkpointed state (:meth:`Federation.reco
 
 from __future__ import annotations
 
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -449,9 +450,14 @@ class Federation:
         import ray
 
         if role == "node":
-            nodes = node_faults.worker_nodes(self.placement())
+            placed = self.placement()
+            nodes = node_faults.worker_nodes(placed)
             if nodes:  # none left (every worker node already gone): nothing to remove
-                node_faults.kill_node(nodes[index % len(nodes)])
+                node = nodes[index % len(nodes)]
+                node_faults.kill_node(node)
+                held = ", ".join(p["role"] for p in placed if p.get("node_id") == node)
+                print(f"raysfl: fault: removed node {node} with {held}; Ray restarts them on the nodes left",
+                      file=sys.stderr, flush=True)
             return
         actor = {"client": lambda: self.clients[index], "fed": lambda: self.fed,
                  "server": lambda: self.servers[0], "edge": lambda: self.servers[index]}[role]()
