@@ -26,7 +26,8 @@ GROUPS = {
 SETTINGS: dict[str, tuple[str, str]] = {
     # data and federation
     "dataset": ("data", "data set (digits and mnist5k are embedded; the others need --data-root or --download)"),
-    "data_root": ("data", "directory holding torchvision data sets"),
+    "data_root": ("data", "directory holding torchvision data sets; on a cluster, the same path on every node "
+                          "(each actor reads its data there)"),
     "download": ("data", "download the torchvision data set into --data-root (or ./data)"),
     "clients": ("data", "number of clients"),
     "clients_per_round": ("data", "clients selected per round (FLEX-SFL: its participation rate rho = this / clients)"),
@@ -140,7 +141,9 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "fed_memory_gb": ("resources", "Ray memory reservation of the fed server, GB"),
     "client_placement": ("resources", "placement-group strategy of the client actors (none: Ray's scheduling)"),
     "server_placement": ("resources", "placement-group strategy of the servers and the fed server"),
-    "placement_timeout_s": ("resources", "seconds to wait for the cluster (or its autoscaler) to hold every actor"),
+    "placement_timeout_s": ("resources", "seconds to wait for the cluster (or its autoscaler) to hold every actor; "
+                                         "mid-run, how long a lost client actor is waited for before its clients sit "
+                                         "rounds out (ours)"),
     "inline_object_kb": ("resources", "results up to this size travel inline through their owner, not the object "
                                       "store (applies to the local Ray raysfl starts; 100 is Ray's own value)"),
     "direct_payloads": ("resources", "smashed data and gradients go from actor to actor through the object "

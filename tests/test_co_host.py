@@ -21,7 +21,8 @@ def _placement(res) -> dict[str, str]:
 
 # flex_sfl: three edge servers stepping side by side, and a fed server that calls them inside
 # its aggregate (a deadlock if the roles shared one thread); psl: per-client models on the fed
-@pytest.mark.parametrize("algo,extra", [("flex_sfl", {"clients": 6, "rounds": 4}), ("psl", {})])
+@pytest.mark.parametrize("algo,extra", [("flex_sfl", {"clients": 6, "rounds": 4}),
+                                        pytest.param("psl", {}, marks=pytest.mark.slow)])  # ~35 s on CI
 def test_co_hosted_roles_compute_what_their_own_processes_do(quick, algo, extra):
     off = raysfl.run(quick(algo=algo, **extra, resources={"client_actors": 2, "co_host": "off"}))
     on = raysfl.run(quick(algo=algo, **extra, resources={"client_actors": 2, "co_host": "on"}))

@@ -48,7 +48,7 @@ def test_a_handed_off_payload_is_fetched_from_its_maker_and_outlives_it_as_a_ret
     assert got is not DEAD and float(got["smashed"].sum()) == 50_000.0
 
 
-@pytest.mark.parametrize("algo", ["splitfed_v2", "fed_pairing"])
+@pytest.mark.parametrize("algo", ["splitfed_v2", pytest.param("fed_pairing", marks=pytest.mark.slow)])  # ~35 s on CI
 def test_direct_payloads_change_the_path_not_the_results(quick, algo):
     off = raysfl.run(quick(algo=algo, resources={"client_actors": 2, "direct_payloads": "off"}))
     on = raysfl.run(quick(algo=algo, resources={"client_actors": 2, "direct_payloads": "on"}))

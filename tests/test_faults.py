@@ -103,7 +103,7 @@ def clean_v2(tmp_path_factory, ray_session):
 @pytest.mark.parametrize("role,fault", [
     ("client", "kill:client:round=3:step=2:index=1"),
     ("server", "kill:server:round=3:step=2"),
-    ("fed", "kill:fed:round=3:step=1"),
+    pytest.param("fed", "kill:fed:round=3:step=1", marks=pytest.mark.slow),  # ~35 s on CI
 ])
 def test_kill_mid_round_is_survived(quick, clean_v2, role, fault):
     res = raysfl.run(quick(algo="splitfed_v2", faults=fault, **BASE))

@@ -259,6 +259,7 @@ def test_mlflow_params_are_the_settings_that_apply_and_summaries_are_the_tasks_o
                              "sim_time_total_s": 3.0}
 
 
+@pytest.mark.slow  # ~25 s on CI: MLflow's file store
 def test_mlflow_directory_store_with_the_opt_in(quick, tmp_path, monkeypatch):
     mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed (pip install 'raysfl[mlflow]')")
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3: the directory store is opt-in

@@ -197,35 +197,81 @@ def _one_line(err: BaseException, limit: int = 300) -> str:
 
 
 def _load_torchvision(name: str, root: str, download: bool) -> DatasetArrays:
-    cls_name, num_classes, shape, mean, std = _TORCHVISION[name]
+    _, num_classes, shape, mean, std = _TORCHVISION[name]
+    x_train, y_train = torchvision_split(name, root, download, train=True)
+    x_test, y_test = torchvision_split(name, root, download, train=False)
+    return DatasetArrays(name, x_train, y_train, x_test, y_test, num_classes, shape, mean, std, 255.0)
+
+
+def is_file_backed(name) -> bool:
+    """Whether ``name`` is read from files under ``--data-root`` (the torchvision sets), not
+    embedded in the package or handed to the run."""
+    return isinstance(name, str) and name in _TORCHVISION
+
+
+def torchvision_split(name: str, root: str, download: bool, train: bool) -> tuple[np.ndarray, np.ndarray]:
+    """One split of a torchvision set as (NCHW uint8 images, int64 labels); one-line ConfigError
+    when its files are missing, incomplete or of the wrong shape."""
+    cls_name, _, shape, _, _ = _TORCHVISION[name]
     try:
         import torch
         import torchvision.datasets as tvd
     except ImportError as e:  # pragma: no cover - torchvision is a hard dependency
         raise ConfigError(f"dataset '{name}' needs torchvision, which failed to import: {_one_line(e)}") from None
-    cls = getattr(tvd, cls_name)
-    splits = []
-    for train in (True, False):
-        try:
-            ds = cls(root=root, train=train, download=download)
-        except (RuntimeError, OSError) as e:
-            if download:
-                raise ConfigError(
-                    f"could not download dataset {excerpt(name)} into {excerpt(root)}: {_one_line(e)}") from None
+    try:
+        ds = getattr(tvd, cls_name)(root=root, train=train, download=download)
+    except (RuntimeError, OSError) as e:
+        if download:
             raise ConfigError(
-                f"dataset {excerpt(name)} not found or incomplete under data root {excerpt(root)} "
-                f"({_one_line(e)}); pass --download to fetch it") from None
-        data = ds.data.numpy() if isinstance(ds.data, torch.Tensor) else np.asarray(ds.data)
-        if data.ndim == 3:  # (N, H, W) grey -> (N, 1, H, W)
-            x = data[:, None, :, :]
-        else:  # (N, H, W, C) -> (N, C, H, W)
-            x = data.transpose(0, 3, 1, 2)
-        x = np.ascontiguousarray(x, dtype=np.uint8)
-        targets = ds.targets.numpy() if isinstance(ds.targets, torch.Tensor) else np.asarray(ds.targets)
-        y = np.asarray(targets, dtype=np.int64).reshape(-1)
-        if x.shape[1:] != shape or len(x) != len(y):
-            raise ConfigError(f"dataset {excerpt(name)} under {excerpt(root)} has unexpected shape {x.shape} "
-                              f"with {len(y)} labels; expected (N, {', '.join(map(str, shape))})")
-        splits.append((x, y))
-    (x_train, y_train), (x_test, y_test) = splits
-    return DatasetArrays(name, x_train, y_train, x_test, y_test, num_classes, shape, mean, std, 255.0)
+                f"could not download dataset {excerpt(name)} into {excerpt(root)}: {_one_line(e)}") from None
+        raise ConfigError(
+            f"dataset {excerpt(name)} not found or incomplete under data root {excerpt(root)} "
+            f"({_one_line(e)}); pass --download to fetch it") from None
+    data = ds.data.numpy() if isinstance(ds.data, torch.Tensor) else np.asarray(ds.data)
+    if data.ndim == 3:  # (N, H, W) grey -> (N, 1, H, W)
+        x = data[:, None, :, :]
+    else:  # (N, H, W, C) -> (N, C, H, W)
+        x = data.transpose(0, 3, 1, 2)
+    x = np.ascontiguousarray(x, dtype=np.uint8)
+    targets = ds.targets.numpy() if isinstance(ds.targets, torch.Tensor) else np.asarray(ds.targets)
+    y = np.asarray(targets, dtype=np.int64).reshape(-1)
+    if x.shape[1:] != shape or len(x) != len(y):
+        raise ConfigError(f"dataset {excerpt(name)} under {excerpt(root)} has unexpected shape {x.shape} "
+                          f"with {len(y)} labels; expected (N, {', '.join(map(str, shape))})")
+    return x, y
+
+
+def torchvision_train_labels(name: str, root: str) -> np.ndarray:
+    """The training labels of a torchvision set, read without its images where the files allow:
+    MNIST and Fashion-MNIST keep them in a file of their own; CIFAR's batches hold both, and each
+    batch's pixels are dropped as soon as its labels are read (one batch at a time)."""
+    import pickle
+
+    cls_name = _TORCHVISION[name][0]
+    import torchvision.datasets as tvd
+
+    cls = getattr(tvd, cls_name)
+    if name in ("mnist", "fashion_mnist"):
+        from torchvision.datasets.mnist import read_label_file
+
+        files = [os.path.join(root, cls_name, "raw", "train-labels-idx1-ubyte")]
+    else:
+        files = [os.path.join(root, cls.base_folder, f) for f, _ in cls.train_list]
+    missing = [f for f in files if not os.path.isfile(f)]
+    if missing:
+        raise ConfigError(f"dataset {excerpt(name)} not found or incomplete under data root {excerpt(root)} "
+                          f"({excerpt(missing[0])} is missing); pass --download to fetch it")
+    try:
+        if name in ("mnist", "fashion_mnist"):
+            return np.asarray(read_label_file(files[0]).numpy(), dtype=np.int64).reshape(-1)
+        labels: list = []
+        for f in files:
+            with open(f, "rb") as fh:
+                entry = pickle.load(fh, encoding="latin1")
+            labels.extend(entry["labels"] if "labels" in entry else entry["fine_labels"])
+            del entry
+        return np.asarray(labels, dtype=np.int64)
+    except Exception as e:  # noqa: BLE001 - whatever the reader raised, in one line
+        raise ConfigError(f"dataset {excerpt(name)} under data root {excerpt(root)}: its training labels cannot "
+                          f"be read ({type(e).__name__}: {_one_line(e, 160)}); replace its files (or pass --download "
+                          f"to fetch them again)") from None

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from raysfl.algorithms.roles import ClientRound, Reply
+from raysfl.data.landing import on_this_node
 from raysfl.optim import build_optimizer
 from raysfl.runtime.actor_base import RunActor
 from raysfl.runtime.placement import configure_torch
@@ -72,6 +73,7 @@ class ClientActor(RunActor):
         from raysfl.models import initial_model
 
         configure_torch(cfg, cfg.resources.client_cpus)
+        dataset = on_this_node(dataset)  # a file-backed set on a cluster: read here (raysfl.data.landing)
         self.run_name, self.cfg, self.ds, self.parts = run_name, cfg, dataset, parts
         self.model = initial_model(model, cfg, dataset.input_shape, dataset.num_classes)  # the run's model object
         self.flops = ctx.block_flops  # measured once by the driver (FLOP counting is slow to start)

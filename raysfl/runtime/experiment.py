@@ -76,7 +76,7 @@ def run_experiment(cfg, algo, callbacks=None, warm=None) -> tuple[Path, list[dic
     else:
         run_dir, state = None, None
     stages = StartupClock(None, cfg.progress)  # the run directory is known once the data loads
-    ds = _load_data(cfg)
+    ds = _load_data(cfg, on_nodes=algo.runs_actors)
     check_fault_steps(cfg, ds, algo)
     from raysfl import user_metrics
 
@@ -133,14 +133,20 @@ def check_node_faults(cfg, placement: list[dict]) -> None:
                               f"run's actors (index 0..{len(nodes) - 1})")
 
 
-def _load_data(cfg):
+def _load_data(cfg, on_nodes: bool = False):
     """The data set (with ``--validation``: its training split's held-out share in place of the
     test split), or a one-line ConfigError when its files cannot be read (a truncated download,
-    random bytes under --data-root)."""
+    random bytes under --data-root). ``on_nodes``: a run of actors, whose file-backed set is read
+    on each actor's node when it joins a cluster; the driver then reads only the training labels
+    and the test split (:mod:`raysfl.data.landing`)."""
     from raysfl.data import load_dataset
+    from raysfl.data import landing
     from raysfl.data.arrays import with_validation
+    from raysfl.data.datasets import is_file_backed
 
     try:
+        if on_nodes and is_file_backed(cfg.dataset) and not cfg.download and landing.joins_a_cluster():
+            return landing.labels_only(cfg.dataset, cfg.data_root, cfg.validation)
         return with_validation(load_dataset(cfg.dataset, cfg.data_root, cfg.download), cfg.validation)
     except ConfigError:
         raise
@@ -389,7 +395,11 @@ def probe_metrics(metrics, model, ds, loss, rows: int = 64) -> None:
 
     from raysfl.evaluation import evaluate_predictions
 
+    from raysfl.data.landing import NotOnTheDriver
+
     x, y = ds.x_test[:rows], np.asarray(ds.y_test)[:rows]
+    if isinstance(x, NotOnTheDriver):  # a validation split of images read on the nodes: the columns
+        x = np.zeros(x.shape, dtype=np.uint8)  # depend on what the metrics return, not on the pixels
     outputs: list = []
     evaluate_predictions(model, x, y, ds.to_tensor, loss=loss, outputs=outputs)
     metrics.probe(torch.cat(outputs), torch.from_numpy(np.array(y)))

@@ -19,6 +19,7 @@ import torch
 from raysfl.errors import ConfigError
 from raysfl.evaluation import evaluate_by_class, evaluate_predictions, mix_weighted_accuracy, test_shares
 from raysfl.algorithms.roles.aggregator import block_of
+from raysfl.data.landing import on_this_node
 from raysfl.objective import objective_of
 from raysfl.runtime.actor_base import RunActor
 from raysfl.runtime.placement import configure_torch
@@ -53,6 +54,7 @@ class FedActor(RunActor):
         from raysfl.models import initial_model
 
         configure_torch(cfg, cfg.resources.fed_cpus)
+        dataset = on_this_node(dataset)  # a file-backed set on a cluster: read here (raysfl.data.landing)
         self.run_name, self.cfg, self.ds = run_name, cfg, dataset
         self.views = views or ClientViews([], None)
         self.model = initial_model(model, cfg, dataset.input_shape, dataset.num_classes).to(self.device)  # the run's model object

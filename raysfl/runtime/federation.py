@@ -28,7 +28,8 @@ import numpy as np
 
 from raysfl.algorithms.roles import Wiring
 from raysfl.algorithms.roles.aggregator import FAILURES
-from raysfl.errors import RunFailed
+from raysfl.data import landing
+from raysfl.errors import ConfigError, RunFailed
 from raysfl.models.blob import ModelBlob
 from raysfl.runtime.client_actor import ClientActor
 from raysfl.runtime import node_faults, pool
@@ -36,7 +37,7 @@ from raysfl.runtime.fed_actor import ClientViews, FedActor
 from raysfl.runtime.placement import actor_options, host_resources, reserve, role_resources
 from raysfl.runtime.pool import ActorSet
 from raysfl.runtime.planning import ClientPlan
-from raysfl.runtime.refs import DEAD, LATE, fetch, is_death, ping_all, ping_until_alive
+from raysfl.runtime.refs import DEAD, LATE, alive_within, fetch, is_death, ping_all, ping_until_alive
 from raysfl.runtime.role_host import FED, RoleHandle, RoleHost, concurrency_groups, server_role
 from raysfl.runtime.server_actor import ServerActor
 from raysfl.transport import ClientRoundStats
@@ -177,6 +178,20 @@ def start_actors(cfg, num_actors: int, num_servers: int, run_name: str) -> Actor
     return ActorSet(shape, clients, servers, fed, tuple(groups), names, pool.session_id())
 
 
+def set_up(calls) -> list[str]:
+    """Run the actors' ``setup`` calls (each a thunk) and wait for them: their incarnation ids. A
+    setting an actor refuses where it runs (a node whose ``--data-root`` lacks the data set,
+    :mod:`raysfl.data.landing`) is the one line it raised, not Ray's traceback around it."""
+    import ray
+
+    try:
+        return ray.get([call() for call in calls])
+    except ray.exceptions.RayTaskError as e:
+        if isinstance(e.cause, ConfigError):
+            raise ConfigError(str(e.cause)) from None
+        raise
+
+
 class Federation:
     """The actors of one run and the round protocol over them."""
 
@@ -209,7 +224,9 @@ class Federation:
             while pending:
                 _, pending = ray.wait(pending, num_returns=1, timeout=1.0, fetch_local=False)
                 on_ready(total - len(pending), total)
-        self.ds_ref = ray.put(dataset)  # loaded once, shared; kept alive for actor restarts
+        # loaded once, shared; kept alive for actor restarts. A file-backed set on a cluster: the set
+        # to read on each actor's node instead (raysfl.data.landing)
+        self.ds_ref = ray.put(landing.for_actors(dataset, cfg.data_root, cfg.validation))
         self.model_ref = ray.put(ModelBlob(model))  # likewise (sealed: no tensor crosses a Ray boundary)
         views = ClientViews(local_tests or [], ctx.histograms)
         parts_of = [{k: parts[k] for k in range(len(parts)) if k % num_actors == i} for i in range(num_actors)]
@@ -221,13 +238,14 @@ class Federation:
                for a in self.servers]
             + [lambda: self.fed.setup.remote(run_name, cfg, spec, ctx, shared, self.ds_ref, views, self.model_ref)])
         with without_line():  # Ray's warning about object-store arguments: the refs live as long as we do
-            self.incarnations = ray.get([call() for call in self._setup_calls])
+            self.incarnations = set_up(self._setup_calls)
         self._first = list(self.incarnations)  # an actor Ray restarted during the run is not pooled
         self._snap: dict | None = None  # the state to go back to after a failure: values ...
         self._snap_refs: dict | None = None  # ... or the refs of a snapshot not fetched yet (snapshot_at)
         self.snapshot_round: int | None = None  # the round the snapshot is the end of (0: the start)
         self._clean = False  # the last round saw no death, restart or straggler: the next needs no ping
         self.died: set[int] = set()  # client actors that died last round (restarting now)
+        self.away: set[int] = set()  # ... and of those, ones Ray has not placed again (recover)
         self._carry: list = []  # late update refs waiting for the next aggregation (the aggregator's late_updates)
         self.late_applied = 0
 
@@ -257,8 +275,9 @@ class Federation:
 
         roles = ([f"client-{i}" for i in range(len(self.clients))] + [f"server-{j}" for j in range(len(self.servers))]
                  + ["fed"])
-        where = ray.get([a.where.remote() for a in self._all()])
-        return [{"role": role, "actor": name, **loc} for role, name, loc in zip(roles, self.actors.names, where)]
+        here = [i for i in range(len(roles)) if i not in self.away]  # an actor not placed again is nowhere
+        where = ray.get([self._all()[i].where.remote() for i in here])
+        return [{"role": roles[i], "actor": self.actors.names[i], **loc} for i, loc in zip(here, where)]
 
     def _all(self) -> list:
         return self.clients + self.servers + [self.fed]
@@ -271,7 +290,7 @@ class Federation:
         shape (``keep``), or are killed (``keep=False``: after a failure, or when the pool is off)."""
         import ray
 
-        if keep and self.incarnations == self._first:  # a restarted actor has spent part of its restarts
+        if keep and not self.away and self.incarnations == self._first:  # a restarted actor has spent part of its restarts
             try:
                 ray.get([a.teardown.remote() for a in self._all()], timeout=30)
                 pool.give_back(self.actors)
@@ -284,10 +303,8 @@ class Federation:
     def _set_up_again(self, indices: list[int]) -> None:
         """Actors Ray restarted come back bare: set them up for this run again (indices into
         clients + servers + [fed])."""
-        import ray
-
         if indices:
-            ray.get([self._setup_calls[i]() for i in indices])
+            set_up([self._setup_calls[i] for i in indices])
 
     # ------------------------------------------------------------------ snapshots
     def snapshot_at(self, rnd: int) -> None:
@@ -358,26 +375,35 @@ class Federation:
     def snapshot(self, state: dict | None) -> None:
         self._snap, self._snap_refs = state, None
 
-    def recover(self) -> dict[str, int]:
+    def recover(self) -> dict:
         """Before a round: find actors Ray restarted, set them up again and put servers / the fed
-        server back to the last snapshot. Returns counts {"restarts": n}. A permanently dead actor
-        raises. After a round that ended clean (no death, restart or straggler: its closing ping
-        saw every server and the fed server as they were) there is nothing to look for."""
+        server back to the last snapshot. Returns {"restarts": n, "away": client actors not back}.
+        A client actor that died is waited for as long as placing an actor may take
+        (``--placement-timeout-s``) the first time, and not at all after that: one Ray cannot place
+        again (its node lost, no room left on the others) is "away", and its clients sit the
+        round out until a node with room takes it (ours, docs/reliability.md). A permanently dead
+        actor raises. After a round that ended clean (no death, restart or straggler: its closing
+        ping saw every server and the fed server as they were) there is nothing to look for."""
         import ray
 
         if self._clean and not self.died:
-            return {"restarts": 0}
+            return {"restarts": 0, "away": set()}
         n_clients, n_servers = len(self.clients), len(self.servers)
-        pings = [a.ping.remote() for a in self._all()]
-        # A client actor still busy with a late straggler is not waited for (checked next
-        # round); one that died last round is restarting, and is waited for.
-        busy_ok = [p for i, p in enumerate(pings[:n_clients]) if i not in self.died]
+        actors = self._all()
+        others = [i for i in range(len(actors)) if i not in self.died]
+        pings = {i: actors[i].ping.remote() for i in others}
+        # A client actor still busy with a late straggler is not waited for (checked next round)
+        busy_ok = [pings[i] for i in others if i < n_clients]
         ready, _ = ray.wait(busy_ok, num_returns=len(busy_ok), timeout=0.25, fetch_local=True)
         ready = set(ready)
-        actors = self._all()
-        now = [self._incarnation(actors[i], p) if (i >= n_clients or i in self.died or p in ready)
-               else self.incarnations[i] for i, p in enumerate(pings)]  # raises if an actor is gone for good
-        self.died = set()
+        now = list(self.incarnations)
+        for i in others:
+            if i >= n_clients or pings[i] in ready:
+                now[i] = self._incarnation(actors[i], pings[i])  # raises if an actor is gone for good
+        got, away = self._clients_back(self.died)  # client actors that died: restarting, or waiting for room
+        for i, inc in got.items():
+            now[i] = inc
+        self.died, self.away = set(away), away
         restarted = [i for i, (a, b) in enumerate(zip(self.incarnations, now)) if a != b]
         self.incarnations = now
         self._set_up_again(restarted)
@@ -389,7 +415,21 @@ class Federation:
             elif i == n_clients + n_servers and self.snapshot is not None:
                 loads.append(self.fed.load_state.remote(self.snapshot["fed"]))
         ray.get(loads)
-        return {"restarts": len(restarted)}
+        return {"restarts": len(restarted), "away": away}
+
+    def _clients_back(self, indices) -> tuple[dict[int, str], set[int]]:
+        """({index: incarnation} of the client actors ``indices`` that answer, the set of those
+        that do not): each is given what is left of ``--placement-timeout-s`` (the time placing
+        an actor may take), one already away a quarter of a second."""
+        until = time.time() + self.cfg.resources.placement_timeout_s
+        got, away = {}, set()
+        for i in sorted(indices):
+            inc = alive_within(self.clients[i], 0.25 if i in self.away else max(0.25, until - time.time()))
+            if inc is None:
+                away.add(i)
+            else:
+                got[i] = inc
+        return got, away
 
     @staticmethod
     def _incarnation(actor, ref) -> str:
@@ -420,8 +460,15 @@ class Federation:
 
     def rollback(self) -> int:
         """Put every server and the fed server back to the snapshot (a round is retried).
-        Returns how many actors were found restarted."""
-        now = ping_all(self._all())  # waits for restarts
+        Returns how many actors were found restarted. Client actors Ray has not placed again
+        are left :attr:`away` (the retry runs without their clients)."""
+        n = len(self.clients)
+        now = list(self.incarnations)
+        now[n:] = ping_all(self.servers + [self.fed])  # waits for restarts
+        got, away = self._clients_back(range(n))
+        for i, inc in got.items():
+            now[i] = inc
+        self.died, self.away = (self.died - set(got)) | away, away
         restarted = [i for i, (a, b) in enumerate(zip(self.incarnations, now)) if a != b]
         self.incarnations = now
         self._set_up_again(restarted)

@@ -177,3 +177,31 @@ def ping_until_alive(actor, timeout: float = 300.0, dead_for: float = 5.0) -> st
             if time.time() - died_since > dead_for or time.time() > give_up:
                 raise
         time.sleep(0.2)
+
+
+def alive_within(actor, timeout: float, dead_for: float = 5.0) -> str | None:
+    """The actor's incarnation id if it answers within ``timeout`` seconds, else None: Ray is
+    still restarting it, or has no node with room to place it on (its placement-group bundle
+    waits for one: a lost node, no spare capacity). Raises ``RayActorError`` for an actor that
+    keeps answering "died" for ``dead_for`` seconds, as :func:`ping_until_alive` does."""
+    import ray
+    import ray.exceptions as rex
+
+    give_up = time.time() + timeout
+    died_since = None
+    ref = actor.ping.remote()
+    while True:
+        try:
+            return ray.get(ref, timeout=max(0.0, give_up - time.time()))
+        except rex.GetTimeoutError:
+            return None
+        except rex.ActorUnavailableError:
+            died_since = None
+        except rex.RayActorError:
+            died_since = died_since or time.time()
+            if time.time() - died_since > dead_for:
+                raise
+        if time.time() > give_up:
+            return None
+        time.sleep(0.2)
+        ref = actor.ping.remote()

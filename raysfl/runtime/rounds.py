@@ -76,15 +76,25 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
     cfg, planner, ctx, logger = exp.cfg, exp.planner, exp.ctx, exp.logger
     t0 = time.perf_counter()
     events = {k: 0 for k in EVENT_COLUMNS}
-    events["restarts"] += fed.recover()["restarts"]
+    back = fed.recover()
+    events["restarts"] += back["restarts"]
     planner.take_records(), planner.take_client_records()  # what it recorded before this round is not this round's
-    unavailable = unavailable_clients(exp.faults, rnd, cfg.seed, ctx.num_clients)  # churn: selection skips them
+    churn = unavailable_clients(exp.faults, rnd, cfg.seed, ctx.num_clients)  # churn: selection skips them
+    unavailable = churn
+    if back["away"]:  # client actors Ray has not placed again (a node lost, no room): their clients sit out
+        gone = sorted(c for c in range(ctx.num_clients) if fed.actor_of(c) in back["away"])
+        print(f"raysfl: warning: round {rnd}: client actor(s) {', '.join(map(str, sorted(back['away'])))} not "
+              f"placed again (no node with room for them); their clients {', '.join(map(str, gone))} sit the round "
+              f"out until Ray places them", file=sys.stderr, flush=True)
+        unavailable = unavailable | set(gone)
     events["unavailable_clients"] = len(unavailable)
     plans, server_of = plan_round(cfg, planner, rnd, ctx, exp.counters["stream_pos"], unavailable)
     selected = len(plans)
     if not selected and unavailable:
+        why = " and ".join(w for w, n in (("unavailable:client faults", churn), ("client actors not placed",
+                                                                               back["away"])) if n)
         print(f"raysfl: warning: round {rnd}: no client can join ({len(unavailable)} of {ctx.num_clients} "
-              f"unavailable: unavailable:client faults); the round trains nobody and leaves the model as it was",
+              f"unavailable: {why}); the round trains nobody and leaves the model as it was",
               file=sys.stderr, flush=True)
     rf = plan_faults(exp.faults, rnd, cfg.seed, sorted(plans), fed.num_actors, len(fed.servers))
     down_servers = set(rf.down_servers) | set(planner.servers_down(rnd))
@@ -130,6 +140,10 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
             if not e.counted:
                 events["failures"] += 1  # the fed server died while aggregating (not counted above)
             events["restarts"] += fed.rollback()
+            if fed.away:  # client actors lost with the server and not placed again: the retry goes without them
+                gone = [c for c in plans if fed.actor_of(c) in fed.away]
+                events["unavailable_clients"] += len(gone)
+                plans = {c: p for c, p in plans.items() if c not in gone}
     res = flight.result
     events["failed_clients"] = len(res.failed)
     events["dropped"] = len(res.late | {c for c in res.stats if c not in aggregated and c not in res.failed})
