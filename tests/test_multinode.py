@@ -83,8 +83,9 @@ def cluster_of_three():
     marker = tempfile.mkdtemp(prefix="rsfm", dir="/tmp")  # short: Ray's socket paths have a length limit
     env = {**os.environ, "RAY_TMPDIR": marker, "PYTHONPATH": str(ROOT)}
     env.pop("RAY_ADDRESS", None)
+    log = open(os.path.join(marker, "cluster.err"), "w")  # noqa: SIM115 - closed below; read when a test fails
     proc = subprocess.Popen([sys.executable, "-c", CLUSTER], env=env, cwd=ROOT, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=open(os.path.join(marker, "cluster.err"), "w"), text=True)
+                            stdout=subprocess.PIPE, stderr=log, text=True)
     try:
         line = proc.stdout.readline()
         assert line, "the test cluster did not start"
@@ -95,6 +96,7 @@ def cluster_of_three():
             proc.wait(timeout=60)
         except Exception:  # noqa: BLE001 - whatever is left is killed below
             pass
+        log.close()
         kill_ours(marker)
 
 
@@ -198,7 +200,10 @@ def test_clients_of_an_actor_with_no_room_left_sit_out_until_a_node_joins(tmp_pa
         assert proc.returncode == 0, text[-3000:]
         assert added, text[-3000:]  # the run said which actor Ray could not place again
         gone = [ln for ln in err if "not placed again" in ln]
-        assert "sit the round out until Ray places them" in gone[0]
+        again = [ln for ln in err if "placed again; their clients" in ln]
+        assert len(gone) == 1 and "sit rounds out until Ray places them" in gone[0], text[-3000:]  # said once ...
+        assert len(again) == 1 and again[0].split("clients ")[1] == gone[0].split("clients ")[1].split(" sit")[0] \
+            + " train again\n"  # ... and once when they are back
         run = tmp_path / "room"
         rows = pq.read_table(run / "metrics.parquet").to_pylist()
         assert [r["round"] for r in rows] == list(range(1, 41))

@@ -139,8 +139,7 @@ def _load_data(cfg, on_nodes: bool = False):
     random bytes under --data-root). ``on_nodes``: a run of actors, whose file-backed set is read
     on each actor's node when it joins a cluster; the driver then reads only the training labels
     and the test split (:mod:`raysfl.data.landing`)."""
-    from raysfl.data import load_dataset
-    from raysfl.data import landing
+    from raysfl.data import landing, load_dataset
     from raysfl.data.arrays import with_validation
     from raysfl.data.datasets import is_file_backed
 
@@ -393,9 +392,8 @@ def probe_metrics(metrics, model, ds, loss, rows: int = 64) -> None:
     (:meth:`raysfl.user_metrics.UserMetrics.probe`): what each returns fixes the run's columns."""
     import torch
 
-    from raysfl.evaluation import evaluate_predictions
-
     from raysfl.data.landing import NotOnTheDriver
+    from raysfl.evaluation import evaluate_predictions
 
     x, y = ds.x_test[:rows], np.asarray(ds.y_test)[:rows]
     if isinstance(x, NotOnTheDriver):  # a validation split of images read on the nodes: the columns

@@ -57,6 +57,22 @@ class Experiment:
         return bool(every) and (rnd % every == 0 or rnd == self.cfg.rounds)
 
 
+def say_away(rnd: int, fed: Federation, was: set[int], num_clients: int) -> None:
+    """One line when client actors go away (Ray cannot place them again: a node lost, no room
+    left) and one when they are back, not one per round in between."""
+    def clients_of(actors):
+        return ", ".join(str(c) for c in range(num_clients) if fed.actor_of(c) in actors)
+
+    gone, back = fed.away - was, was - fed.away
+    if gone:
+        print(f"raysfl: warning: round {rnd}: client actor(s) {', '.join(map(str, sorted(gone)))} not placed again "
+              f"(no node with room for them); their clients {clients_of(gone)} sit rounds out until Ray places them",
+              file=sys.stderr, flush=True)
+    if back:
+        print(f"raysfl: note: round {rnd}: client actor(s) {', '.join(map(str, sorted(back)))} placed again; their "
+              f"clients {clients_of(back)} train again", file=sys.stderr, flush=True)
+
+
 def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
     """Plan, run (surviving faults), log and checkpoint round ``rnd``.
 
@@ -76,17 +92,14 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
     cfg, planner, ctx, logger = exp.cfg, exp.planner, exp.ctx, exp.logger
     t0 = time.perf_counter()
     events = {k: 0 for k in EVENT_COLUMNS}
+    was_away = set(fed.away)
     back = fed.recover()
     events["restarts"] += back["restarts"]
+    say_away(rnd, fed, was_away, ctx.num_clients)
     planner.take_records(), planner.take_client_records()  # what it recorded before this round is not this round's
     churn = unavailable_clients(exp.faults, rnd, cfg.seed, ctx.num_clients)  # churn: selection skips them
-    unavailable = churn
-    if back["away"]:  # client actors Ray has not placed again (a node lost, no room): their clients sit out
-        gone = sorted(c for c in range(ctx.num_clients) if fed.actor_of(c) in back["away"])
-        print(f"raysfl: warning: round {rnd}: client actor(s) {', '.join(map(str, sorted(back['away'])))} not "
-              f"placed again (no node with room for them); their clients {', '.join(map(str, gone))} sit the round "
-              f"out until Ray places them", file=sys.stderr, flush=True)
-        unavailable = unavailable | set(gone)
+    # client actors Ray has not placed again (a node lost, no room left): their clients sit out
+    unavailable = churn | {c for c in range(ctx.num_clients) if fed.actor_of(c) in back["away"]}
     events["unavailable_clients"] = len(unavailable)
     plans, server_of = plan_round(cfg, planner, rnd, ctx, exp.counters["stream_pos"], unavailable)
     selected = len(plans)
@@ -139,7 +152,9 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
             events["retries"] += 1
             if not e.counted:
                 events["failures"] += 1  # the fed server died while aggregating (not counted above)
+            was_away = set(fed.away)
             events["restarts"] += fed.rollback()
+            say_away(rnd, fed, was_away, ctx.num_clients)
             if fed.away:  # client actors lost with the server and not placed again: the retry goes without them
                 gone = [c for c in plans if fed.actor_of(c) in fed.away]
                 events["unavailable_clients"] += len(gone)
