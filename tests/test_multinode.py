@@ -33,6 +33,12 @@ from test_data_landing import write_mnist
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
+def with_root() -> str:
+    """PYTHONPATH for a child process: this checkout first, then whatever the caller had (a
+    device machine puts Ray there)."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
 CLUSTER = r"""
 import json, sys
 from ray.cluster_utils import Cluster
@@ -81,7 +87,7 @@ def cluster_of_three():
     their own processes' ids (never `ray stop`); ``control`` is the cluster process (write "add"
     to its stdin and a worker node joins)."""
     marker = tempfile.mkdtemp(prefix="rsfm", dir="/tmp")  # short: Ray's socket paths have a length limit
-    env = {**os.environ, "RAY_TMPDIR": marker, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "RAY_TMPDIR": marker, "PYTHONPATH": with_root()}
     env.pop("RAY_ADDRESS", None)
     log = open(os.path.join(marker, "cluster.err"), "w")  # noqa: SIM115 - closed below; read when a test fails
     proc = subprocess.Popen([sys.executable, "-c", CLUSTER], env=env, cwd=ROOT, stdin=subprocess.PIPE,
@@ -152,7 +158,7 @@ def test_kill_node_without_a_worker_node_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "raysfl", "run", "--algo", "psl", "--clients", "2", "--rounds", "2",
                            "--local-steps", "1", "--faults", "kill:node:round=2", "--out", str(tmp_path),
                            "--num-cpus", "2"],
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": with_root()}, cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1] == (
