@@ -240,3 +240,53 @@ def test_tuning_after_runs_in_the_same_process_does_not_wait_for_their_idle_acto
     out = subprocess.run([sys.executable, "-c", _AFTER_RUNS.format(out=str(tmp_path))], capture_output=True,
                          text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0 and "chosen {'lr':" in out.stdout, out.stderr[-2000:]
+
+
+_JOURNAL = """
+import json, sys
+from pathlib import Path
+import raysfl
+from raysfl.paper_tables import Metric
+from raysfl.resolve import validate
+from raysfl.tuning.search import tune_rows
+
+cache = Path(sys.argv[1])
+cfg = validate(raysfl.config_from_kwargs(algo="splitfed_v2", clients=4, rounds=4, local_steps=2, batch_size=16,
+                                         validation=0.2, seed=1000, progress=False, checkpoint_every=0,
+                                         out=str(cache / "runs")))
+out = []
+for attempt in range(3):
+    lines = []
+    res = tune_rows({"r": [cfg]}, {"r": {"lr": (0.1, 0.0003)}}, {"r": Metric()}, cache=cache, say=lines.append)["r"]
+    for f in cache.glob("tune-*.json"):
+        f.unlink()  # the row's result forgotten, as if the search had been stopped before its end
+    journals = sorted(cache.glob("trials-*/*.json"), key=lambda p: -len(json.loads(p.read_text())["reports"]))
+    if attempt == 0:  # cut the longest journal back to its first round: a trial interrupted after it
+        data = json.loads(journals[0].read_text())
+        cut = {"knobs": data["knobs"], "kept": 1, "had": len(data["reports"])}
+        journals[0].write_text(json.dumps({**data, "reports": data["reports"][:1]}))
+    out.append({"chosen": res.chosen, "table": [[t["knobs"], t["rounds"], t["score"]] for t in res.table],
+                "lines": [ln for ln in lines if ln.startswith("  tune ")], "journals": len(journals)})
+print(json.dumps({"runs": out, "cut": cut}))
+"""
+
+
+@pytest.mark.slow  # three small searches (~1.5 minutes here)
+def test_a_search_started_again_reads_its_trials_rounds_back_and_runs_only_what_is_past_them(tmp_path):
+    """Each trial keeps a journal of its rounds in the cache. A search started again (the row's
+    result gone, as after an interrupt) reads every journaled round back; a trial whose journal
+    was cut after round 1 runs again from round 1, catches up silently, and reports the same
+    scores as the first search did."""
+    proc = subprocess.run([sys.executable, "-c", _JOURNAL, str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    first, second, third = res["runs"]
+    assert first["journals"] >= 2 and res["cut"]["had"] > 1  # a trial per setting (and the widened one's)
+    assert not any("(read back)" in ln for ln in first["lines"])
+    cut = json.dumps(res["cut"]["knobs"], sort_keys=True)
+    for t in second["lines"]:  # the untouched trial read back, the cut one run on from where its journal ended
+        assert ("(read back)" in t) != (f"lr {res['cut']['knobs']['lr']:g}:" in t), (t, cut)
+    assert second["table"] == first["table"] and second["chosen"] == first["chosen"]  # the same rounds, the same scores
+    assert all("(read back)" in t for t in third["lines"]) and third["table"] == first["table"]
+

@@ -7,7 +7,9 @@ One ``Tuner`` runs every row of a table: on a cluster its trials spread over the
 trial a process that runs its setting on every tuning seed (:mod:`raysfl.tuning.trial`) and is
 reused for the next trial, which finds that process's actors warm. Results are cached per
 row under a hash of everything the search depends on, so a row a later table shares (the same
-resolved config, grid, seeds and metric) is not tuned again.
+resolved config, grid, seeds and metric) is not tuned again; and, while the search runs, each
+trial's rounds in a journal beside it (``trials-<row key>/``), so that a search stopped part of
+the way and started again reads back the rounds it had (:mod:`raysfl.tuning.trial`).
 """
 
 from __future__ import annotations
@@ -110,7 +112,9 @@ def tune_rows(rows: dict[str, list], grid: dict[str, dict[str, tuple[float, ...]
         n = sum(len(grids.product(grid[label])) for label in todo)
         say(f"tune: {len(todo)} row(s), {n} settings on {len(next(iter(todo.values())))} tuning seeds each "
             f"(validation split), stopped early by successive halving")
-        trials = _search(todo, {label: grids.product(grid[label]) for label in todo}, metrics, trials_at_once, say)
+        journals = {label: str(cache / f"trials-{keys[label]}") for label in todo} if cache is not None else None
+        trials = _search(todo, {label: grids.product(grid[label]) for label in todo}, metrics, trials_at_once, say,
+                         journals=journals)
         first = {label: _choose(label, grid[label], trials[label], metrics[label]) for label in todo}
         wider = {label: {k: v for k in res.chosen if (v := grids.widened(k, tuple(grid[label][k]), res.chosen[k]))}
                  for label, res in first.items()}
@@ -121,7 +125,7 @@ def tune_rows(rows: dict[str, list], grid: dict[str, dict[str, tuple[float, ...]
         if wider:  # every row's widening in one search: its trials' processes start once
             extra = _search({label: todo[label] for label in wider},
                             {label: [{**first[label].chosen, k: v} for k, v in w.items()] for label, w in wider.items()},
-                            metrics, trials_at_once, say, successive_halving=False)
+                            metrics, trials_at_once, say, successive_halving=False, journals=journals)
         for label in todo:
             res = first[label]
             if label in wider:
@@ -155,8 +159,10 @@ def _choose(label: str, grid: dict, trials: list[dict], metric: Metric) -> TuneR
 
 
 def _search(rows: dict[str, list], combos: dict[str, list[dict]], metrics: dict[str, Metric], trials_at_once: int | None,
-            say, successive_halving: bool = True) -> dict[str, list[dict]]:
-    """Run the trials (one per row and setting) on one Tuner; {label: [trial summaries]}."""
+            say, successive_halving: bool = True, journals: dict | None = None) -> dict[str, list[dict]]:
+    """Run the trials (one per row and setting) on one Tuner; {label: [trial summaries]}.
+    ``journals`` {label: directory}: each trial's rounds kept there as they are reported, and
+    read back by a search started again (:mod:`raysfl.tuning.trial`)."""
     from ray import tune
 
     from raysfl.tuning.schedulers import GroupedASHA
@@ -181,7 +187,7 @@ def _search(rows: dict[str, list], combos: dict[str, list[dict]], metrics: dict[
     # SIGINT raises in this process (raysfl.runtime.interrupts) instead of Tune's handler ending the
     # search quietly, which left every unfinished row "without a completed setting"
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
-    trainable = tune.with_resources(tune.with_parameters(TrialRuns, configs=rows, metrics=metrics),
+    trainable = tune.with_resources(tune.with_parameters(TrialRuns, configs=rows, metrics=metrics, journals=journals),
                                     tune.PlacementGroupFactory([trial]))
     with tempfile.TemporaryDirectory(prefix="raysfl-tune-") as store:
         tuner = tune.Tuner(
@@ -237,6 +243,7 @@ def _progress(say, total: int, rounds: int):
             ran = r.get("round", 0)
             score = r.get("score", math.nan)
             how = " (diverged)" if r.get("diverged") else "" if ran >= rounds else " (stopped early)"
+            how += " (read back)" if r.get("read_back") else ""
             say(f"  tune {self.done}/{total}: {trial.config['trial']['row']}: {knobs}: {score:.4g} after {ran} "
                 f"round{'s' * (ran != 1)}{how}")
 

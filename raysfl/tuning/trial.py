@@ -10,14 +10,25 @@ find those actors warm (:mod:`raysfl.runtime.pool`) instead of starting new proc
 
 Every run here evaluates on the validation split (``Config.validation`` > 0): the trial
 refuses a config that would read the test split, before it starts anything.
+
+A trial keeps a journal of what it reported, round by round, where the search is given a
+cache (:func:`journal_path`): a search interrupted (Ctrl-C, a machine given back, a session's
+end) and started again reads each trial's rounds back instead of running them, and runs only
+what is past them -- the runs start from round 1 again, silently catching up with the rounds
+read back (the seeds make them the same rounds), then report on. Ours: Tune's own
+``Tuner.restore`` needs the experiment's directory and a checkpoint per trial; a journal needs
+neither, and survives a change of the machine.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import queue
 import tempfile
 import threading
+from pathlib import Path
 
 from ray import tune
 
@@ -88,14 +99,32 @@ class SteppedRun:
         self.thread.join()
 
 
+def journal_path(journals: dict | None, label: str, knobs: dict) -> Path | None:
+    """Where the trial of ``knobs`` in row ``label`` keeps its journal (None: no cache given)."""
+    if not journals or journals.get(label) is None:
+        return None
+    name = hashlib.sha256(json.dumps(knobs, sort_keys=True).encode()).hexdigest()[:16]
+    return Path(journals[label]) / f"{name}.json"
+
+
+def read_journal(path: Path | None) -> list[dict]:
+    """The reports a trial's journal holds, in order ([] where there is none, or it is unreadable)."""
+    if path is None or not path.exists():
+        return []
+    try:
+        return list(json.loads(path.read_text())["reports"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []  # a journal cut short by a kill: the trial runs again
+
+
 class TrialRuns(tune.Trainable):
     """A grid setting (``config["trial"]``: ``{"row": label, "knobs": {knob: value}}``) on every tuning
     seed of its row (``configs[label]``: one validated Config per tuning seed, all reading
     the validation split), one round per step; reports ``score`` (the row's metric,
     ``metrics[label]``, its mean over the seeds so far), ``round`` and the per-seed ``values``."""
 
-    def setup(self, config, configs=None, metrics=None):
-        self.configs, self.metrics = configs, metrics
+    def setup(self, config, configs=None, metrics=None, journals=None):
+        self.configs, self.metrics, self.journals = configs, metrics, journals
         self._start(config)
 
     def _start(self, config) -> None:
@@ -111,11 +140,34 @@ class TrialRuns(tune.Trainable):
         for c in cfgs:
             check_reads_validation(c, self.label)
         self.rounds = cfgs[0].rounds
+        self.cfgs = cfgs
         self.history: list[list[dict]] = [[] for _ in cfgs]
-        self.runs = [SteppedRun(c) for c in cfgs]
+        self.runs: list[SteppedRun] | None = None  # started when a round is not in the journal
         self.first = True
+        self.journal = journal_path(getattr(self, "journals", None), self.label, self.knobs)
+        self.reports = read_journal(self.journal)
+        self.given = 0  # reports given to Tune so far
 
     def step(self):
+        if self.given < len(self.reports):  # read back: nothing runs
+            self.given += 1
+            return {**self.reports[self.given - 1], "read_back": True}
+        if self.runs is None:
+            self.runs = [SteppedRun(c) for c in self.cfgs]
+            for _ in range(self.given):  # catch up with the rounds read back (the same seeds: the same rounds)
+                self._one_round()
+        result = self._one_round()
+        self.given += 1
+        if self.journal is not None:
+            self.reports.append(result)
+            self.journal.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.journal.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"row": self.label, "knobs": self.knobs, "reports": self.reports}, default=float))
+            tmp.replace(self.journal)
+        return result
+
+    def _one_round(self) -> dict:
+        """Let every seed's run train one more round; the setting's report after it."""
         if not self.first:
             for r in self.runs:
                 r.advance()
@@ -134,7 +186,7 @@ class TrialRuns(tune.Trainable):
                 "done": done_round >= self.rounds or any(r.ended for r in self.runs)}
 
     def _end(self) -> None:
-        for r in getattr(self, "runs", []):
+        for r in getattr(self, "runs", None) or []:
             if not r.ended:
                 r.stop()
         self.runs = []
