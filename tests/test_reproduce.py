@@ -265,3 +265,38 @@ def test_a_run_that_diverges_is_a_collapsed_result_not_a_failed_table(tmp_path):
     kept = json.loads(next(tmp_path.glob("*.json")).read_text())
     assert kept["diverged_in_round"] == rows[-1]["round"]
     assert run_cached(cfg, tmp_path)[-1]["train_loss"] == math.inf  # read back, not run again
+
+
+def test_runs_and_tunings_cached_before_issue_46_s_settings_are_found(tmp_path):
+    """Issue 46 added settings to every config (schedules, target bins, metrics of your own, warm
+    starts). A cache written before them names each run by a hash of a config without them;
+    at their defaults those runs are still read back, runs and tunings alike (found missing
+    when FLEX-SFL's rounds_to table started a tuning its main table had cached)."""
+    import hashlib
+
+    import raysfl
+    from raysfl.reproduce.engine import cached, run_cached
+    from raysfl.resolve import validate
+    from raysfl.run_key import BOOKKEEPING, ISSUE_46_SETTINGS, LATER_SETTINGS, cache_key, cache_keys
+
+    cfg = validate(raysfl.config_from_kwargs(algo="fedavg", clients=4, rounds=2, progress=False))
+    old = {k: v for k, v in cfg.to_dict().items()
+           if k not in BOOKKEEPING and k != "resources" and k not in ISSUE_46_SETTINGS}
+    old = {k: v for k, v in old.items() if not (k in LATER_SETTINGS and v == LATER_SETTINGS[k])}
+    before = hashlib.sha256(json.dumps(old, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    assert cache_keys(cfg) == [cache_key(cfg), before]
+    rows = [{"round": 1, "test_accuracy": 0.5}, {"round": 2, "test_accuracy": 0.75}]
+    (tmp_path / f"{before}.json").write_text(json.dumps({"config": old, "metrics": rows}))
+    assert cached(cfg, tmp_path) and run_cached(cfg, tmp_path) == rows  # read back, nothing run
+    from raysfl.tuning.search import cache_key as row_key
+    from raysfl.tuning.search import tune_rows
+
+    tuning = validate(raysfl.config_from_kwargs(algo="fedavg", clients=4, rounds=2, progress=False, validation=0.2,
+                                                seed=1000))
+    grid, metric = {"lr": (0.1, 0.01)}, Metric()
+    older = row_key([tuning], grid, metric, ISSUE_46_SETTINGS)
+    assert older != row_key([tuning], grid, metric)
+    (tmp_path / f"tune-{older}.json").write_text(json.dumps({"row": "r", "chosen": {"lr": 0.01}, "grid": {"lr": [0.1, 0.01]},
+                                                            "trials": 2}))
+    res = tune_rows({"r": [tuning]}, {"r": grid}, {"r": metric}, cache=tmp_path, say=lambda _: None)["r"]
+    assert res.from_cache and res.chosen == {"lr": 0.01}  # no search started

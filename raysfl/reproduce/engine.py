@@ -18,7 +18,7 @@ from raysfl.callbacks import Callback
 from raysfl.reproduce.fairness import check_row, resolve
 from raysfl.algorithms import get_algorithm
 from raysfl.paper_tables import Table
-from raysfl.run_key import cache_key
+from raysfl.run_key import cache_keys
 from raysfl.runtime.many_runs import start_local_ray
 
 
@@ -115,7 +115,17 @@ def check_column(table: Table, row, cfg) -> None:
 
 def cached(cfg, cache: Path) -> bool:
     """Whether a run of ``cfg``'s resolved config is in ``cache``."""
-    return (Path(cache) / f"{cache_key(cfg)}.json").exists()
+    return cached_path(cfg, cache) is not None
+
+
+def cached_path(cfg, cache: Path) -> Path | None:
+    """Where ``cache`` keeps a run of ``cfg``'s resolved config: under its key, or under the key
+    an earlier version kept it under (:func:`raysfl.run_key.cache_keys`); None where it has none."""
+    for key in cache_keys(cfg):
+        path = Path(cache) / f"{key}.json"
+        if path.exists():
+            return path
+    return None
 
 
 class _KeepRows(Callback):
@@ -139,9 +149,10 @@ def run_cached(cfg, cache: Path) -> list[dict]:
     import raysfl
     from raysfl.errors import Diverged
 
-    path = Path(cache) / f"{cache_key(cfg)}.json"
-    if path.exists():
-        return json.loads(path.read_text())["metrics"]
+    found = cached_path(cfg, cache)
+    if found is not None:
+        return json.loads(found.read_text())["metrics"]
+    path = Path(cache) / f"{cache_keys(cfg)[0]}.json"
 
     seen = _KeepRows()
     diverged = None

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from raysfl.paper_tables import Metric
+from raysfl.run_key import ISSUE_46_SETTINGS
 from raysfl.run_key import cache_key as run_key
 from raysfl.runtime.many_runs import run_demand, start_local_ray
 from raysfl.tuning import grid as grids
@@ -63,11 +64,11 @@ def grace(rounds: int) -> int:
     return max(1, rounds // (REDUCTION * REDUCTION), min(3, rounds // 2))
 
 
-def cache_key(configs: list, grid: dict, metric: Metric) -> str:
+def cache_key(configs: list, grid: dict, metric: Metric, leave_out: dict | None = None) -> str:
     """A row's tuning cache name: its tuning configs (every seed; the knobs tuned left out),
-    the grid, the metric and the search's rules."""
+    the grid, the metric and the search's rules. ``leave_out``: as :func:`raysfl.run_key.cache_key`'s."""
     fields = {f.name for f in dataclasses.fields(configs[0])} if configs else set()
-    body = {"runs": [run_key(dataclasses.replace(c, **{k: None for k in grid if k in fields}))
+    body = {"runs": [run_key(dataclasses.replace(c, **{k: None for k in grid if k in fields}), leave_out)
                      for c in configs],
             "grid": {k: list(v) for k, v in grid.items()}, "metric": dataclasses.asdict(metric),
             "rules": {"reduction": REDUCTION, "grace": grace(max(c.rounds for c in configs)), "widen": "once"}}
@@ -102,10 +103,12 @@ def tune_rows(rows: dict[str, list], grid: dict[str, dict[str, tuple[float, ...]
             check_reads_validation(c, label)
     keys = {label: cache_key(cfgs, grid[label], metrics[label]) for label, cfgs in rows.items()}
     out: dict[str, TuneResult] = {}
-    for label, key in keys.items():
-        path = cache / f"tune-{key}.json" if cache else None
-        if path is not None and path.exists():
-            out[label] = TuneResult(**{**json.loads(path.read_text()), "from_cache": True})
+    for label, key in keys.items():  # under its key, or the one a version before issue 46 used
+        older = cache_key(rows[label], grid[label], metrics[label], ISSUE_46_SETTINGS)
+        for path in ([cache / f"tune-{key}.json", cache / f"tune-{older}.json"] if cache else []):
+            if path.exists():
+                out[label] = TuneResult(**{**json.loads(path.read_text()), "from_cache": True})
+                break
     todo = {label: cfgs for label, cfgs in rows.items() if label not in out}
     if todo:
         started = time.perf_counter()
