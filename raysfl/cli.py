@@ -564,8 +564,8 @@ def _main(argv: list[str] | None = None) -> int:
     if ns.command == "reproduce":
         from raysfl.reproduce.command import run as reproduce
 
-        return _continued(reproduce, ns, given, "the finished tunings and runs are cached; the same command "
-                                                "reads them")
+        return _continued(reproduce, ns, given, "the finished tunings and runs, and each trial's rounds, are "
+                                                "cached; the same command reads them")
     if ns.command == "tune":
         return _continued(_tune, ns, given, "the search's trials are not kept")
     if ns.command != "run":
