@@ -375,9 +375,10 @@ class Federation:
     def snapshot(self, state: dict | None) -> None:
         self._snap, self._snap_refs = state, None
 
-    def recover(self) -> dict:
+    def recover(self) -> dict[str, int]:
         """Before a round: find actors Ray restarted, set them up again and put servers / the fed
-        server back to the last snapshot. Returns {"restarts": n, "away": client actors not back}.
+        server back to the last snapshot. Returns counts {"restarts": n}; client actors not back are
+        :attr:`away`.
         A client actor that died is waited for as long as placing an actor may take
         (``--placement-timeout-s``) the first time, and not at all after that: one Ray cannot place
         again (its node lost, no room left on the others) is "away", and its clients sit the
@@ -387,7 +388,7 @@ class Federation:
         import ray
 
         if self._clean and not self.died:
-            return {"restarts": 0, "away": set()}
+            return {"restarts": 0}
         n_clients, n_servers = len(self.clients), len(self.servers)
         actors = self._all()
         others = [i for i in range(len(actors)) if i not in self.died]
@@ -415,7 +416,7 @@ class Federation:
             elif i == n_clients + n_servers and self.snapshot is not None:
                 loads.append(self.fed.load_state.remote(self.snapshot["fed"]))
         ray.get(loads)
-        return {"restarts": len(restarted), "away": away}
+        return {"restarts": len(restarted)}
 
     def _clients_back(self, indices) -> tuple[dict[int, str], set[int]]:
         """({index: incarnation} of the client actors ``indices`` that answer, the set of those

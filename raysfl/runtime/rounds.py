@@ -93,19 +93,18 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
     t0 = time.perf_counter()
     events = {k: 0 for k in EVENT_COLUMNS}
     was_away = set(fed.away)
-    back = fed.recover()
-    events["restarts"] += back["restarts"]
+    events["restarts"] += fed.recover()["restarts"]
     say_away(rnd, fed, was_away, ctx.num_clients)
     planner.take_records(), planner.take_client_records()  # what it recorded before this round is not this round's
     churn = unavailable_clients(exp.faults, rnd, cfg.seed, ctx.num_clients)  # churn: selection skips them
     # client actors Ray has not placed again (a node lost, no room left): their clients sit out
-    unavailable = churn | {c for c in range(ctx.num_clients) if fed.actor_of(c) in back["away"]}
+    unavailable = churn | {c for c in range(ctx.num_clients) if fed.actor_of(c) in fed.away}
     events["unavailable_clients"] = len(unavailable)
     plans, server_of = plan_round(cfg, planner, rnd, ctx, exp.counters["stream_pos"], unavailable)
     selected = len(plans)
     if not selected and unavailable:
         why = " and ".join(w for w, n in (("unavailable:client faults", churn), ("client actors not placed",
-                                                                               back["away"])) if n)
+                                                                               fed.away)) if n)
         print(f"raysfl: warning: round {rnd}: no client can join ({len(unavailable)} of {ctx.num_clients} "
               f"unavailable: {why}); the round trains nobody and leaves the model as it was",
               file=sys.stderr, flush=True)
