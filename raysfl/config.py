@@ -82,6 +82,8 @@ class ResourceConfig:
                            # thread of its own (ours); auto: on where nothing can tell the
                            # difference (one node, no GPU for them, no kill fault naming them,
                            # a zoo model: runtime/placement.resolve_co_host)
+    own_state_memory_mb: int = 256  # the clients' kept states (PSL's own models, ...) the fed server holds in
+                                    # memory; older ones wait in files of its node (ours)
     num_cpus: int | None = None  # local Ray cluster size; default: what the actors need
     num_gpus: int | None = None
 

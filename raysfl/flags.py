@@ -153,6 +153,9 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "co_host": ("resources", "the servers and the fed server share one process, each in a thread of its own "
                              "(on), or have one each (off); auto: on where it cannot change a run -- one node, no "
                              "GPU for them, no kill fault naming them, a zoo model (ours)"),
+    "own_state_memory_mb": ("resources", "MiB of the clients' kept states (PSL's own client-side models, ...) the "
+                                         "fed server holds in memory; the least recently used wait in files of its "
+                                         "node beyond it (ours)"),
     "num_cpus": ("resources", "CPUs of the local Ray raysfl starts"),
     "num_gpus": ("resources", "GPUs of the local Ray raysfl starts"),
 }

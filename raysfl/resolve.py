@@ -412,6 +412,8 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
                f"unknown resources.{name} '{getattr(r, name)}'; allowed: {', '.join(STRATEGIES)}")
     _check(0 <= r.inline_object_kb <= 64 * 1024,
            f"resources.inline_object_kb must be between 0 and 65536 (64 MiB), got {r.inline_object_kb}")
+    _check(r.own_state_memory_mb >= 0,
+           f"resources.own_state_memory_mb must be >= 0 (0: every kept state waits on disk), got {r.own_state_memory_mb}")
     _check(r.direct_payloads in DIRECT_PAYLOADS,
            f"unknown resources.direct_payloads {excerpt(r.direct_payloads)}; allowed: {', '.join(DIRECT_PAYLOADS)}")
     _check(r.co_host in CO_HOST, f"unknown resources.co_host {excerpt(r.co_host)}; allowed: {', '.join(CO_HOST)}")

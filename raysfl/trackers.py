@@ -20,8 +20,8 @@ TensorBoard needs no callback: every run writes ``tb/`` itself (:mod:`raysfl.met
   ``best_test_accuracy``, or ``final_test_loss`` / ``best_test_loss`` for a loss without an
   accuracy, ``rounds``, ...) at the last round;
 * artifacts, at the end: ``config.json``, ``clients.json``, the Parquet files, ``tb/`` (the
-  TensorBoard events), the newest checkpoint (``checkpoints/round_NNNN.pt``, which holds every
-  client's model too) and the trained global model twice: as an MLflow model (``model``,
+  TensorBoard events), the newest checkpoint (``checkpoints/round_NNNN.pt``, with the files of
+  the clients' kept models it names, ``checkpoints/own/``) and the trained global model twice: as an MLflow model (``model``,
   :func:`mlflow.pytorch.log_model`, the whole model -- client part and server part joined --
   exported with ``torch.export``, so ``mlflow.pytorch.load_model("runs:/<run id>/model")``
   loads it without raysfl or pickle) and as a plain ``state_dict/model.pt`` (in your own
@@ -275,6 +275,10 @@ class MLflowLogger(Callback):
         if saved:  # none with --checkpoint-every 0
             self.client.log_artifact(self.run_id, str(run_dir / "checkpoints" / f"round_{saved[-1]:04d}.pt"),
                                      artifact_path="checkpoints")
+            from raysfl.runtime.own_files import files_of
+
+            for f in files_of(run_dir, saved[-1]):  # the clients' kept states it names (PSL's models, ...)
+                self.client.log_artifact(self.run_id, str(f), artifact_path="checkpoints/own")
         if getattr(self, "_model", None) is None:  # no global model (PSL, GAPSL, FLEX-SFL): the checkpoint's
             return
         with tempfile.TemporaryDirectory() as tmp:

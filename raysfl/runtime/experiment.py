@@ -491,6 +491,7 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
         stages.say(f"{num_actors + num_servers + 1} actors ready ({num_actors} client actors hosting {cfg.clients} "
                    f"clients, {num_servers} server{'s' * (num_servers != 1)} and 1 fed server{shared}) in "
                    f"{stages.seconds['actors']:.1f} s")
+        fed.run_dir = exp.run_dir  # its checkpoints' kept states, should a restarted fed server need them
         placed = fed.placement()
         (exp.run_dir / "placement.json").write_text(json.dumps(placed, indent=1))
         check_node_faults(cfg, placed)  # kill:node needs a worker node holding actors

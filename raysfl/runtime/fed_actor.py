@@ -12,6 +12,7 @@ evaluates (:class:`Evaluator`).
 from __future__ import annotations
 
 import contextlib
+import os
 
 import numpy as np
 import torch
@@ -19,6 +20,7 @@ import torch
 from raysfl.errors import ConfigError
 from raysfl.evaluation import evaluate_by_class, evaluate_predictions, mix_weighted_accuracy, test_shares
 from raysfl.algorithms.roles.aggregator import block_of
+from raysfl.algorithms.roles.own_states import MIB, OwnStates
 from raysfl.data.landing import on_this_node
 from raysfl.objective import objective_of
 from raysfl.runtime.actor_base import RunActor
@@ -63,7 +65,24 @@ class FedActor(RunActor):
         self.loss = objective_of(ctx)  # the run's loss (raysfl.objective): the test loss and accuracy
         self.metrics = getattr(ctx, "metrics", None)  # metrics of your own (raysfl.user_metrics), or None
         self.role = spec.aggregator(cfg, ctx, shared, {k: v.copy() for k, v in state_to_wire(self.model.state_dict()).items()})
+        # the clients' kept states: in memory up to a budget, then in files of this node (ours)
+        self.role.own = OwnStates(cfg.resources.own_state_memory_mb * MIB)
         return self.incarnation
+
+    def teardown(self) -> None:
+        """Drop the run, and the files of its clients' kept states."""
+        role = self.__dict__.get("role")
+        if role is not None and isinstance(role.own, OwnStates):
+            role.own.close()
+        super().teardown()
+
+    def own_files(self, directory: str, names: list[str]) -> dict[str, bytes]:
+        """The bytes of kept-state files of this node (a checkpoint written on another node)."""
+        out = {}
+        for name in names:
+            with open(os.path.join(directory, os.path.basename(name)), "rb") as f:
+                out[name] = f.read()
+        return out
 
     def dispatch(self, actor_plans: list[dict[int, int]]):
         """Models for each client actor (``actor_plans``: {client: blocks it holds}): {"global":

@@ -20,6 +20,7 @@ server or fed server back to the last checkpointed state (:meth:`Federation.reco
 from __future__ import annotations
 
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -214,6 +215,7 @@ class Federation:
 
         self.cfg, self.spec, self.planner, self.num_actors = cfg, spec, planner, num_actors
         self.run_name = run_name
+        self.run_dir = None  # where the run's checkpoints are (the driver sets it): kept states to fall back on
         self.exchange = planner.exchange
         self.num_blocks = ctx.num_blocks
         self.actors = actors or start_actors(cfg, num_actors, planner.servers, run_name)
@@ -297,7 +299,22 @@ class Federation:
                 return
             except Exception:  # noqa: BLE001 - an actor that cannot drop the run is not reused
                 pass
+        self._remove_own_files()
         pool.destroy(self.actors)
+
+    def _remove_own_files(self) -> None:
+        """Actors killed, not torn down: delete the directory of the clients' kept states the
+        last snapshot names, where it is on this node (raysfl.algorithms.roles.own_states)."""
+        import shutil
+
+        from raysfl.algorithms.roles.own_states import OwnManifest
+
+        try:
+            own = ((self.snapshot or {}).get("fed") or {}).get("own")
+        except Exception:  # noqa: BLE001 - no snapshot at hand: nothing known to delete
+            return
+        if isinstance(own, OwnManifest) and own.directory and own.directory.startswith(tempfile.gettempdir()):
+            shutil.rmtree(own.directory, ignore_errors=True)
 
     # ------------------------------------------------------------------ failures
     def _set_up_again(self, indices: list[int]) -> None:
@@ -687,5 +704,20 @@ class Federation:
     def load_state(self, state: dict) -> None:
         import ray
 
-        ray.get([self.fed.load_state.remote(state["fed"])]
-                + [s.load_state.remote(st) for s, st in zip(self.servers, state["servers"])])
+        servers = [s.load_state.remote(st) for s, st in zip(self.servers, state["servers"])]
+        try:
+            ray.get(self.fed.load_state.remote(state["fed"]))
+        except ray.exceptions.RayTaskError as e:
+            from raysfl.algorithms.roles.own_states import OwnStatesMissing
+            from raysfl.runtime.own_files import states_in_checkpoints
+
+            if not isinstance(e, OwnStatesMissing) and not isinstance(getattr(e, "cause", None), OwnStatesMissing):
+                raise
+            # the fed server came back on another node than its kept states' files: the
+            # checkpoint of the same round has them (--checkpoint-every 1, the default)
+            own = states_in_checkpoints(self.run_dir, state["fed"]["own"]) if self.run_dir else None
+            if own is None:
+                raise SnapshotLost(f"{getattr(e, 'cause', e)}; no checkpoint of round {state.get('round', '?')} holds them "
+                                   f"(--checkpoint-every)") from None
+            ray.get(self.fed.load_state.remote({**state["fed"], "own": own}))
+        ray.get(servers)

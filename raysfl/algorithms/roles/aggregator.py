@@ -21,6 +21,7 @@ import numpy as np
 from raysfl import objective
 from raysfl.aggregation import weighted_average
 from raysfl.algorithms.roles.context import ClientUpdate, FederationContext
+from raysfl.algorithms.roles.own_states import OwnStates
 from raysfl.algorithms.roles.records import Recorder
 from raysfl.state_shapes import check_global_state
 
@@ -114,12 +115,19 @@ class Aggregator(Recorder):
 
     # ----------------------------------------------------------------- snapshots and checkpoints
     def get_state(self) -> dict:
-        return {"global": self.global_state, "own": self.own, "last_clients": self.last_clients,
+        """The state to go back to: ``own`` as a manifest of files where it is an
+        :class:`OwnStates` (the fed server's; raysfl.algorithms.roles.own_states)."""
+        own = self.own.manifest() if isinstance(self.own, OwnStates) else self.own
+        return {"global": self.global_state, "own": own, "last_clients": self.last_clients,
                 "extra": dataclasses.asdict(self.state) if self.state is not None else {}}
 
     def load_state(self, d: dict) -> None:
         check_global_state(d["global"], self.global_state)  # one plain line for a checkpoint that does not fit
-        self.global_state, self.own, self.last_clients = d["global"], d["own"], d["last_clients"]
+        if isinstance(self.own, OwnStates):
+            self.own.load(d["own"])
+        else:
+            self.own = d["own"]
+        self.global_state, self.last_clients = d["global"], d["last_clients"]
         if self.state_cls is not None:
             self.state = self.state_cls(**(d.get("extra") or {}))
 
