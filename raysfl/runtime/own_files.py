@@ -5,8 +5,9 @@ A snapshot names each client's kept state by a file on the fed server's node
 ``checkpoints/own/`` and, in its ``round_NNNN.pt``, only their names; the names are also
 listed in ``checkpoints/own/round_NNNN.json`` so that pruning knows which files a kept
 checkpoint still needs. A file is never changed once written and its name is never reused,
-so a checkpoint adds only the states that changed since the one before: on one machine a
-hard link (or a copy where the fed server's directory is on another file system), from
+so a checkpoint adds only the states that changed since the one before: written from the
+snapshot where it holds them by value (in the fed server's memory), otherwise on one machine
+a hard link (or a copy where the fed server's directory is on another file system), from
 another node the bytes the fed server sends. Read back (:func:`resolve`), a checkpoint holds
 the states themselves again, as before kept states had files.
 """
@@ -18,7 +19,7 @@ import os
 import shutil
 from pathlib import Path
 
-from raysfl.algorithms.roles.own_states import OwnManifest, read_state
+from raysfl.algorithms.roles.own_states import OwnManifest, read_state, write_state
 from raysfl.errors import ConfigError
 
 OWN = "own"            # the directory under checkpoints/
@@ -39,9 +40,12 @@ def for_checkpoint(run_dir: Path, rnd: int, federation: dict, fed_actor=None) ->
     d = own_dir(run_dir)
     d.mkdir(parents=True, exist_ok=True)
     remote = []
-    for name in own.files.values():
+    for c, name in own.files.items():
         dst = d / name
         if dst.exists():
+            continue
+        if c in own.inline:  # in the fed server's memory, never written: written here
+            write_state(str(dst), own.inline[c])
             continue
         src = os.path.join(own.directory, name) if own.directory else None
         if src and os.path.isfile(src):
@@ -99,9 +103,10 @@ def states_in_checkpoints(run_dir: Path, manifest: OwnManifest) -> dict | None:
     """The states ``manifest`` names, read from ``checkpoints/own/`` (None where one is not
     there): a fed server restarted on another node than its files goes on from them."""
     d = own_dir(run_dir)
-    if not all((d / n).is_file() for n in manifest.files.values()):
+    if not all(c in manifest.inline or (d / n).is_file() for c, n in manifest.files.items()):
         return None
-    return {c: read_state(str(d / n)) for c, n in manifest.files.items()}
+    return {c: manifest.inline[c] if c in manifest.inline else read_state(str(d / n))
+            for c, n in manifest.files.items()}
 
 
 def prune(run_dir: Path, rounds_kept: list[int]) -> None:

@@ -12,13 +12,17 @@ older ones are written to files in a directory of the fed server's node and read
 demand. Each file holds one client's state as one ``.npz`` (no pickle), under a name never
 used twice, and is never changed: a client's new state is a new file.
 
-A snapshot (:meth:`OwnStates.manifest`) writes the states changed since the last one and
-returns an :class:`OwnManifest`: the directory and, per client, its file's name. That is a
-few bytes per client, not its state. The files a manifest names are kept until the next
-manifest (the round before may be rolled back to); loading a manifest
-(:meth:`OwnStates.load`, a round retried or the fed server restarted on the same node) deletes
-every other file of the directory, the states of the round given up. A checkpoint links or
-copies the manifest's files into the run directory (:mod:`raysfl.runtime.own_files`).
+A snapshot (:meth:`OwnStates.manifest`) returns an :class:`OwnManifest`: every client's
+state by name (a few bytes each), and the states changed since the last snapshot also by
+value, copied into the object store as a snapshot always was -- so a run whose clients all
+train every round writes no file and costs what it did. A state carried by value once and
+not changed by the next snapshot is written to its file then, so none is copied twice. The
+files a manifest names are kept until the next manifest (the round before may be rolled
+back to); loading a manifest
+(:meth:`OwnStates.load`, a round retried or the fed server restarted) deletes every other
+file of the directory, the states of the round given up. A checkpoint adds to the run
+directory the states it has no file of yet, under their names (:mod:`raysfl.runtime.own_files`),
+so each state is written there once.
 """
 
 from __future__ import annotations
@@ -42,11 +46,13 @@ class OwnStatesMissing(RuntimeError):
 
 @dataclass
 class OwnManifest:
-    """Where every client's kept state is: ``files[client]``, a file name in ``directory`` (on
-    the node of the fed server that wrote it)."""
+    """Every client's kept state: ``files[client]``, its name, a file in ``directory`` (on the
+    node of the fed server that wrote it) unless the state is in ``inline``, by value (it is
+    in the fed server's memory and was never written)."""
 
     directory: str | None
     files: dict[int, str] = field(default_factory=dict)
+    inline: dict[int, dict] = field(default_factory=dict)
 
 
 def state_bytes(state: dict) -> int:
@@ -60,8 +66,11 @@ def read_state(path: str) -> dict[str, np.ndarray]:
 
 
 def write_state(path: str, state: dict) -> None:
-    with open(path, "wb") as f:
+    """Write to a temporary name, then rename: a file under a state's name is whole."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
         np.savez(f, **{k: np.asarray(v) for k, v in state.items()})
+    os.replace(tmp, path)
 
 
 class OwnStates(MutableMapping):
@@ -71,56 +80,60 @@ class OwnStates(MutableMapping):
     def __init__(self, budget_bytes: int = 256 * MIB, directory: str | None = None):
         self.budget = int(budget_bytes)
         self.directory = directory  # created on the first write
-        self._keys: dict[int, None] = {}          # every client, in insertion order
+        self._name: dict[int, str] = {}           # every client -> its state's name, in insertion order
         self._mem: OrderedDict[int, dict] = OrderedDict()  # states in memory, least recent first
         self._mem_bytes = 0
-        self._file: dict[int, str] = {}           # client -> the file holding its current state
-        self._dirty: set[int] = set()             # clients whose current state is in no file yet
+        self._on_disk: set[int] = set()           # clients whose state's file is written
         self._pinned: set[str] = set()            # files the last manifest names
+        self._inlined: dict[int, str] = {}        # states the last manifest carried by value
 
     # ----------------------------------------------------------------- the mapping
     def __getitem__(self, client: int) -> dict:
         if client in self._mem:
             self._mem.move_to_end(client)
             return self._mem[client]
-        name = self._file[client]  # KeyError for a client without a state
+        name = self._name[client]  # KeyError for a client without a state
         state = read_state(os.path.join(self.directory, name))
         self._cache(client, state)
         return state
 
     def __setitem__(self, client: int, state: dict) -> None:
         self._forget(client)
-        self._keys.setdefault(client, None)
-        self._dirty.add(client)
+        self._name[client] = f"c{client}-{uuid.uuid4().hex[:16]}.npz"
         self._cache(client, state)
 
     def __delitem__(self, client: int) -> None:
-        if client not in self._keys:
+        if client not in self._name:
             raise KeyError(client)
         self._forget(client)
-        del self._keys[client]
+        del self._name[client]
 
     def __contains__(self, client) -> bool:
-        return client in self._keys
+        return client in self._name
 
     def __iter__(self):
-        return iter(list(self._keys))
+        return iter(list(self._name))
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._name)
 
     # ----------------------------------------------------------------- snapshots
     def manifest(self) -> OwnManifest:
-        """Write the states changed since the last manifest; their files, and every other
-        client's, named. Files only the manifest before named are deleted."""
-        for c in list(self._dirty):
-            self._write(c)
-        names = {c: self._file[c] for c in self._keys}
-        now = set(names.values())
+        """Every client's state by name; those changed since the last manifest and in memory
+        also by value (a copy into the object store: a round's changes). A state the last
+        manifest carried by value and that has not changed since is written now, so that no
+        state is copied twice. Files only the manifest before named are deleted."""
+        for c, name in self._inlined.items():
+            if self._name.get(c) == name and c not in self._on_disk and c in self._mem:
+                self._write(c)
+        names = dict(self._name)
+        now = {names[c] for c in self._on_disk}
         for name in self._pinned - now:
             self._unlink(name)
         self._pinned = now
-        return OwnManifest(self.directory, names)
+        inline = {c: self._mem[c] for c in names if c not in self._on_disk}
+        self._inlined = {c: names[c] for c in inline}
+        return OwnManifest(self.directory, names, inline)
 
     def load(self, source: OwnManifest | dict) -> None:
         """Become ``source``: a manifest (a round rolled back, a restarted fed server: every
@@ -128,21 +141,25 @@ class OwnStates(MutableMapping):
         back, a state built by hand)."""
         self._mem.clear()
         self._mem_bytes = 0
-        self._dirty.clear()
         if isinstance(source, OwnManifest):
-            if source.directory is not None:
-                missing = [n for n in source.files.values()
-                           if not os.path.isfile(os.path.join(source.directory, n))]
+            stored = {c: n for c, n in source.files.items() if c not in source.inline}
+            if stored:
+                missing = [n for n in stored.values()
+                           if source.directory is None or not os.path.isfile(os.path.join(source.directory, n))]
                 if missing:
                     raise OwnStatesMissing(f"{len(missing)} of {len(source.files)} clients' kept states are not in "
                                            f"{source.directory} on this node (first: {missing[0]})")
+            if source.directory is not None:
                 self.directory = source.directory
-            self._keys = dict.fromkeys(source.files)
-            self._file = dict(source.files)
-            self._pinned = set(self._file.values())
+            self._name = dict(source.files)
+            self._on_disk = set(stored)
+            self._pinned = set(stored.values())
             self._sweep()
+            for c, state in source.inline.items():
+                self._cache(c, state)
+            self._inlined = {c: source.files[c] for c in source.inline}
             return
-        self._keys, self._file, self._pinned = {}, {}, set()
+        self._name, self._on_disk, self._pinned, self._inlined = {}, set(), set(), {}
         self._sweep()
         for c, state in source.items():
             self[c] = state
@@ -151,7 +168,7 @@ class OwnStates(MutableMapping):
         """Delete the directory (the run is over)."""
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
-        self._keys, self._file, self._pinned, self._dirty = {}, {}, set(), set()
+        self._name, self._on_disk, self._pinned = {}, set(), set()
         self._mem.clear()
         self._mem_bytes = 0
 
@@ -167,7 +184,7 @@ class OwnStates(MutableMapping):
         self._mem_bytes += state_bytes(state)
         while self._mem_bytes > self.budget and len(self._mem) > 1:
             old = next(iter(self._mem))
-            if old in self._dirty:
+            if old not in self._on_disk:
                 self._write(old)
             self._mem_bytes -= state_bytes(self._mem.pop(old))
 
@@ -175,30 +192,30 @@ class OwnStates(MutableMapping):
         """Drop ``client``'s current state from memory and, unless a manifest names it, disk."""
         if client in self._mem:
             self._mem_bytes -= state_bytes(self._mem.pop(client))
-        name = self._file.pop(client, None)
-        if name is not None and name not in self._pinned:
-            self._unlink(name)
-        self._dirty.discard(client)
+        if client in self._on_disk:
+            self._on_disk.discard(client)
+            if self._name[client] not in self._pinned:
+                self._unlink(self._name[client])
 
     def _write(self, client: int) -> None:
         if self.directory is None:
             self.directory = tempfile.mkdtemp(prefix="raysfl-own-")
-        name = f"c{client}-{uuid.uuid4().hex[:16]}.npz"
-        write_state(os.path.join(self.directory, name), self._mem[client])
-        self._file[client] = name
-        self._dirty.discard(client)
+        elif not os.path.isdir(self.directory):
+            os.makedirs(self.directory, exist_ok=True)
+        write_state(os.path.join(self.directory, self._name[client]), self._mem[client])
+        self._on_disk.add(client)
 
     def _unlink(self, name: str) -> None:
         try:
             os.unlink(os.path.join(self.directory, name))
-        except FileNotFoundError:
+        except (FileNotFoundError, TypeError):
             pass
 
     def _sweep(self) -> None:
         """Delete the directory's files no client's state is in (a round given up)."""
         if self.directory is None or not os.path.isdir(self.directory):
             return
-        keep = set(self._file.values())
+        keep = set(self._pinned)
         for name in os.listdir(self.directory):
             if name not in keep:
                 self._unlink(name)
