@@ -115,8 +115,9 @@ class Aggregator(Recorder):
 
     # ----------------------------------------------------------------- snapshots and checkpoints
     def get_state(self) -> dict:
-        """The state to go back to: ``own`` as a manifest of files where it is an
-        :class:`OwnStates` (the fed server's; raysfl.algorithms.roles.own_states)."""
+        """The state to go back to. Where ``own`` is an :class:`OwnStates` (the fed server's),
+        as its manifest: the states changed since the last snapshot by value, the others by the
+        names of their files (raysfl.algorithms.roles.own_states)."""
         own = self.own.manifest() if isinstance(self.own, OwnStates) else self.own
         return {"global": self.global_state, "own": own, "last_clients": self.last_clients,
                 "extra": dataclasses.asdict(self.state) if self.state is not None else {}}
