@@ -8,7 +8,7 @@ A checkpoint holds the fed server's global (and per-client) models, every server
 model and optimizer state, the driver's counters (round, sample-stream positions,
 cumulative times) and a fingerprint of the run's config. The clients' kept states (PSL's own
 models, ...) are files in ``checkpoints/own/`` that checkpoints share, each written once
-(:mod:`raysfl.runtime.own_files`); a checkpoint names them, and reads them back when loaded.
+(:mod:`raysfl.own_state_files`); a checkpoint names them, and reads them back when loaded.
 
 * Each file is written to a temporary name and renamed, so an interrupted save never
   leaves a partial checkpoint behind.
@@ -35,9 +35,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from raysfl import own_state_files
 from raysfl.errors import ConfigError, first_line
-from raysfl.runtime import own_files
-from raysfl.runtime.own_files import OWN
+from raysfl.own_state_files import OWN
 
 _ND = "__ndarray__"
 # Settings that may differ between a checkpoint and the run resuming it: where and how long it
@@ -206,7 +206,7 @@ def prune(run_dir: Path, keep: int, best: int | None = None) -> list[int]:
     manifest = read_manifest(run_dir)
     if gone and manifest:
         _write_manifest(run_dir, {k: v for k, v in manifest.items() if not (k.isdigit() and int(k) in gone)})
-    own_files.prune(run_dir, rounds_saved(run_dir))  # the kept states no checkpoint left names
+    own_state_files.prune(run_dir, rounds_saved(run_dir))  # the kept states no checkpoint left names
     return gone
 
 
@@ -237,7 +237,7 @@ def load_round(run_dir: Path, rnd: int) -> dict:
         kept = rounds_saved(run_dir)
         raise ConfigError(f"run '{run_dir}' has no checkpoint of round {rnd}; kept: "
                           f"{', '.join(map(str, kept)) or 'none'} (--keep-checkpoints, --keep-best)")
-    return own_files.resolve(run_dir, _decode(torch.load(path, weights_only=True, map_location="cpu")), path)
+    return own_state_files.resolve(run_dir, _decode(torch.load(path, weights_only=True, map_location="cpu")), path)
 
 
 def load_latest(run_dir: Path, cfg_dict: dict | None = None) -> dict:
@@ -262,7 +262,7 @@ def load_latest(run_dir: Path, cfg_dict: dict | None = None) -> dict:
         if cfg_dict is not None and state.get("config_fingerprint") not in {None} | _fingerprints(cfg_dict):
             raise ConfigError(f"checkpoint {path} was written by a run with different settings than "
                               f"{Path(run_dir) / 'config.json'}; resume it with its own config")
-        return own_files.resolve(run_dir, state, path)
+        return own_state_files.resolve(run_dir, state, path)
     raise ConfigError(f"cannot resume '{run_dir}': none of its {len(files)} checkpoints is readable")
 
 

@@ -275,7 +275,7 @@ class MLflowLogger(Callback):
         if saved:  # none with --checkpoint-every 0
             self.client.log_artifact(self.run_id, str(run_dir / "checkpoints" / f"round_{saved[-1]:04d}.pt"),
                                      artifact_path="checkpoints")
-            from raysfl.runtime.own_files import files_of
+            from raysfl.own_state_files import files_of
 
             for f in files_of(run_dir, saved[-1]):  # the clients' kept states it names (PSL's models, ...)
                 self.client.log_artifact(self.run_id, str(f), artifact_path="checkpoints/own")

@@ -1,5 +1,5 @@
 """The clients' kept states: in memory up to a budget, in files beyond it; snapshots name the
-files, checkpoints share them (raysfl.algorithms.roles.own_states, raysfl.runtime.own_files)."""
+files, checkpoints share them (raysfl.own_states, raysfl.own_state_files)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import os
 import numpy as np
 import pytest
 
-from raysfl.algorithms.roles.own_states import OwnManifest, OwnStates, OwnStatesMissing, state_bytes
-from raysfl.runtime import own_files
+from raysfl.own_states import OwnManifest, OwnStates, OwnStatesMissing, state_bytes
+from raysfl import own_state_files
 
 
 def state(c: int, v: float = 0.0) -> dict:
@@ -104,21 +104,21 @@ def test_checkpoints_share_the_files_and_pruning_keeps_what_a_kept_one_names(tmp
     for rnd in (1, 2, 3, 4):
         store[rnd] = state(rnd)                 # one more client each round, client 1 retrained
         store[1] = state(1, rnd)
-        fed = own_files.for_checkpoint(run, rnd, {"fed": {"own": store.manifest(), "global": {}}, "servers": []})
-        names[rnd] = fed["fed"]["own"][own_files.MARK]
-    d = own_files.own_dir(run)
+        fed = own_state_files.for_checkpoint(run, rnd, {"fed": {"own": store.manifest(), "global": {}}, "servers": []})
+        names[rnd] = fed["fed"]["own"][own_state_files.MARK]
+    d = own_state_files.own_dir(run)
     npz = {f.name for f in d.glob("*.npz")}
     assert npz == set().union(*(set(n.values()) for n in names.values()))  # each state once, shared
-    own_files.prune(run, [3, 4])
+    own_state_files.prune(run, [3, 4])
     left = {f.name for f in d.glob("*.npz")}
     assert left == set(names[3].values()) | set(names[4].values())
     assert names[2][1] not in left              # only round 2's checkpoint named it
-    back = own_files.resolve(run, {"federation": {"fed": {"own": {own_files.MARK: names[4]}}}}, d / "x.pt")
+    back = own_state_files.resolve(run, {"federation": {"fed": {"own": {own_state_files.MARK: names[4]}}}}, d / "x.pt")
     own = back["federation"]["fed"]["own"]
     assert same(own[1], state(1, 4)) and same(own[2], state(2)) and same(own[4], state(4))
     (d / names[4][2]).unlink()
     with pytest.raises(Exception, match="kept state .* which is missing"):
-        own_files.resolve(run, {"federation": {"fed": {"own": {own_files.MARK: names[4]}}}}, d / "x.pt")
+        own_state_files.resolve(run, {"federation": {"fed": {"own": {own_state_files.MARK: names[4]}}}}, d / "x.pt")
 
 
 def _tmp_own_dirs() -> set[str]:
@@ -139,7 +139,7 @@ def test_a_run_whose_kept_states_all_go_through_files_computes_the_same(quick):
     disk = raysfl.run(quick(resources={"client_actors": 2, "own_state_memory_mb": 0}, **kw))
     cols = ["round", "test_accuracy", "test_loss", "train_loss"]
     assert [[r[k] for k in cols] for r in disk.metrics] == [[r[k] for k in cols] for r in mem.metrics]
-    own = own_files.own_dir(disk.run_dir)
+    own = own_state_files.own_dir(disk.run_dir)
     assert sorted(f.name for f in own.glob("round_*.json")) == ["round_0003.json", "round_0004.json"]
     assert len(list(own.glob("*.npz"))) >= 6  # every client trained by round 4; pruning kept what 3 and 4 name
     back = disk.client_state_dicts()

@@ -20,7 +20,7 @@ import torch
 from raysfl.errors import ConfigError
 from raysfl.evaluation import evaluate_by_class, evaluate_predictions, mix_weighted_accuracy, test_shares
 from raysfl.algorithms.roles.aggregator import block_of
-from raysfl.algorithms.roles.own_states import MIB, OwnStates
+from raysfl.own_states import MIB, OwnStates
 from raysfl.data.landing import on_this_node
 from raysfl.objective import objective_of
 from raysfl.runtime.actor_base import RunActor

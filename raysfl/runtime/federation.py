@@ -304,10 +304,10 @@ class Federation:
 
     def _remove_own_files(self) -> None:
         """Actors killed, not torn down: delete the directory of the clients' kept states the
-        last snapshot names, where it is on this node (raysfl.algorithms.roles.own_states)."""
+        last snapshot names, where it is on this node (raysfl.own_states)."""
         import shutil
 
-        from raysfl.algorithms.roles.own_states import OwnManifest
+        from raysfl.own_states import OwnManifest
 
         try:
             own = ((self.snapshot or {}).get("fed") or {}).get("own")
@@ -708,8 +708,8 @@ class Federation:
         try:
             ray.get(self.fed.load_state.remote(state["fed"]))
         except ray.exceptions.RayTaskError as e:
-            from raysfl.algorithms.roles.own_states import OwnStatesMissing
-            from raysfl.runtime.own_files import states_in_checkpoints
+            from raysfl.own_states import OwnStatesMissing
+            from raysfl.own_state_files import states_in_checkpoints
 
             if not isinstance(e, OwnStatesMissing) and not isinstance(getattr(e, "cause", None), OwnStatesMissing):
                 raise

@@ -16,11 +16,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from raysfl import checkpoint
+from raysfl import checkpoint, own_state_files
 from raysfl.algorithms.roles import FederationContext, Planner
 from raysfl.errors import Diverged, RunFailed
 from raysfl.faults import plan_faults, unavailable_clients
-from raysfl.runtime import interrupts, own_files
+from raysfl.runtime import interrupts
 from raysfl.runtime.federation import Federation, FedServerLost, RoundInFlight, RoundResult
 from raysfl.runtime.planning import plan_round
 from raysfl.runtime.rows import EVENT_COLUMNS, TRAFFIC_COLUMNS, client_row, round_row
@@ -218,7 +218,7 @@ def save_checkpoint(exp: Experiment, fed: Federation, rnd: int) -> None:
         raise RunFailed(f"round {rnd}'s checkpoint: the state at hand is round {fed.snapshot_round}'s, not round "
                         f"{rnd}'s; nothing written. Metrics of rounds 1..{rnd} are in {exp.run_dir}; "
                         f"{resume_hint(exp)}")
-    state = own_files.for_checkpoint(exp.run_dir, rnd, state, fed.fed)  # kept states: their files, once each
+    state = own_state_files.for_checkpoint(exp.run_dir, rnd, state, fed.fed)  # kept states: their files, once each
     checkpoint.save(exp.run_dir, rnd, {"round": rnd, "counters": exp.counters, "federation": state},
                     exp.cfg.to_dict(), metrics_rows=exp.logger.rows)
     prune_checkpoints(exp)

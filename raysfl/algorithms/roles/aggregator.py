@@ -21,7 +21,7 @@ import numpy as np
 from raysfl import objective
 from raysfl.aggregation import weighted_average
 from raysfl.algorithms.roles.context import ClientUpdate, FederationContext
-from raysfl.algorithms.roles.own_states import OwnStates
+from raysfl.own_states import OwnStates
 from raysfl.algorithms.roles.records import Recorder
 from raysfl.state_shapes import check_global_state
 
@@ -117,7 +117,7 @@ class Aggregator(Recorder):
     def get_state(self) -> dict:
         """The state to go back to. Where ``own`` is an :class:`OwnStates` (the fed server's),
         as its manifest: the states changed since the last snapshot by value, the others by the
-        names of their files (raysfl.algorithms.roles.own_states)."""
+        names of their files (raysfl.own_states)."""
         own = self.own.manifest() if isinstance(self.own, OwnStates) else self.own
         return {"global": self.global_state, "own": own, "last_clients": self.last_clients,
                 "extra": dataclasses.asdict(self.state) if self.state is not None else {}}

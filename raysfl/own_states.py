@@ -21,7 +21,7 @@ files a manifest names are kept until the next manifest (the round before may be
 back to); loading a manifest
 (:meth:`OwnStates.load`, a round retried or the fed server restarted) deletes every other
 file of the directory, the states of the round given up. A checkpoint adds to the run
-directory the states it has no file of yet, under their names (:mod:`raysfl.runtime.own_files`),
+directory the states it has no file of yet, under their names (:mod:`raysfl.own_state_files`),
 so each state is written there once.
 """
 

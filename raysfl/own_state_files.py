@@ -1,7 +1,7 @@
 """The clients' kept states in a checkpoint, as files shared between checkpoints (ours).
 
 A snapshot names each client's kept state by a file on the fed server's node
-(:class:`raysfl.algorithms.roles.own_states.OwnManifest`). A checkpoint keeps those files in
+(:class:`raysfl.own_states.OwnManifest`). A checkpoint keeps those files in
 ``checkpoints/own/`` and, in its ``round_NNNN.pt``, only their names; the names are also
 listed in ``checkpoints/own/round_NNNN.json`` so that pruning knows which files a kept
 checkpoint still needs. A file is never changed once written and its name is never reused,
@@ -19,7 +19,7 @@ import os
 import shutil
 from pathlib import Path
 
-from raysfl.algorithms.roles.own_states import OwnManifest, read_state, write_state
+from raysfl.own_states import OwnManifest, read_state, write_state
 from raysfl.errors import ConfigError
 
 OWN = "own"            # the directory under checkpoints/
