@@ -163,3 +163,17 @@ def test_a_fed_server_killed_mid_round_goes_back_to_states_on_disk(quick):
     assert [r["round"] for r in rows] == [1, 2, 3, 4, 5] and rows[2]["retries"] == 1
     assert [r["test_accuracy"] for r in rows[:2]] == [r["test_accuracy"] for r in clean.metrics[:2]]
     assert abs(rows[-1]["test_accuracy"] - clean.final["test_accuracy"]) <= 0.02
+
+
+@pytest.mark.slow
+def test_a_run_resumed_from_kept_states_in_files_ends_as_an_uninterrupted_one(quick):
+    """--resume reads the checkpoint's kept states back from checkpoints/own/ (budget 0: every
+    one but the last went through a file): rounds 4-5 equal an uninterrupted run's."""
+    import raysfl
+
+    kw = dict(algo="psl", clients=6, clients_per_round=3, seed=1,
+              resources={"client_actors": 2, "own_state_memory_mb": 0})
+    full = raysfl.run(quick(rounds=5, name="full", **kw))
+    part = raysfl.run(quick(rounds=3, name="part", **kw))
+    res = raysfl.run(quick(rounds=5, name="part", resume=str(part.run_dir), **kw))
+    assert [r["test_accuracy"] for r in res.metrics] == [r["test_accuracy"] for r in full.metrics]
