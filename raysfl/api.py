@@ -29,7 +29,7 @@ from raysfl.schedules import recorded_module
 # match the original run. Fault handling is among them, so a run that gave up can go on: more
 # retries or restarts, other deadlines, another fault schedule (``faults=""``: none). ``out``
 # and ``name`` say where the run lives: a resume may repeat them, not change them.
-RESUMABLE_OVERRIDES = {"rounds", "progress", "checkpoint_every", "eval_every", "resume",
+RESUMABLE_OVERRIDES = {"rounds", "progress", "checkpoint_every", "eval_every", "eval_rounds", "resume",
                        "max_round_retries", "max_restarts", "round_deadline_s", "step_deadline_s", "sim_deadline_s",
                        "faults", "min_included", "keep_checkpoints", "keep_best", "mlflow", "mlflow_artifacts"}
 

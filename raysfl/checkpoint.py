@@ -42,7 +42,7 @@ from raysfl.own_state_files import OWN
 _ND = "__ndarray__"
 # Settings that may differ between a checkpoint and the run resuming it: where and how long it
 # runs, and how it survives faults and stragglers (a resume may change those: raysfl.api).
-_FREE = {"rounds", "progress", "checkpoint_every", "eval_every", "resume", "out", "name", "resources",
+_FREE = {"rounds", "progress", "checkpoint_every", "eval_every", "eval_rounds", "resume", "out", "name", "resources",
          "max_round_retries", "max_restarts", "round_deadline_s", "step_deadline_s", "sim_deadline_s", "faults",
          "min_included", "keep_checkpoints", "keep_best", "mlflow", "mlflow_artifacts"}
 # What _FREE was before the fault settings joined it, and the settings added since: checkpoints
@@ -51,7 +51,7 @@ _LEGACY_FREE = {"rounds", "progress", "checkpoint_every", "eval_every", "resume"
 _ADDED = {"min_included", "keep_checkpoints", "keep_best", "mlflow", "mlflow_artifacts"}
 # Settings added after checkpoints were first written, with the value that means what their absence
 # meant: at that value they are left out of the fingerprint, so older checkpoints still resume.
-_LATER = {"deterministic": False, "eval_passes": 10, "lr_schedule": None, "init_from": None}
+_LATER = {"deterministic": False, "eval_passes": 10, "lr_schedule": None, "init_from": None, "eval_rounds": ""}
 _NAME = re.compile(r"round_(\d+)\.pt")
 MANIFEST = "manifest.json"
 

@@ -144,6 +144,8 @@ class Config:
     transfer_dtype: str = "float32"
     deterministic: bool = False  # deterministic kernels (torch.use_deterministic_algorithms): GPU runs reproducible
     eval_every: int = 1
+    eval_rounds: str = ""  # evaluate only in these rounds (and the last), e.g. "1-5,11-15", instead of every
+                           # --eval-every (ours): a tuning trial evaluates only the rounds its search reads
     eval_passes: int = 10  # test-set passes per round of the per-client models' evaluation, dealt among them (ours)
     metrics: str = ""  # metrics of your own (raysfl.user_metrics): "name=module:function,..." or names of
                        # functions given to raysfl.run(cfg, metrics=...); columns test_<name>, test_<name>_local
@@ -296,6 +298,24 @@ def coerce(cls, name: str, value: Any, where: str) -> Any:
     except (TypeError, ValueError, OverflowError):
         raise ConfigError(f"{where}{name}: cannot use {excerpt(value)}; expected {t}") from None
     return value
+
+
+def round_set(spec: str) -> frozenset[int]:
+    """The rounds ``spec`` names: comma-separated rounds and ranges, e.g. ``"1-5,11-15,50"``
+    (``--eval-rounds``; ours). Raises ValueError naming the bad item."""
+    out: set[int] = set()
+    for item in (spec or "").replace(" ", "").split(","):
+        if not item:
+            continue
+        lo, _, hi = item.partition("-")
+        try:
+            a, b = int(lo), int(hi or lo)
+        except ValueError:
+            raise ValueError(f"{excerpt(item)} is not a round or a range of rounds (e.g. 1-5,11-15,50)") from None
+        if a < 1 or b < a:
+            raise ValueError(f"{excerpt(item)}: rounds count from 1, and a range goes up (e.g. 11-15)")
+        out.update(range(a, b + 1))
+    return frozenset(out)
 
 
 def _is_number(value) -> bool:

@@ -79,6 +79,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
                                   "without autotuning): GPU runs repeat exactly; CPU runs do without it"),
     # evaluation, output and resume
     "eval_every": ("evaluation", "evaluate every K rounds (and at the last)"),
+    "eval_rounds": ("evaluation", "evaluate only in these rounds (and at the last), e.g. 1-5,11-15, instead of "
+                                  "--eval-every; ours: a tuning trial evaluates only the rounds its search reads"),
     "eval_passes": ("evaluation", "where every client keeps a model of its own (psl, epsl, gapsl; SuperSFL's and "
                                   "BESplit's per-client metrics): the test-set passes their evaluation makes a "
                                   "round, in all. With more such models than this, each is scored on a seeded "

@@ -100,7 +100,7 @@ def _sim_ms(row: dict) -> int:
 # placed (they change nothing the run computes), kept out of TensorBoard's hparams and MLflow's params.
 NOT_HPARAMS = {"out", "name", "resume", "progress", "checkpoint_every", "keep_checkpoints", "keep_best", "mlflow",
                "mlflow_artifacts", "max_restarts", "max_round_retries", "min_included", "data_root", "download",
-               "eval_every", "eval_passes", "resources"}
+               "eval_every", "eval_rounds", "eval_passes", "resources"}
 # Settings that apply only under another setting (ours): a partitioner's own knob, local epochs where
 # local steps are not set. Left out of the hyperparameters elsewhere (no alpha for an iid run).
 APPLIES_WHEN = {

@@ -48,7 +48,7 @@ PAPER_FONTS = {"pdf.fonttype": 42, "ps.fonttype": 42}  # TrueType, not Type 3
 FORMATS = ("png", "pdf", "svg")
 # config keys that do not change what a run computes (or vary by design): not part of a group's identity
 IGNORED = {"seed", "name", "out", "resume", "progress", "checkpoint_every", "keep_checkpoints", "keep_best",
-           "mlflow", "mlflow_artifacts", "resources", "rounds", "eval_every", "data_root", "download"}
+           "mlflow", "mlflow_artifacts", "resources", "rounds", "eval_every", "eval_rounds", "data_root", "download"}
 
 
 @dataclass

@@ -142,6 +142,18 @@ def _check(cond: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
+def _check_eval_rounds(cfg: Config) -> None:
+    """``--eval-rounds``: a list of rounds and ranges, given instead of ``--eval-every``."""
+    from raysfl.config import round_set
+
+    try:
+        round_set(cfg.eval_rounds)
+    except ValueError as e:
+        raise ConfigError(f"eval-rounds: {e}") from None
+    _check(not cfg.eval_rounds or cfg.eval_every == 1,
+           f"give eval-every ({cfg.eval_every}) or eval-rounds ({excerpt(cfg.eval_rounds)}), not both")
+
+
 def _check_types(cfg: Config) -> None:
     """Every setting has its field's type -- also in a ``Config(...)`` built in Python, which
     :func:`from_dict` did not see: each value goes through :func:`raysfl.config.coerce` (in
@@ -355,6 +367,7 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
     _check(cfg.transfer_dtype in TRANSFER_DTYPES,
            f"unknown transfer-dtype {excerpt(cfg.transfer_dtype)}; allowed: {', '.join(TRANSFER_DTYPES)}")
     _check(cfg.eval_every >= 1, f"eval-every must be >= 1, got {cfg.eval_every}")
+    _check_eval_rounds(cfg)
     _check(cfg.eval_passes >= 0, f"eval-passes must be >= 0 (0 = every per-client model on the whole test set), "
                                  f"got {cfg.eval_passes}")
     from raysfl import user_metrics

@@ -14,7 +14,7 @@ BOOKKEEPING = ("out", "name", "progress", "mlflow", "mlflow_artifacts", "keep_ch
 
 
 # settings added after runs were cached, at the value every earlier run had: left out of the key
-LATER_SETTINGS = {"loss": "cross_entropy", "validation": 0.0, "eval_passes": 10}
+LATER_SETTINGS = {"loss": "cross_entropy", "validation": 0.0, "eval_passes": 10, "eval_rounds": ""}
 
 
 # settings issue 46 added (schedules, targets binned, metrics of your own, warm starts), at the

@@ -130,9 +130,66 @@ def test_grids_parse_order_widen_and_span():
 
 
 def test_successive_halving_s_first_rung_is_a_ninth_of_the_rounds_and_not_before_round_3():
-    from raysfl.tuning.search import grace
+    from raysfl.tuning.rules import grace
 
     assert [grace(r) for r in (1, 3, 5, 6, 20, 30, 40, 50)] == [1, 1, 2, 3, 3, 3, 4, 5]
+
+
+def test_a_trial_evaluates_the_rounds_before_each_of_tune_s_rungs_and_no_other():
+    """The rungs are Tune's own ASHA milestones (and the last round); a trial judged by the mean
+    of the last k evaluations evaluates the k rounds up to each, one judged by the final value
+    the rung itself, one that reads the whole run every round."""
+    from ray.tune.schedulers import AsyncHyperBandScheduler
+
+    from raysfl.config import round_set
+    from raysfl.paper_tables import Metric
+    from raysfl.tuning.rules import REDUCTION, grace, rounds_read, rungs
+
+    for rounds in range(2, 130):
+        asha = AsyncHyperBandScheduler(time_attr="training_iteration", max_t=rounds, grace_period=grace(rounds),
+                                       reduction_factor=REDUCTION)
+        milestones = {int(m) for m, _ in asha._brackets[0]._rungs}
+        assert rungs(rounds) == sorted(milestones | {rounds}), rounds
+    assert rounds_read(Metric("mean_last", k=5), 50) == "1-5,11-15,41-45,46-50"
+    assert round_set(rounds_read(Metric("mean_last", k=5), 50)) == {*range(1, 6), *range(11, 16), *range(41, 51)}
+    assert rounds_read(Metric("final"), 50) == "5,15,45,50"
+    assert rounds_read(Metric("best"), 50) == rounds_read(Metric("rounds_to", target=0.9), 50) == ""
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_run_evaluates_only_the_rounds_eval_rounds_names_and_the_last_with_the_same_scores(tmp_path):
+    """``--eval-rounds``: the rounds named and the last are evaluated, the others not, and the
+    scores of the rounds evaluated are those of a run evaluated every round (evaluation does not
+    touch training), also where every client keeps a model of its own."""
+    import math
+
+    import raysfl
+
+    for algo in ("splitfed_v2", "psl"):
+        base = dict(algo=algo, clients=4, rounds=5, local_steps=2, batch_size=16, lr=0.05, out=str(tmp_path),
+                    progress=False, checkpoint_every=0, resources={"client_actors": 2})
+        every = raysfl.run(raysfl.config_from_kwargs(**base)).metrics
+        some = raysfl.run(raysfl.config_from_kwargs(**base, eval_rounds="1-2,4")).metrics
+        assert [r["round"] for r in some if math.isfinite(r["test_accuracy"])] == [1, 2, 4, 5], algo
+        for a, b in zip(every, some):
+            assert a["train_loss"] == b["train_loss"], (algo, a["round"])
+            if math.isfinite(b["test_accuracy"]):
+                assert (a["test_accuracy"], a["test_loss"]) == (b["test_accuracy"], b["test_loss"]), (algo, a["round"])
+
+
+@pytest.mark.parametrize("kwargs, says", [
+    ({"eval_rounds": "5-3"}, "eval-rounds: '5-3': rounds count from 1, and a range goes up"),
+    ({"eval_rounds": "1,x"}, "eval-rounds: 'x' is not a round or a range of rounds"),
+    ({"eval_rounds": "0"}, "eval-rounds: '0': rounds count from 1"),
+    ({"eval_rounds": "1-3", "eval_every": 2}, "give eval-every (2) or eval-rounds ('1-3'), not both"),
+])
+def test_eval_rounds_that_name_no_rounds_or_come_with_eval_every_are_refused_in_one_line(kwargs, says):
+    import raysfl
+    from raysfl.resolve import validate
+
+    with pytest.raises(ConfigError) as e:
+        validate(raysfl.config_from_kwargs(**kwargs))
+    assert says in str(e.value) and "\n" not in str(e.value)
 
 
 def test_a_knob_a_row_does_not_read_is_left_out_of_its_grid():

@@ -216,7 +216,7 @@ def tuning_line(planned) -> str:
     """What tuning did, in one line: the grid (the reference's; every row the same factors),
     the seeds, the split, the metric, the search and its trials."""
     from raysfl.tuning.rules import tuning_seeds
-    from raysfl.tuning.search import REDUCTION, grace
+    from raysfl.tuning.rules import REDUCTION, grace
 
     t = planned.table
     tuning = t.tuning

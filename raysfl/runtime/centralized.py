@@ -90,7 +90,7 @@ def run_centralized(exp, state: dict | None) -> None:
             loss_sum += loss.detach().double() * b
             seen += b
         loss_sum = float(loss_sum)
-        evaluate_now = exp.due(rnd, cfg.eval_every)
+        evaluate_now = exp.evaluates(rnd)
         acc, test_loss, mine = test_pass(model, ds, device, ctx) if evaluate_now else (float("nan"), float("nan"), {})
         wall = time.perf_counter() - t0
         sim = samples * flops_per_sample / (cfg.devices.server_tflops * 1e12)

@@ -56,6 +56,15 @@ class Experiment:
         """Whether something done every ``every`` rounds (and at the last) happens in ``rnd``."""
         return bool(every) and (rnd % every == 0 or rnd == self.cfg.rounds)
 
+    def evaluates(self, rnd: int) -> bool:
+        """Whether round ``rnd`` is evaluated: every ``--eval-every`` rounds, or the rounds
+        ``--eval-rounds`` names; the last round always."""
+        if self.cfg.eval_rounds:
+            from raysfl.config import round_set
+
+            return rnd in round_set(self.cfg.eval_rounds) or rnd == self.cfg.rounds
+        return self.due(rnd, self.cfg.eval_every)
+
 
 def say_away(rnd: int, fed: Federation, was: set[int], num_clients: int) -> None:
     """One line when client actors go away (Ray cannot place them again: a node lost, no room
@@ -121,7 +130,7 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
     for c, secs in real_delay.items():
         plans[c].delay_s = secs
     sim_delay = {c: secs for c, (secs, clock) in rf.delays.items() if clock == "sim"}
-    evaluate = exp.due(rnd, cfg.eval_every)
+    evaluate = exp.evaluates(rnd)
     kills = rf.kills
     for attempt in range(cfg.max_round_retries + 1):
         deadline = time.time() + cfg.round_deadline_s if cfg.round_deadline_s else None

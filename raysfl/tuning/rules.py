@@ -1,13 +1,21 @@
 """Tuning's rules, checked before anything runs: tuning runs evaluate on a validation split held
 out of the training data (never the test split) and run on tuning seeds, apart from the seeds
-a table is judged on. No torch, no Ray."""
+a table is judged on; and the search's schedule: where successive halving compares a row's
+settings, and so which rounds a trial must evaluate. No torch, no Ray."""
 
 from __future__ import annotations
 
+import math
+from typing import TYPE_CHECKING
+
 from raysfl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from raysfl.paper_tables import Metric
 
 TUNE_SEED_BASE = 1000   # tuning seeds are 1000, 1001, ...: apart from the evaluation seeds 0..N-1
 VALIDATION = 0.2        # the share of the training split a tuning run holds out and evaluates on
+REDUCTION = 3           # ASHA's reduction factor: a third of a row's settings go on at each rung
 
 
 def tuning_seeds(n: int) -> list[int]:
@@ -30,3 +38,33 @@ def check_seeds_apart(tuning: list[int], evaluation: list[int]) -> None:
         raise ConfigError(f"tuning seeds {', '.join(map(str, tuning))} share seed(s) {', '.join(map(str, shared))} "
                           f"with the evaluation seeds: a table's settings are chosen on other seeds than it is "
                           f"judged on; allowed: tuning seeds from {TUNE_SEED_BASE}")
+
+
+def grace(rounds: int) -> int:
+    """ASHA's first rung: a ninth of the rounds, so that the rungs fall at about 1/9, 1/3 and all
+    of a run with a reduction factor of 3 -- but not before round 3 where the run is 6 rounds or
+    longer: after one or two rounds a good learning rate may still sit at chance beside a tiny
+    one, and would be stopped for it."""
+    return max(1, rounds // (REDUCTION * REDUCTION), min(3, rounds // 2))
+
+
+def rungs(rounds: int) -> list[int]:
+    """The rounds at which the search's successive halving compares a row's settings: ASHA's
+    milestones ``grace * REDUCTION^k`` below ``rounds`` (Tune's ``_Bracket``), and the last round."""
+    g = grace(rounds)
+    count = int(math.log(rounds / g) / math.log(REDUCTION) + 1) if rounds >= g else 0
+    return sorted({g * REDUCTION ** k for k in range(count) if g * REDUCTION ** k <= rounds} | {rounds})
+
+
+def rounds_read(metric: Metric, rounds: int) -> str:
+    """The rounds a trial must evaluate for the search to read ``metric`` where it compares the
+    settings (:func:`rungs`), as ``--eval-rounds``: the last ``k`` before each rung for a mean of
+    the last k, the rung itself for a final value; "" (every round) for a metric that reads the
+    whole run (best, rounds or time to a target). Evaluating no other round changes no score:
+    evaluation does not touch training (ours; it took about a third off a 50-round GAPSL trial
+    on mnist5k, docs/performance.md section 8)."""
+    if metric.read == "mean_last":
+        return ",".join(f"{max(1, m - metric.k + 1)}-{m}" for m in rungs(rounds))
+    if metric.read == "final":
+        return ",".join(str(m) for m in rungs(rounds))
+    return ""

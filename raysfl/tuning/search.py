@@ -30,8 +30,8 @@ from raysfl.run_key import ISSUE_46_SETTINGS
 from raysfl.run_key import cache_key as run_key
 from raysfl.runtime.many_runs import run_demand, start_local_ray
 from raysfl.tuning import grid as grids
+from raysfl.tuning.rules import REDUCTION, grace
 
-REDUCTION = 3  # ASHA's reduction factor: a third of a row's settings go on at each rung
 
 
 @dataclass
@@ -54,14 +54,6 @@ class TuneResult:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def grace(rounds: int) -> int:
-    """ASHA's first rung: a ninth of the rounds, so that the rungs fall at about 1/9, 1/3 and all
-    of a run with a reduction factor of 3 -- but not before round 3 where the run is 6 rounds or
-    longer: after one or two rounds a good learning rate may still sit at chance beside a tiny
-    one, and would be stopped for it."""
-    return max(1, rounds // (REDUCTION * REDUCTION), min(3, rounds // 2))
 
 
 def cache_key(configs: list, grid: dict, metric: Metric, leave_out: dict | None = None) -> str:

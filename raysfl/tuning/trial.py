@@ -131,12 +131,15 @@ class TrialRuns(tune.Trainable):
         import dataclasses
 
         from raysfl.tuning.grid import apply
-        from raysfl.tuning.rules import check_reads_validation
+        from raysfl.tuning.rules import check_reads_validation, rounds_read
 
         self.label, self.knobs = config["trial"]["row"], dict(config["trial"]["knobs"])
         self.tmp = tempfile.TemporaryDirectory(prefix="raysfl-tune-")
         cfgs = [apply(dataclasses.replace(c, progress=False, checkpoint_every=0, out=self.tmp.name, name=None,
                                           mlflow=None, mlflow_artifacts=None, keep_best=False), self.knobs) for c in self.configs[self.label]]
+        if all(c.eval_every == 1 and not c.eval_rounds for c in cfgs):  # evaluate only what the search reads
+            reads = rounds_read(self.metrics[self.label], cfgs[0].rounds)
+            cfgs = [dataclasses.replace(c, eval_rounds=reads) for c in cfgs]
         for c in cfgs:
             check_reads_validation(c, self.label)
         self.rounds = cfgs[0].rounds
