@@ -6,8 +6,12 @@ The fed server's evaluation of psl (``evaluate_own_models``: every participant's
 side over the shared server side, plus their average) on digits' test set with the CNN at cut
 2, one torch thread as the fed actor has, the clients' models drawn around the initial model.
 Four ways: each model on the whole test set or on shares worth ``--eval-passes 10``, each with
-the CPU pass in channels-last layout (raysfl's) or in the default layout. Also one test pass
-of one model, both layouts. Times are the best of ``--repeats`` (the work is deterministic).
+the CPU pass in channels-last layout (raysfl's) or in the default layout. A fifth, not
+raysfl's: every composite model in one stacked pass (``torch.func.vmap`` over the clients'
+own parameters, the shared ones unbatched), on the whole set, the forward passes alone (no
+metrics), against the same passes one model after another (the client side copied in place,
+as raysfl's evaluator does); issue 44 asked whether it pays on the CPU. Also one test pass of
+one model, both layouts. Times are the best of ``--repeats`` (the work is deterministic).
 """
 
 from __future__ import annotations
@@ -53,6 +57,37 @@ def default_layout():
         evaluation.fast_layout = keep
 
 
+@torch.no_grad()
+def stacked_against_one_by_one(model, state: dict, own: dict, ds, repeats: int) -> list[dict]:
+    """The forward passes of every composite model on the whole test set: one model after
+    another (the client side copied in place), and all of them in one ``vmap``-ped pass."""
+    from torch.func import functional_call, vmap
+
+    model.eval()
+    x = ds.to_tensor(ds.x_test)
+    keys = sorted(next(iter(own.values())))
+    stacked = {k: torch.stack([torch.from_numpy(np.asarray(o[k])) for o in own.values()]) for k in keys}
+    shared = {k: torch.from_numpy(np.asarray(v)) for k, v in state.items() if k not in stacked}
+    params = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+
+    def one_by_one():
+        for o in own.values():
+            for k in keys:
+                params[k].copy_(torch.from_numpy(np.asarray(o[k])))
+            model(x)
+
+    def stacked_pass():
+        vmap(lambda mine, xb: functional_call(model, {**shared, **mine}, (xb,)), in_dims=(0, None))(stacked, x)
+
+    n, out = len(own), []
+    for way, fn in (("one model after another, forward only", one_by_one), ("stacked (vmap), forward only", stacked_pass)):
+        ms = time_ms(fn, repeats, reduce=min)
+        out.append({"clients": n, "test_set": "whole, every model", "layout": way, "ms": ms})
+        print(f"{n:>4} clients, {way:<40} {ms:8.1f} ms", flush=True)
+    model.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in state.items()})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, nargs="+", default=[10, 100])
@@ -83,6 +118,7 @@ def main() -> None:
                     ms = time_ms(once, args.repeats, reduce=min)
                 rows.append({"clients": n, "test_set": what, "layout": layout, "ms": ms})
                 print(f"{n:>4} clients, {what:<26} {layout:<24} {ms:8.1f} ms", flush=True)
+        rows += stacked_against_one_by_one(model, state, own, ds, args.repeats)
     lines = ["| clients | test set | layout | ms per evaluation |", "|---:|---|---|---:|"]
     lines += [f"| {r['clients']} | {r['test_set']} | {r['layout']} | {r['ms']:.1f} |" for r in rows]
     intro = f"Best of {args.repeats}. {__doc__.split(chr(10) + chr(10), 2)[2].strip()}"

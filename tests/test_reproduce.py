@@ -300,3 +300,11 @@ def test_runs_and_tunings_cached_before_issue_46_s_settings_are_found(tmp_path):
                                                             "trials": 2}))
     res = tune_rows({"r": [tuning]}, {"r": grid}, {"r": metric}, cache=tmp_path, say=lambda _: None)["r"]
     assert res.from_cache and res.chosen == {"lr": 0.01}  # no search started
+
+
+def test_a_table_s_runs_say_how_long_is_left_at_the_pace_so_far():
+    from raysfl.reproduce.engine import left
+
+    assert left(100.0, 1, 3) == ", about 3 min left"
+    assert left(3600.0, 1, 3) == ", about 2.0 h left"
+    assert left(50.0, 3, 3) == "" and left(0.0, 0, 3) == ""

@@ -173,6 +173,15 @@ def run_cached(cfg, cache: Path) -> list[dict]:
     return metrics
 
 
+def left(elapsed: float, done: int, total: int) -> str:
+    """``", about T left"``: the runs still to do at the pace of those done so far (runs in
+    parallel included), for a table that takes hours; "" when none are left."""
+    if done <= 0 or done >= total:
+        return ""
+    rest = elapsed / done * (total - done)
+    return f", about {rest / 60:.0f} min left" if rest < 5400 else f", about {rest / 3600:.1f} h left"
+
+
 def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> dict[str, list[list[dict]]]:
     """Every run of ``planned`` ({label: [metrics rows per seed]}), ``parallel`` at a time,
     saying each as it starts."""
@@ -192,7 +201,8 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
         rows = run_cached(cfg, cache)
         if fresh:
             done[0] += 1
-            say(f"  {done[0]}/{todo} {label}, seed {cfg.seed} ({time.perf_counter() - started:.0f} s)")
+            elapsed = time.perf_counter() - started
+            say(f"  {done[0]}/{todo} {label}, seed {cfg.seed} ({elapsed:.0f} s{left(elapsed, done[0], todo)})")
         return label, i, rows
 
     out: dict[str, list] = {label: [None] * len(cfgs) for label, cfgs in planned.configs.items()}
