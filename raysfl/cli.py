@@ -564,8 +564,9 @@ def _main(argv: list[str] | None = None) -> int:
     if ns.command == "reproduce":
         from raysfl.reproduce.command import run as reproduce
 
-        return _continued(reproduce, ns, given, "the finished tunings and runs, and each trial's rounds, are "
-                                                "cached; the same command reads them")
+        return _continued(reproduce, ns, given, "the finished tunings and runs, each trial's rounds and each "
+                                                "unfinished run's last checkpoint are cached; the same command "
+                                                "goes on from them")
     if ns.command == "tune":
         return _continued(_tune, ns, given, "the search's trials are not kept")
     if ns.command != "run":

@@ -308,3 +308,35 @@ def test_a_table_s_runs_say_how_long_is_left_at_the_pace_so_far():
     assert left(100.0, 1, 3) == ", about 3 min left"
     assert left(3600.0, 1, 3) == ", about 2.0 h left"
     assert left(50.0, 3, 3) == "" and left(0.0, 0, 3) == ""
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_table_s_run_cut_off_goes_on_from_its_last_round_and_gives_the_rows_of_an_uninterrupted_one(tmp_path,
+                                                                                                     capsys):
+    """A run of a table lives in the cache while it runs, checkpointed every round: cut off after
+    round 2 (here: a callback stops it), the next call goes on from round 2, its rows are those of
+    an uninterrupted run, and its directory goes once they are kept."""
+    import dataclasses
+
+    import raysfl
+    from raysfl.reproduce.engine import cached, run_cached
+    from raysfl.resolve import validate
+    from raysfl.run_key import cache_keys
+
+    cfg = validate(raysfl.config_from_kwargs(algo="psl", clients=4, rounds=4, local_steps=2, batch_size=16, lr=0.05,
+                                             resources={"client_actors": 2}))
+    whole = run_cached(cfg, tmp_path / "a")
+    key = cache_keys(cfg)[0]
+    runs = tmp_path / "b" / "runs"
+    cut = dataclasses.replace(cfg, progress=False, checkpoint_every=1, keep_checkpoints=1, out=str(runs), name=key)
+    raysfl.run(cut, callbacks=[lambda row: row["round"] == 2])
+    assert not cached(cfg, tmp_path / "b") and (runs / key / "checkpoints").is_dir()
+    capsys.readouterr()
+    again = run_cached(cfg, tmp_path / "b")
+    assert f"psl, seed 0: going on from round 2 ({runs / key})" in capsys.readouterr().err
+    assert [r["round"] for r in again] == [1, 2, 3, 4]
+    for a, b in zip(whole, again):
+        assert (a["train_loss"], a["test_accuracy"], a["test_loss"]) == (b["train_loss"], b["test_accuracy"],
+                                                                         b["test_loss"]), a["round"]
+    assert cached(cfg, tmp_path / "b") and not (runs / key).exists()
+    assert not (tmp_path / "a" / "runs" / key).exists()

@@ -297,6 +297,8 @@ table's declared grid -- at least 4 values over at least 1.5 decades, the paper'
 among them -- by Ray Tune with asynchronous successive halving, judged by the table's metric on
 a validation split held out of the training data (never the test split) on tuning seeds 1000
 and 1001 (never the seeds a table is judged on); a choice at a grid's edge widens it once.
+A trial evaluates only the rounds its search reads (the last 5 before each rung; ours,
+`--eval-rounds`), which changes no score; the runs a table is judged on evaluate every round.
 Tables whose metric no learning rate changes (simulated time of a fixed number of rounds) say
 so and are not tuned.
 

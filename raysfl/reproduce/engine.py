@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from raysfl.callbacks import Callback
+from raysfl.errors import first_line
 from raysfl.reproduce.fairness import check_row, resolve
 from raysfl.algorithms import get_algorithm
 from raysfl.paper_tables import Table
@@ -141,10 +141,18 @@ class _KeepRows(Callback):
 
 def run_cached(cfg, cache: Path) -> list[dict]:
     """The metrics rows of ``cfg``: read from ``cache`` when a run of the same resolved config
-    is there, else run quietly (no progress, no checkpoints) and kept. A run whose training
-    diverges is a result, not a failure of the table: its rows up to the round whose loss went
-    non-finite are kept, and the guards count it as collapsed."""
+    is there, else run quietly (no progress) and kept. A run whose training diverges is a
+    result, not a failure of the table: its rows up to the round whose loss went non-finite are
+    kept, and the guards count it as collapsed.
+
+    While it runs, the run lives in ``cache/runs/<key>/`` with a checkpoint every tenth of its
+    rounds (the newest kept; every round cost a digits table about 7 %). A run cut off (Ctrl-C,
+    a machine given back, a session's end) goes on from its last checkpoint the next time the
+    table asks for it -- a resume gives the rows an uninterrupted run gives
+    (docs/reliability.md) -- and the directory goes once its rows are kept. Ours: an mnist5k
+    run takes about 20 minutes on two cores."""
     import dataclasses
+    import shutil
 
     import raysfl
     from raysfl.errors import Diverged
@@ -152,25 +160,56 @@ def run_cached(cfg, cache: Path) -> list[dict]:
     found = cached_path(cfg, cache)
     if found is not None:
         return json.loads(found.read_text())["metrics"]
-    path = Path(cache) / f"{cache_keys(cfg)[0]}.json"
-
+    key = cache_keys(cfg)[0]
+    path, run_dir = Path(cache) / f"{key}.json", Path(cache) / "runs" / key
     seen = _KeepRows()
     diverged = None
-    with tempfile.TemporaryDirectory(prefix="raysfl-reproduce-") as tmp:
-        quiet = dataclasses.replace(cfg, progress=False, checkpoint_every=0, out=tmp, name=None, mlflow=None,
-                                    mlflow_artifacts=None)
-        try:
+    try:
+        metrics = _go_on(run_dir, cfg, seen) if _has_checkpoint(run_dir) else None
+        if metrics is None:
+            shutil.rmtree(run_dir, ignore_errors=True)  # nothing to go on from: a run cut before its first round ended
+            quiet = dataclasses.replace(cfg, progress=False, checkpoint_every=max(1, cfg.rounds // 10),
+                                        keep_checkpoints=1, keep_best=False,
+                                        out=str(run_dir.parent), name=key, mlflow=None, mlflow_artifacts=None)
             metrics = raysfl.run(quiet, callbacks=[seen]).metrics
-        except Diverged as e:
-            metrics, diverged = [dict(r) for r in seen.rows], e.round
-            if metrics and metrics[-1].get("round") == diverged:
-                metrics[-1]["train_loss"] = float("inf")  # its clients' losses went non-finite
+    except Diverged as e:
+        metrics, diverged = [dict(r) for r in seen.rows], e.round
+        if metrics and metrics[-1].get("round") == diverged:
+            metrics[-1]["train_loss"] = float("inf")  # its clients' losses went non-finite
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp_path = path.with_suffix(".tmp")
     tmp_path.write_text(json.dumps({"config": cfg.to_dict(), "metrics": metrics, "diverged_in_round": diverged},
                                    default=str))
     tmp_path.replace(path)  # a run half-written is never read back
+    shutil.rmtree(run_dir, ignore_errors=True)
     return metrics
+
+
+def _has_checkpoint(run_dir: Path) -> bool:
+    from raysfl import checkpoint
+
+    return (run_dir / "config.json").exists() and bool(checkpoint.rounds_saved(run_dir))
+
+
+def _go_on(run_dir: Path, cfg, seen: _KeepRows) -> list[dict] | None:
+    """The rows of the run cut off in ``run_dir``: resumed from its newest checkpoint (or read,
+    where it had finished); None where it cannot go on (it is then run again from round 1)."""
+    import raysfl
+    from raysfl import checkpoint
+    from raysfl.errors import ConfigError
+    from raysfl.metrics import read_rows
+
+    done = checkpoint.rounds_saved(run_dir)[-1]
+    try:
+        if done >= cfg.rounds:  # finished, its rows not yet kept
+            return read_rows(run_dir / "metrics.parquet")
+        print(f"raysfl reproduce: {cfg.algo}, seed {cfg.seed}: going on from round {done} ({run_dir})",
+              file=sys.stderr, flush=True)
+        return raysfl.run(raysfl.resume_config(run_dir, {"progress": False}), callbacks=[seen]).metrics
+    except (ConfigError, OSError) as e:
+        print(f"raysfl reproduce: cannot go on from {run_dir} ({first_line(e)}); running it again from round 1",
+              file=sys.stderr, flush=True)
+        return None
 
 
 def left(elapsed: float, done: int, total: int) -> str:
