@@ -38,6 +38,30 @@ from dataclasses import dataclass, field
 import numpy as np
 
 MIB = 2**20
+PREFIX = "raysfl-own-"  # + the writing process's id: a directory in the temp dir of the fed server's node
+
+
+def remove_orphans(where: str | None = None) -> list[str]:
+    """Delete the kept-state directories in ``where`` (the temp dir) whose fed server process
+    is gone without closing them (its driver killed with SIGKILL: nothing ran its teardown),
+    so that they do not pile up on a node; returns their paths. A directory of a process that
+    is alive, of another user's, or without a process id in its name is left alone."""
+    import re
+
+    where = where or tempfile.gettempdir()
+    gone = []
+    for name in os.listdir(where):
+        m = re.fullmatch(rf"{re.escape(PREFIX)}(\d+)-\w+", name)
+        if not m or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(where, name), ignore_errors=True)
+            gone.append(os.path.join(where, name))
+        except (PermissionError, OverflowError):
+            pass
+    return gone
 
 
 class OwnStatesMissing(RuntimeError):
@@ -199,7 +223,8 @@ class OwnStates(MutableMapping):
 
     def _write(self, client: int) -> None:
         if self.directory is None:
-            self.directory = tempfile.mkdtemp(prefix="raysfl-own-")
+            remove_orphans()
+            self.directory = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-")
         elif not os.path.isdir(self.directory):
             os.makedirs(self.directory, exist_ok=True)
         write_state(os.path.join(self.directory, self._name[client]), self._mem[client])

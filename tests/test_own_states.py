@@ -177,3 +177,22 @@ def test_a_run_resumed_from_kept_states_in_files_ends_as_an_uninterrupted_one(qu
     part = raysfl.run(quick(rounds=3, name="part", **kw))
     res = raysfl.run(quick(rounds=5, name="part", resume=str(part.run_dir), **kw))
     assert [r["test_accuracy"] for r in res.metrics] == [r["test_accuracy"] for r in full.metrics]
+
+
+def test_kept_state_directories_of_fed_servers_that_are_gone_are_removed(tmp_path):
+    """A fed server killed without its teardown (its driver SIGKILLed) leaves its directory; the
+    next one to write removes it. A live process's directory stays, and so does one that names
+    no process."""
+    import subprocess
+    import sys
+
+    from raysfl.own_states import PREFIX, remove_orphans
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(done.stdout)
+    for name in (f"{PREFIX}{dead}-abc", f"{PREFIX}{os.getpid()}-mine", f"{PREFIX}{os.getppid()}-parent", f"{PREFIX}old"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "0.npz").write_bytes(b"x")
+    assert remove_orphans(str(tmp_path)) == [str(tmp_path / f"{PREFIX}{dead}-abc")]
+    assert sorted(os.listdir(tmp_path)) == sorted([f"{PREFIX}{os.getpid()}-mine", f"{PREFIX}{os.getppid()}-parent",
+                                                   f"{PREFIX}old"])
