@@ -17,10 +17,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import zipfile
 from pathlib import Path
 
 from raysfl.own_states import OwnManifest, read_state, write_state
-from raysfl.errors import ConfigError
+from raysfl.errors import ConfigError, first_line
 
 OWN = "own"            # the directory under checkpoints/
 MARK = "__own_files__"  # {MARK: {client: file name}} stands for the states in a checkpoint
@@ -84,7 +85,12 @@ def resolve(run_dir: Path, state: dict, path: Path) -> dict:
         if not f.is_file():
             raise ConfigError(f"checkpoint {path} names client {c}'s kept state {f}, which is missing; move "
                               f"{path.name} out of {path.parent} to resume from the checkpoint before it")
-        states[int(c)] = read_state(str(f))
+        try:
+            states[int(c)] = read_state(str(f))
+        except (OSError, ValueError, zipfile.BadZipFile) as e:  # the zip's CRC-32 finds a changed byte
+            raise ConfigError(f"checkpoint {path} names client {c}'s kept state {f}, which is damaged "
+                              f"({first_line(e, 120)}); move {path.name} out of {path.parent} to resume from "
+                              f"the checkpoint before it") from None
     fed["own"] = states
     return state
 

@@ -10,6 +10,7 @@ import pytest
 
 from raysfl.own_states import OwnManifest, OwnStates, OwnStatesMissing, state_bytes
 from raysfl import own_state_files
+from raysfl.errors import ConfigError
 
 
 def state(c: int, v: float = 0.0) -> dict:
@@ -116,6 +117,12 @@ def test_checkpoints_share_the_files_and_pruning_keeps_what_a_kept_one_names(tmp
     back = own_state_files.resolve(run, {"federation": {"fed": {"own": {own_state_files.MARK: names[4]}}}}, d / "x.pt")
     own = back["federation"]["fed"]["own"]
     assert same(own[1], state(1, 4)) and same(own[2], state(2)) and same(own[4], state(4))
+    damaged = bytearray((d / names[4][4]).read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF          # one byte changed inside the array: the zip's CRC-32 says so
+    (d / names[4][4]).write_bytes(bytes(damaged))
+    with pytest.raises(ConfigError, match=r"kept state .* which is damaged \(.*\); move x.pt out of") as e:
+        own_state_files.resolve(run, {"federation": {"fed": {"own": {own_state_files.MARK: names[4]}}}}, d / "x.pt")
+    assert "\n" not in str(e.value)
     (d / names[4][2]).unlink()
     with pytest.raises(Exception, match="kept state .* which is missing"):
         own_state_files.resolve(run, {"federation": {"fed": {"own": {own_state_files.MARK: names[4]}}}}, d / "x.pt")
