@@ -153,6 +153,7 @@ def test_a_trial_evaluates_the_rounds_before_each_of_tune_s_rungs_and_no_other()
     assert rounds_read(Metric("mean_last", k=5), 50) == "1-5,11-15,41-45,46-50"
     assert round_set(rounds_read(Metric("mean_last", k=5), 50)) == {*range(1, 6), *range(11, 16), *range(41, 51)}
     assert rounds_read(Metric("final"), 50) == "5,15,45,50"
+    assert rounds_read(Metric("mean_last", k=5), 50, halving=False) == "46-50"  # a widening: the end alone
     assert rounds_read(Metric("best"), 50) == rounds_read(Metric("rounds_to", target=0.9), 50) == ""
 
 

@@ -56,15 +56,16 @@ def rungs(rounds: int) -> list[int]:
     return sorted({g * REDUCTION ** k for k in range(count) if g * REDUCTION ** k <= rounds} | {rounds})
 
 
-def rounds_read(metric: Metric, rounds: int) -> str:
+def rounds_read(metric: Metric, rounds: int, halving: bool = True) -> str:
     """The rounds a trial must evaluate for the search to read ``metric`` where it compares the
-    settings (:func:`rungs`), as ``--eval-rounds``: the last ``k`` before each rung for a mean of
-    the last k, the rung itself for a final value; "" (every round) for a metric that reads the
-    whole run (best, rounds or time to a target). Evaluating no other round changes no score:
-    evaluation does not touch training (ours; it took about a third off a 50-round GAPSL trial
-    on mnist5k, docs/performance.md section 8)."""
+    settings (:func:`rungs`; the last round alone for a search without successive halving, a
+    grid's widening), as ``--eval-rounds``: the last ``k`` before each for a mean of the last
+    k, the rung itself for a final value; "" (every round) for a metric that reads the whole
+    run (best, rounds or time to a target). Evaluating no other round changes no score:
+    evaluation does not touch training (ours; docs/performance.md section 8)."""
+    at = rungs(rounds) if halving else [rounds]
     if metric.read == "mean_last":
-        return ",".join(f"{max(1, m - metric.k + 1)}-{m}" for m in rungs(rounds))
+        return ",".join(f"{max(1, m - metric.k + 1)}-{m}" for m in at)
     if metric.read == "final":
-        return ",".join(str(m) for m in rungs(rounds))
+        return ",".join(str(m) for m in at)
     return ""

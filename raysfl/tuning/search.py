@@ -182,7 +182,8 @@ def _search(rows: dict[str, list], combos: dict[str, list[dict]], metrics: dict[
     # SIGINT raises in this process (raysfl.runtime.interrupts) instead of Tune's handler ending the
     # search quietly, which left every unfinished row "without a completed setting"
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
-    trainable = tune.with_resources(tune.with_parameters(TrialRuns, configs=rows, metrics=metrics, journals=journals),
+    trainable = tune.with_resources(tune.with_parameters(TrialRuns, configs=rows, metrics=metrics, journals=journals,
+                                                         halving=successive_halving),
                                     tune.PlacementGroupFactory([trial]))
     with tempfile.TemporaryDirectory(prefix="raysfl-tune-") as store:
         tuner = tune.Tuner(

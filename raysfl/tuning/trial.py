@@ -123,8 +123,8 @@ class TrialRuns(tune.Trainable):
     the validation split), one round per step; reports ``score`` (the row's metric,
     ``metrics[label]``, its mean over the seeds so far), ``round`` and the per-seed ``values``."""
 
-    def setup(self, config, configs=None, metrics=None, journals=None):
-        self.configs, self.metrics, self.journals = configs, metrics, journals
+    def setup(self, config, configs=None, metrics=None, journals=None, halving=True):
+        self.configs, self.metrics, self.journals, self.halving = configs, metrics, journals, halving
         self._start(config)
 
     def _start(self, config) -> None:
@@ -138,7 +138,7 @@ class TrialRuns(tune.Trainable):
         cfgs = [apply(dataclasses.replace(c, progress=False, checkpoint_every=0, out=self.tmp.name, name=None,
                                           mlflow=None, mlflow_artifacts=None, keep_best=False), self.knobs) for c in self.configs[self.label]]
         if all(c.eval_every == 1 and not c.eval_rounds for c in cfgs):  # evaluate only what the search reads
-            reads = rounds_read(self.metrics[self.label], cfgs[0].rounds)
+            reads = rounds_read(self.metrics[self.label], cfgs[0].rounds, getattr(self, "halving", True))
             cfgs = [dataclasses.replace(c, eval_rounds=reads) for c in cfgs]
         for c in cfgs:
             check_reads_validation(c, self.label)
