@@ -215,8 +215,7 @@ def _with_seeds(command: str, seeds: list[int]) -> str:
 def tuning_line(planned) -> str:
     """What tuning did, in one line: the grid (the reference's; every row the same factors),
     the seeds, the split, the metric, the search and its trials."""
-    from raysfl.tuning.rules import tuning_seeds
-    from raysfl.tuning.rules import REDUCTION, grace
+    from raysfl.tuning.rules import REDUCTION, grace, tuning_seeds
 
     t = planned.table
     tuning = t.tuning

@@ -33,7 +33,6 @@ from raysfl.tuning import grid as grids
 from raysfl.tuning.rules import REDUCTION, grace
 
 
-
 @dataclass
 class TuneResult:
     """A row's tuning: the chosen values, the grid as searched (widened values included), how

@@ -9,7 +9,9 @@ reuses the trial's process for the next trial (``reuse_actors``): the next setti
 find those actors warm (:mod:`raysfl.runtime.pool`) instead of starting new processes.
 
 Every run here evaluates on the validation split (``Config.validation`` > 0): the trial
-refuses a config that would read the test split, before it starts anything.
+refuses a config that would read the test split, before it starts anything. It evaluates only
+the rounds the search reads (``--eval-rounds``, :func:`raysfl.tuning.rules.rounds_read`): the
+last k before each rung of successive halving, the end alone in a grid's widening.
 
 A trial keeps a journal of what it reported, round by round, where the search is given a
 cache (:func:`journal_path`): a search interrupted (Ctrl-C, a machine given back, a session's
