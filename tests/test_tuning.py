@@ -347,3 +347,48 @@ def test_a_search_started_again_reads_its_trials_rounds_back_and_runs_only_what_
     assert second["table"] == first["table"] and second["chosen"] == first["chosen"]  # the same rounds, the same scores
     assert all("(read back)" in t for t in third["lines"]) and third["table"] == first["table"]
 
+
+
+@pytest.mark.slow  # three small trials, in this process (~30 s)
+@pytest.mark.usefixtures("ray_session")
+def test_a_trial_cut_off_goes_on_from_its_runs_checkpoints_with_the_scores_of_an_uninterrupted_one(tmp_path):
+    """A trial with a cache keeps its seeds' runs beside its journal, checkpointed. Cut off after
+    round 3 of 4 (its runs stopped, nothing cleaned up, as when its process is killed), the trial
+    started again reads rounds 1-3 back, resumes its runs from their round-3 checkpoints for
+    round 4, and reports what an uninterrupted trial reports; its runs' directory goes when it
+    ends."""
+    import raysfl
+    from raysfl.paper_tables import Metric
+    from raysfl.resolve import validate
+    from raysfl.tuning.search import in_trial
+    from raysfl.tuning.trial import TrialRuns, journal_path
+
+    cfgs = [in_trial(validate(raysfl.config_from_kwargs(algo="splitfed_v2", clients=4, rounds=4, local_steps=2,
+                                                        batch_size=16, validation=0.2, seed=s, progress=False,
+                                                        resources={"client_actors": 2}))) for s in (1000, 1001)]
+    config = {"trial": {"row": "r", "knobs": {"lr": 0.05}}}
+
+    def trial(cache):
+        t = object.__new__(TrialRuns)  # the Trainable without Tune around it
+        t.setup(config, configs={"r": cfgs}, metrics={"r": Metric("mean_last", k=2)},
+                journals={"r": str(cache / "trials-r")})
+        return t
+
+    whole = trial(tmp_path / "a")
+    reports = [whole.step() for _ in range(4)]
+    whole._end()
+    cut = trial(tmp_path / "b")
+    [cut.step() for _ in range(3)]
+    for r in cut.runs:
+        r.stop()  # killed: no clean-up
+    runs = journal_path({"r": str(tmp_path / "b" / "trials-r")}, "r", {"lr": 0.05}).with_name(
+        journal_path({"r": "x"}, "r", {"lr": 0.05}).stem + "-runs")
+    assert sorted(p.name for p in runs.iterdir()) == ["seed1000", "seed1001"]
+    again = trial(tmp_path / "b")
+    steps = [again.step() for _ in range(4)]
+    assert [s.get("read_back", False) for s in steps] == [True, True, True, False]
+    assert all(r.cfg.resume for r in again.runs)  # from the checkpoints, not from round 1
+    keys = ("score", "round", "values", "done")
+    assert [{k: s[k] for k in keys} for s in steps] == [{k: r[k] for k in keys} for r in reports]
+    again._end()
+    assert not runs.exists()

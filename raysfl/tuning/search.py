@@ -19,6 +19,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -135,6 +136,8 @@ def tune_rows(rows: dict[str, list], grid: dict[str, dict[str, tuple[float, ...]
                 tmp = cache / f"tune-{keys[label]}.tmp"
                 tmp.write_text(json.dumps(res.to_dict(), default=float))
                 tmp.replace(cache / f"tune-{keys[label]}.json")
+                for d in (cache / f"trials-{keys[label]}").glob("*-runs"):  # the row is decided: no trial goes on
+                    shutil.rmtree(d, ignore_errors=True)
         say(f"tune: done in {time.perf_counter() - started:.0f} s")
     return out
 

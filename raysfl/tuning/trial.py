@@ -16,8 +16,10 @@ last k before each rung of successive halving, the end alone in a grid's widenin
 A trial keeps a journal of what it reported, round by round, where the search is given a
 cache (:func:`journal_path`): a search interrupted (Ctrl-C, a machine given back, a session's
 end) and started again reads each trial's rounds back instead of running them, and runs only
-what is past them -- the runs start from round 1 again, silently catching up with the rounds
-read back (the seeds make them the same rounds), then report on. Ours: Tune's own
+what is past them. Each seed's run then lives beside the journal (``<setting>-runs/seed<N>/``)
+with a checkpoint every tenth of its rounds, so a trial cut off goes on from its runs' newest
+checkpoints, silently catching up from there with the rounds read back (the seeds make them
+the same rounds), then reports on; the directory goes when the trial ends. Ours: Tune's own
 ``Tuner.restore`` needs the experiment's directory and a checkpoint per trial; a journal needs
 neither, and survives a change of the machine.
 """
@@ -46,6 +48,18 @@ def score(metric: Metric, runs: list[list[dict]]) -> tuple[float, list[float]]:
     worst = -WORST if metric.higher_is_better else WORST
     vals = [v if isinstance(v, (int, float)) and math.isfinite(v) else worst for v in values]
     return sum(vals) / len(vals), values
+
+
+class _Finished:
+    """A seed's run that had finished when its trial was cut off: its rows are read back."""
+
+    ended, diverged = True, False
+
+    def next_row(self):
+        return None
+
+    def stop(self) -> None:
+        pass
 
 
 class SteppedRun:
@@ -84,6 +98,13 @@ class SteppedRun:
 
     def advance(self) -> None:
         self.go.release()
+
+    def next_row(self) -> dict | None:
+        """Let the run train its next round (its first needs no leave) and wait for its row."""
+        if getattr(self, "delivered", False):
+            self.advance()
+        self.delivered = True
+        return self.row()
 
     def row(self) -> dict | None:
         if self.ended:
@@ -136,9 +157,15 @@ class TrialRuns(tune.Trainable):
         from raysfl.tuning.rules import check_reads_validation, rounds_read
 
         self.label, self.knobs = config["trial"]["row"], dict(config["trial"]["knobs"])
-        self.tmp = tempfile.TemporaryDirectory(prefix="raysfl-tune-")
-        cfgs = [apply(dataclasses.replace(c, progress=False, checkpoint_every=0, out=self.tmp.name, name=None,
-                                          mlflow=None, mlflow_artifacts=None, keep_best=False), self.knobs) for c in self.configs[self.label]]
+        self.journal = journal_path(getattr(self, "journals", None), self.label, self.knobs)
+        self.tmp = tempfile.TemporaryDirectory(prefix="raysfl-tune-") if self.journal is None else None
+        # with a cache, each seed's run lives beside the journal, a checkpoint every tenth of its rounds
+        self.run_base = None if self.journal is None else self.journal.with_name(self.journal.stem + "-runs")
+        where = (dict(out=self.tmp.name, checkpoint_every=0) if self.journal is None else
+                 dict(out=str(self.run_base), checkpoint_every=max(1, self.configs[self.label][0].rounds // 10),
+                      keep_checkpoints=1))
+        cfgs = [apply(dataclasses.replace(c, progress=False, name=None, mlflow=None, mlflow_artifacts=None,
+                                          keep_best=False, **where), self.knobs) for c in self.configs[self.label]]
         if all(c.eval_every == 1 and not c.eval_rounds for c in cfgs):  # evaluate only what the search reads
             reads = rounds_read(self.metrics[self.label], cfgs[0].rounds, getattr(self, "halving", True))
             cfgs = [dataclasses.replace(c, eval_rounds=reads) for c in cfgs]
@@ -147,9 +174,7 @@ class TrialRuns(tune.Trainable):
         self.rounds = cfgs[0].rounds
         self.cfgs = cfgs
         self.history: list[list[dict]] = [[] for _ in cfgs]
-        self.runs: list[SteppedRun] | None = None  # started when a round is not in the journal
-        self.first = True
-        self.journal = journal_path(getattr(self, "journals", None), self.label, self.knobs)
+        self.runs: list | None = None  # started when a round is not in the journal
         self.reports = read_journal(self.journal)
         self.given = 0  # reports given to Tune so far
 
@@ -158,10 +183,8 @@ class TrialRuns(tune.Trainable):
             self.given += 1
             return {**self.reports[self.given - 1], "read_back": True}
         if self.runs is None:
-            self.runs = [SteppedRun(c) for c in self.cfgs]
-            for _ in range(self.given):  # catch up with the rounds read back (the same seeds: the same rounds)
-                self._one_round()
-        result = self._one_round()
+            self.runs = [self._run_of(i, c) for i, c in enumerate(self.cfgs)]
+        result = self._one_round()  # catches up with the rounds read back first (the same seeds: the same rounds)
         self.given += 1
         if self.journal is not None:
             self.reports.append(result)
@@ -171,26 +194,57 @@ class TrialRuns(tune.Trainable):
             tmp.replace(self.journal)
         return result
 
+    def _run_of(self, i: int, cfg):
+        """Seed ``i``'s run: where its directory holds a checkpoint (a trial cut off), resumed from
+        it, the rows up to it read back into ``history``; else started from round 1."""
+        import dataclasses
+        import shutil
+
+        from raysfl import checkpoint
+        from raysfl.api import resume_config
+        from raysfl.metrics import read_rows
+
+        if self.run_base is None:
+            return SteppedRun(cfg)
+        d = self.run_base / f"seed{cfg.seed}"
+        saved = checkpoint.rounds_saved(d) if (d / "config.json").exists() else []
+        if saved:
+            self.history[i] = [r for r in read_rows(d / "metrics.parquet") if r["round"] <= saved[-1]]
+            if saved[-1] >= cfg.rounds:
+                return _Finished()
+            return SteppedRun(resume_config(d, {"progress": False}))
+        shutil.rmtree(d, ignore_errors=True)
+        return SteppedRun(dataclasses.replace(cfg, name=d.name))
+
     def _one_round(self) -> dict:
-        """Let every seed's run train one more round; the setting's report after it."""
-        if not self.first:
-            for r in self.runs:
-                r.advance()
-        self.first = False
+        """Let every seed's run train up to the round to report (catching up first where the
+        journal had rounds its runs had not); the setting's report after it."""
+        target = self.given + 1
         for hist, r in zip(self.history, self.runs):
-            row = r.row()
-            if row is not None:
-                hist.append(row)
+            while len(hist) < target and not r.ended:
+                row = r.next_row()
+                if row is not None:
+                    hist.append(row)
+        history = [h[:target] for h in self.history]
         metric = self.metrics[self.label]
-        mean, values = score(metric, self.history)
-        done_round = min(len(h) for h in self.history)
+        mean, values = score(metric, history)
+        done_round = min(len(h) for h in history)
         diverged = any(r.diverged for r in self.runs)
         if diverged:  # a seed's training went non-finite: the setting is the worst there is
             mean = -WORST if metric.higher_is_better else WORST
         return {"score": mean, "round": done_round, "values": values, "row": self.label, "diverged": diverged,
-                "done": done_round >= self.rounds or any(r.ended for r in self.runs)}
+                "done": done_round >= self.rounds or any(r.ended and len(h) < target
+                                                         for h, r in zip(self.history, self.runs))}
 
     def _end(self) -> None:
+        """The trial is over: its runs end. Their directories go where it was decided -- it ran
+        every round, or it stopped right after a rung, where successive halving stops trials --
+        and stay where it was cut off between (Tune stops every trial when the search is
+        interrupted), for the search started again to go on from."""
+        import shutil
+
+        from raysfl.tuning.rules import rungs
+
         for r in getattr(self, "runs", None) or []:
             if not r.ended:
                 r.stop()
@@ -198,6 +252,12 @@ class TrialRuns(tune.Trainable):
         if getattr(self, "tmp", None) is not None:
             self.tmp.cleanup()
             self.tmp = None
+        base = getattr(self, "run_base", None)
+        if base is not None:
+            done = bool(self.reports) and bool(self.reports[-1].get("done"))
+            at_rung = getattr(self, "halving", True) and self.given in rungs(self.rounds)
+            if done or at_rung:
+                shutil.rmtree(base, ignore_errors=True)
 
     def cleanup(self):
         self._end()
