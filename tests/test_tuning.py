@@ -257,11 +257,12 @@ def test_successive_halving_runs_one_bracket_per_row():
 
 
 def test_raysfl_tune_finds_the_better_learning_rate_and_saves_it(tmp_path):
-    """A tiny grid on a few rounds: lr 0.1 learns digits, 3e-4 barely moves; tune says so, on the
-    validation split (the first rung at round 3: after one round both may sit at chance), and
-    writes the best as a config file that runs on the test split."""
+    """A tiny grid on a few rounds: lr 0.1 learns digits, 3e-4 barely moves, 1000 diverges; tune
+    says so, on the validation split (the first rung at round 3: after one round both may sit
+    at chance), and writes the best as a config file that runs on the test split. A diverged
+    trial says so, not its stand-in worst score."""
     out = subprocess.run([sys.executable, "-m", "raysfl", "tune", "--algo", "splitfed_v2", "--clients", "4",
-                          "--rounds", "6", "--local-steps", "3", "--batch-size", "16", "--grid", "lr=0.0003,0.1",
+                          "--rounds", "6", "--local-steps", "3", "--batch-size", "16", "--grid", "lr=0.0003,0.1,1000",
                           "--seeds", "1", "--out", str(tmp_path), "--name", "t"],
                          capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -270,6 +271,7 @@ def test_raysfl_tune_finds_the_better_learning_rate_and_saves_it(tmp_path):
     assert saved["chosen"] == {"lr": 0.1} and saved["split"] == "validation" and saved["seeds"] == [1000]
     scores = {t["knobs"]["lr"]: t["score"] for t in saved["table"]}
     assert scores[0.1] > scores[0.0003] + 0.1
+    assert "| 1000 | 1 | diverged |" in out.stdout and "lr 1000: diverged in round 1" in out.stdout + out.stderr
     best = json.loads((tmp_path / "t" / "best.json").read_text())
     assert best["lr"] == 0.1 and best["validation"] == 0.0 and best["seed"] == 0
 

@@ -120,7 +120,7 @@ def report(res, metric: Metric, cfg) -> str:
              f"successive halving", "",
              "| " + " | ".join(knobs) + " | rounds run | score |", "|" + "---:|" * (len(knobs) + 2)]
     for t in res.table:
-        score = fmt(t["score"]) if math.isfinite(t["score"]) else "—"
+        score = "diverged" if t.get("diverged") else fmt(t["score"]) if math.isfinite(t["score"]) else "—"
         mark = " (best)" if t["knobs"] == res.chosen else ""
         why = f" ({t['error'][:60]})" if t.get("error") else ""
         lines.append("| " + " | ".join(f"{t['knobs'][k]:g}" for k in knobs) + f" | {t['rounds']}{why} | {score}{mark} |")

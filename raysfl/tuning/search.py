@@ -184,6 +184,9 @@ def _search(rows: dict[str, list], combos: dict[str, list[dict]], metrics: dict[
     # SIGINT raises in this process (raysfl.runtime.interrupts) instead of Tune's handler ending the
     # search quietly, which left every unfinished row "without a completed setting"
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
+    # no CSV/JSON/TensorBoard logs of Tune's own in a store deleted at the end: its TensorBoard
+    # logger printed a warning per NaN (a diverged trial's scores) to the console
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     trainable = tune.with_resources(tune.with_parameters(TrialRuns, configs=rows, metrics=metrics, journals=journals,
                                                          halving=successive_halving),
                                     tune.PlacementGroupFactory([trial]))
@@ -240,10 +243,13 @@ def _progress(say, total: int, rounds: int):
             knobs = ", ".join(f"{k} {v:g}" for k, v in trial.config["trial"]["knobs"].items())
             ran = r.get("round", 0)
             score = r.get("score", math.nan)
-            how = " (diverged)" if r.get("diverged") else "" if ran >= rounds else " (stopped early)"
-            how += " (read back)" if r.get("read_back") else ""
+            back = " (read back)" if r.get("read_back") else ""
+            if r.get("diverged"):  # not its stand-in score (trial.WORST)
+                say(f"  tune {self.done}/{total}: {trial.config['trial']['row']}: {knobs}: diverged in round {ran}{back}")
+                return
+            how = "" if ran >= rounds else " (stopped early)"
             say(f"  tune {self.done}/{total}: {trial.config['trial']['row']}: {knobs}: {score:.4g} after {ran} "
-                f"round{'s' * (ran != 1)}{how}")
+                f"round{'s' * (ran != 1)}{how}{back}")
 
         def on_trial_error(self, iteration, trials, trial, **info):
             self.done += 1
