@@ -11,7 +11,9 @@ raysfl's: every composite model in one stacked pass (``torch.func.vmap`` over th
 own parameters, the shared ones unbatched), on the whole set, the forward passes alone (no
 metrics), against the same passes one model after another (the client side copied in place,
 as raysfl's evaluator does); issue 44 asked whether it pays on the CPU. Also one test pass of
-one model, both layouts. Times are the best of ``--repeats`` (the work is deterministic).
+one model, both layouts. raysfl's way is timed again on each of ``--threads`` beyond the first
+(``--eval-cpus``: the fed server evaluates on the CPUs of the actors that wait). Times are the
+best of ``--repeats`` (the work is deterministic).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from raysfl.algorithms.roles.aggregator import block_of, evaluate_own_models
 from raysfl.data import load_dataset
 from raysfl.models import build_model
 from raysfl.runtime.fed_actor import ClientViews, Evaluator
+from raysfl.runtime.placement import threads_for
 from raysfl.transport import state_to_wire
 
 
@@ -93,8 +96,12 @@ def main() -> None:
     ap.add_argument("--clients", type=int, nargs="+", default=[10, 100])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=str(ROOT / "docs/results/evaluation_cost.md"))
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2],
+                    help="torch threads; the first for every way, the others for raysfl's")
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads[0])
+    more = [t for t in args.threads[1:] if t != args.threads[0]]
+    raysfl_way = "channels-last (raysfl)"
     ds = load_dataset("digits")
     model = build_model("cnn", ds.input_shape, ds.num_classes, seed=0)
     state = {k: v.copy() for k, v in state_to_wire(model.state_dict()).items()}
@@ -104,6 +111,10 @@ def main() -> None:
         with ctx():
             ms = time_ms(lambda: evaluation.evaluate(model, ds.x_test, ds.y_test, ds.to_tensor), args.repeats, reduce=min)
         rows.append({"clients": 1, "test_set": "whole (one model)", "layout": layout, "ms": ms})
+    for t in more:
+        with threads_for(t):
+            ms = time_ms(lambda: evaluation.evaluate(model, ds.x_test, ds.y_test, ds.to_tensor), args.repeats, reduce=min)
+        rows.append({"clients": 1, "test_set": "whole (one model)", "layout": f"{raysfl_way}, {t} threads", "ms": ms})
     for n in args.clients:
         own = {c: {k: v + rng.normal(0, 0.01, v.shape).astype(v.dtype) for k, v in state.items() if block_of(k) < 2}
                for c in range(n)}
@@ -118,6 +129,11 @@ def main() -> None:
                     ms = time_ms(once, args.repeats, reduce=min)
                 rows.append({"clients": n, "test_set": what, "layout": layout, "ms": ms})
                 print(f"{n:>4} clients, {what:<26} {layout:<24} {ms:8.1f} ms", flush=True)
+                for t in more if layout == raysfl_way else ():
+                    with threads_for(t):
+                        ms = time_ms(once, args.repeats, reduce=min)
+                    rows.append({"clients": n, "test_set": what, "layout": f"{layout}, {t} threads", "ms": ms})
+                    print(f"{n:>4} clients, {what:<26} {layout}, {t} threads {ms:8.1f} ms", flush=True)
         rows += stacked_against_one_by_one(model, state, own, ds, args.repeats)
     lines = ["| clients | test set | layout | ms per evaluation |", "|---:|---|---|---:|"]
     lines += [f"| {r['clients']} | {r['test_set']} | {r['layout']} | {r['ms']:.1f} |" for r in rows]

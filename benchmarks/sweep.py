@@ -78,7 +78,8 @@ def write_tables(rows: list[dict], md_path: str | Path, title: str, intro: str, 
 
     With ``doc``, the table (with its command and machine) also replaces the section
     between ``<!-- table:NAME -->`` and ``<!-- /table:NAME -->`` of that document, NAME
-    being md_path's stem (the section is appended if the markers are not there yet)."""
+    being md_path's stem (the section is appended if the markers are not there yet); a
+    ``doc`` that does not exist is left alone (``--out /tmp/x.md``: no /performance.md)."""
     md_path = Path(md_path)
     md_path.parent.mkdir(parents=True, exist_ok=True)
     data_path = md_path.with_suffix("")
@@ -92,7 +93,7 @@ def write_tables(rows: list[dict], md_path: str | Path, title: str, intro: str, 
             f"Raw rows: `{data_path.name}.csv`, `{data_path.name}.parquet`\n\n{markdown_body}\n")
     md_path.write_text(text)
     print(text)
-    if doc is not None:
+    if doc is not None and Path(doc).is_file():
         update_section(Path(doc), md_path.stem, f"Command: `{command()}`  \nMachine: {machine()}  \n"
                        f"Full table and raw rows: [results/{md_path.name}](results/{md_path.name})\n\n"
                        f"{markdown_body}\n")

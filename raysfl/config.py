@@ -82,6 +82,9 @@ class ResourceConfig:
                            # thread of its own (ours); auto: on where nothing can tell the
                            # difference (one node, no GPU for them, no kill fault naming them,
                            # a zoo model: runtime/placement.resolve_co_host)
+    eval_cpus: float | None = None  # torch threads of the fed server's evaluation (their floor; ours). None: the
+                                    # CPUs of the run's actors that wait while it evaluates -- every actor's on
+                                    # one node, the servers' and its own on a cluster (placement.resolve_eval_cpus)
     own_state_memory_mb: int = 256  # the clients' kept states (PSL's own models, ...) the fed server holds in
                                     # memory; older ones wait in files of its node (ours)
     num_cpus: int | None = None  # local Ray cluster size; default: what the actors need

@@ -155,6 +155,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "co_host": ("resources", "the servers and the fed server share one process, each in a thread of its own "
                              "(on), or have one each (off); auto: on where it cannot change a run -- one node, no "
                              "GPU for them, no kill fault naming them, a zoo model (ours)"),
+    "eval_cpus": ("resources", "CPUs (torch threads) the fed server evaluates with; the run's other actors wait "
+                               "while it does (ours)"),
     "own_state_memory_mb": ("resources", "MiB of the clients' kept states (PSL's own client-side models, ...) the "
                                          "fed server holds in memory; the least recently used wait in files of its "
                                          "node beyond it (ours)"),
@@ -170,7 +172,8 @@ NONE_DEFAULTS = {
     "step_deadline_s": "--round-deadline-s / 4, else none", "sim_deadline_s": "none", "clients_per_actor": "none",
     "client_cpus": "0.5, less where the cluster is smaller", "server_cpus": "1, less where the cluster is smaller",
     "fed_cpus": "0.5, less where the cluster is smaller", "client_memory_gb": "none", "server_memory_gb": "none",
-    "fed_memory_gb": "none", "num_cpus": "what the actors need, at least the machine's cores",
+    "fed_memory_gb": "none", "eval_cpus": "the CPUs of the actors that wait: all of them on one node, the servers' and "
+                                          "the fed server's on a cluster", "num_cpus": "what the actors need, at least the machine's cores",
     "num_gpus": "sized to the run",
 }
 

@@ -417,6 +417,8 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
     for name in ("client_cpus", "client_gpus", "server_cpus", "server_gpus", "fed_cpus", "fed_gpus"):
         v = getattr(r, name)
         _check(v is None or v >= 0, f"resources.{name} must be >= 0 (or unset: sized to the cluster), got {v}")
+    _check(r.eval_cpus is None or r.eval_cpus >= 1,
+           f"resources.eval_cpus must be >= 1 (or unset: the CPUs of the actors that wait), got {r.eval_cpus}")
     for name in ("client_memory_gb", "server_memory_gb", "fed_memory_gb"):
         v = getattr(r, name)
         _check(v is None or v > 0, f"resources.{name} must be > 0 (or unset), got {v}")

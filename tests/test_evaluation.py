@@ -110,3 +110,55 @@ def test_bad_eval_passes_is_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"eval-passes must be >= 0 \(0 = every per-client model on the whole "
                                           r"test set\), got -1"):
         validate(raysfl.config_from_kwargs(algo="psl", eval_passes=-1))
+
+
+def threads(outputs, targets):  # a metric of yours, module-level: it reaches the fed server by value
+    return torch.get_num_threads()
+
+
+def test_the_fed_server_evaluates_on_eval_cpus_threads_with_the_same_scores(quick):
+    """``resources.eval_cpus``: the fed server's evaluation runs on that many torch threads (a
+    metric of yours runs inside it and sees them); the scores do not change with them."""
+    import raysfl
+
+    runs = {n: raysfl.run(quick(algo="psl", rounds=2, resources={"client_actors": 2, "eval_cpus": n}),
+                          metrics={"threads": threads}) for n in (1, 2)}
+    for n, res in runs.items():
+        assert [r["test_threads"] for r in res.metrics] == [n, n]
+    one, two = runs[1].metrics, runs[2].metrics
+    assert [r["train_loss"] for r in one] == [r["train_loss"] for r in two]
+    assert [r["test_accuracy"] for r in one] == [r["test_accuracy"] for r in two]
+    assert [r["test_loss"] for r in one] == pytest.approx([r["test_loss"] for r in two], rel=1e-6)
+
+
+@pytest.mark.parametrize("nodes, counted, cores, want", [
+    (1, 3.0, 2, 2.0),   # raysfl run on 2 cores: Ray counts 3 CPUs, the actors ask 2.5 -> 2.5 x 2/3, rounded
+    (1, 5.0, 2, 1.0),   # reproduce --parallel 2 on 2 cores: two runs' worth of CPUs on 2 cores
+    (1, 16.0, 16, 3.0),  # a big machine: the run's 2.5 CPUs, rounded (half up)
+    (3, 48.0, 16, 2.0),  # a cluster: the server's 1 and the fed server's 0.5, rounded
+])
+def test_evaluation_takes_the_cpus_of_the_actors_that_wait(monkeypatch, nodes, counted, cores, want):
+    import os
+
+    import ray
+
+    import raysfl
+    from raysfl.runtime import placement
+
+    monkeypatch.setattr(placement, "alive_nodes", lambda: nodes)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": counted})
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    cfg = raysfl.config_from_kwargs(algo="psl")
+    assert placement.resolve_eval_cpus(cfg, 2, 1).resources.eval_cpus == want
+    mine = raysfl.config_from_kwargs(algo="psl", resources={"eval_cpus": 3})
+    assert placement.resolve_eval_cpus(mine, 2, 1).resources.eval_cpus == 3
+
+
+def test_bad_eval_cpus_is_refused_in_one_line():
+    import raysfl
+    from raysfl.errors import ConfigError
+    from raysfl.resolve import validate
+
+    with pytest.raises(ConfigError, match=r"resources.eval_cpus must be >= 1 \(or unset: the CPUs of the actors "
+                                          r"that wait\), got 0.5"):
+        validate(raysfl.config_from_kwargs(algo="psl", resources={"eval_cpus": 0.5}))

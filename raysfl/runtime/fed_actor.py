@@ -24,7 +24,7 @@ from raysfl.own_states import MIB, OwnStates
 from raysfl.data.landing import on_this_node
 from raysfl.objective import objective_of
 from raysfl.runtime.actor_base import RunActor
-from raysfl.runtime.placement import configure_torch
+from raysfl.runtime.placement import configure_torch, threads_for
 from raysfl.runtime.refs import fetch, hand_off, require_run
 from raysfl.user_metrics import METRIC_ERROR
 from raysfl.transport import state_to_wire, wire_to_state, writable
@@ -147,6 +147,10 @@ class FedActor(RunActor):
         yours that fails gives its one-line message as ``extras[METRIC_ERROR]`` (the driver
         raises it), not an actor error a round would be retried for."""
         require_run(self)
+        with threads_for(self.cfg.resources.eval_cpus):  # the CPUs of the actors that wait meanwhile
+            return self._evaluate(rnd)
+
+    def _evaluate(self, rnd: int) -> tuple[float, float, dict[str, float]]:
         ev = Evaluator(self.model, self.ds, self.device, self.views, self.loss,
                        passes=self.cfg.eval_passes, seed=(self.cfg.seed, rnd), metrics=self.metrics)
         try:

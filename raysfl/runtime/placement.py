@@ -408,6 +408,48 @@ def resolve_direct_payloads(cfg):
     return dataclasses.replace(cfg, resources=dataclasses.replace(r, direct_payloads=direct))
 
 
+def resolve_eval_cpus(cfg, num_client_actors: int, num_servers: int):
+    """``cfg`` with ``resources.eval_cpus`` unset made concrete: the CPUs of the run's actors
+    that wait while the fed server evaluates (ours). A round's evaluation comes after its
+    aggregation, when every client actor and server is idle, so the fed server may use their
+    CPUs for it: all of the run's on one node, the servers' and its own on a cluster (packed
+    with it, ``server_placement``). Before, it evaluated on its own share (half a CPU: one
+    thread) while the other cores sat idle (docs/performance.md, section 10).
+
+    On one node whose Ray counts more CPUs than the machine has cores (``raysfl reproduce
+    --parallel 2`` sizes its Ray for two runs at once), the share is scaled down alike, so that
+    runs side by side do not evaluate on more threads than there are cores; the share is
+    rounded to whole threads (a run on 2 cores whose Ray counts 3 CPUs: 2.5 x 2/3 -> 2)."""
+    import dataclasses
+
+    import ray
+
+    r = cfg.resources
+    if r.eval_cpus is not None:
+        return cfg
+    if alive_nodes() == 1:
+        counted = ray.cluster_resources().get("CPU", 0.0)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cpus = actor_demand(cfg, num_client_actors, num_servers)[0] * min(1.0, cores / counted if counted else 1.0)
+    else:
+        cpus = num_servers * role_cpus(cfg, "server") + role_cpus(cfg, "fed")
+    return dataclasses.replace(cfg, resources=dataclasses.replace(r, eval_cpus=float(max(1, math.floor(cpus + 0.5)))))
+
+
+@contextmanager
+def threads_for(cpus: float | None):
+    """torch's threads set to ``cpus`` (their floor, at least one) inside, and back after."""
+    before = torch.get_num_threads()
+    want = max(1, int(math.floor(cpus or 1)))
+    if want != before:
+        torch.set_num_threads(want)
+    try:
+        yield
+    finally:
+        if want != before:
+            torch.set_num_threads(before)
+
+
 def alive_nodes() -> int:
     """Nodes of the Ray cluster this process is connected to that are alive."""
     import ray
