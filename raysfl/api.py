@@ -21,7 +21,7 @@ from pathlib import Path
 
 from raysfl.algorithms import get_algorithm
 from raysfl.config import Config
-from raysfl.errors import ConfigError
+from raysfl.errors import ConfigError, first_line
 from raysfl.resolve import from_dict, saved_config, validate_run
 from raysfl.schedules import recorded_module
 
@@ -229,6 +229,40 @@ def resume_config(run_dir: str | Path, overrides: dict | None = None, trust_run_
     cfg.resume = str(run_dir)
     _say_resuming(Path(run_dir), plugins, unused, kept)
     return cfg
+
+
+@dataclass
+class ResumePoint:
+    """Where a run cut off in its directory goes on from: the round of its newest checkpoint,
+    its metrics rows up to that round, and the config that resumes it (None: it had run every
+    round)."""
+
+    round: int
+    rows: list[dict]
+    config: Config | None
+
+
+def resume_point(run_dir: str | Path, rounds: int) -> ResumePoint | None:
+    """The :class:`ResumePoint` of a run of ``rounds`` rounds left in ``run_dir`` by a process
+    that was stopped (``raysfl reproduce``'s runs and tuning trials, which run with checkpoints
+    so that a session's end costs at most a tenth of a run); None where it holds no checkpoint.
+    Raises ConfigError or OSError where the directory cannot be resumed (its files damaged):
+    the caller then starts the run again from round 1."""
+    from raysfl import checkpoint
+    from raysfl.metrics import read_rows
+
+    run_dir = Path(run_dir)
+    saved = checkpoint.rounds_saved(run_dir) if (run_dir / "config.json").is_file() else []
+    if not saved:
+        return None
+    try:
+        rows = [r for r in read_rows(run_dir / "metrics.parquet") if r["round"] <= saved[-1]]
+    except (OSError, ValueError, KeyError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        raise ConfigError(f"'{run_dir}': its metrics.parquet is unreadable ({first_line(e)}); this run "
+                          f"directory was damaged") from None
+    if saved[-1] >= rounds:
+        return ResumePoint(saved[-1], rows, None)
+    return ResumePoint(saved[-1], rows, resume_config(run_dir, {"progress": False}))
 
 
 # Settings of a run's config.json that send the run somewhere: MLflow receives its parameters,

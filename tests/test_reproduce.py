@@ -340,3 +340,30 @@ def test_a_table_s_run_cut_off_goes_on_from_its_last_round_and_gives_the_rows_of
                                                                          b["test_loss"]), a["round"]
     assert cached(cfg, tmp_path / "b") and not (runs / key).exists()
     assert not (tmp_path / "a" / "runs" / key).exists()
+
+
+def test_a_damaged_run_directory_is_refused_in_one_line_so_that_the_run_starts_again(tmp_path):
+    """``api.resume_point``, which a table's runs and tuning trials go on from: no checkpoint, no
+    resume point; every round checkpointed, the rows and nothing to resume; a damaged
+    metrics.parquet or config.json, a ConfigError naming the file (the caller then runs it again
+    from round 1)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from raysfl.api import resume_point
+    from raysfl.errors import ConfigError
+
+    d = tmp_path / "run"
+    (d / "checkpoints").mkdir(parents=True)
+    (d / "config.json").write_text("{not json")
+    assert resume_point(d, 4) is None
+    (d / "checkpoints" / "round_0002.pt").write_bytes(b"")
+    pq.write_table(pa.Table.from_pylist([{"round": 1, "train_loss": 2.0}, {"round": 2, "train_loss": 1.5},
+                                         {"round": 3, "train_loss": 1.0}]), d / "metrics.parquet")
+    done = resume_point(d, 2)
+    assert done.round == 2 and done.config is None and [r["round"] for r in done.rows] == [1, 2]
+    with pytest.raises(ConfigError, match=r"its config.json is unreadable .* this run directory was damaged"):
+        resume_point(d, 4)
+    (d / "metrics.parquet").write_text("garbage")
+    with pytest.raises(ConfigError, match=r"its metrics.parquet is unreadable \(.*\); this run directory was damaged"):
+        resume_point(d, 2)

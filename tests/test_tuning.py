@@ -6,6 +6,7 @@ finds the better learning rate."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -353,7 +354,8 @@ def test_a_search_started_again_reads_its_trials_rounds_back_and_runs_only_what_
 
 @pytest.mark.slow  # three small trials, in this process (~30 s)
 @pytest.mark.usefixtures("ray_session")
-def test_a_trial_cut_off_goes_on_from_its_runs_checkpoints_with_the_scores_of_an_uninterrupted_one(tmp_path):
+def test_a_trial_cut_off_goes_on_from_its_runs_checkpoints_with_the_scores_of_an_uninterrupted_one(tmp_path,
+                                                                                                   capsys):
     """A trial with a cache keeps its seeds' runs beside its journal, checkpointed. Cut off after
     round 3 of 4 (its runs stopped, nothing cleaned up, as when its process is killed), the trial
     started again reads rounds 1-3 back, resumes its runs from their round-3 checkpoints for
@@ -386,11 +388,23 @@ def test_a_trial_cut_off_goes_on_from_its_runs_checkpoints_with_the_scores_of_an
     runs = journal_path({"r": str(tmp_path / "b" / "trials-r")}, "r", {"lr": 0.05}).with_name(
         journal_path({"r": "x"}, "r", {"lr": 0.05}).stem + "-runs")
     assert sorted(p.name for p in runs.iterdir()) == ["seed1000", "seed1001"]
+    # a copy whose seed-1001 run directory is damaged: that seed runs again from round 1, said
+    # in one line, and the trial still reports what the uninterrupted one does
+    shutil.copytree(tmp_path / "b", tmp_path / "c")
+    (tmp_path / "c" / runs.relative_to(tmp_path / "b") / "seed1001" / "config.json").write_text("{damaged")
+    capsys.readouterr()
+    damaged = trial(tmp_path / "c")
+    steps = [damaged.step() for _ in range(4)]
+    said = capsys.readouterr().err
+    assert "raysfl tune: cannot go on from" in said and "its config.json is unreadable" in said
+    assert [bool(r.cfg.resume) for r in damaged.runs] == [True, False]
+    keys = ("score", "round", "values", "done")
+    assert [{k: s[k] for k in keys} for s in steps] == [{k: r[k] for k in keys} for r in reports]
+    damaged._end()
     again = trial(tmp_path / "b")
     steps = [again.step() for _ in range(4)]
     assert [s.get("read_back", False) for s in steps] == [True, True, True, False]
     assert all(r.cfg.resume for r in again.runs)  # from the checkpoints, not from round 1
-    keys = ("score", "round", "values", "done")
     assert [{k: s[k] for k in keys} for s in steps] == [{k: r[k] for k in keys} for r in reports]
     again._end()
     assert not runs.exists()

@@ -165,7 +165,7 @@ def run_cached(cfg, cache: Path) -> list[dict]:
     seen = _KeepRows()
     diverged = None
     try:
-        metrics = _go_on(run_dir, cfg, seen) if _has_checkpoint(run_dir) else None
+        metrics = _go_on(run_dir, cfg, seen)
         if metrics is None:
             shutil.rmtree(run_dir, ignore_errors=True)  # nothing to go on from: a run cut before its first round ended
             quiet = dataclasses.replace(cfg, progress=False, checkpoint_every=max(1, cfg.rounds // 10),
@@ -185,27 +185,22 @@ def run_cached(cfg, cache: Path) -> list[dict]:
     return metrics
 
 
-def _has_checkpoint(run_dir: Path) -> bool:
-    from raysfl import checkpoint
-
-    return (run_dir / "config.json").exists() and bool(checkpoint.rounds_saved(run_dir))
-
-
 def _go_on(run_dir: Path, cfg, seen: _KeepRows) -> list[dict] | None:
     """The rows of the run cut off in ``run_dir``: resumed from its newest checkpoint (or read,
     where it had finished); None where it cannot go on (it is then run again from round 1)."""
     import raysfl
-    from raysfl import checkpoint
+    from raysfl.api import resume_point
     from raysfl.errors import ConfigError
-    from raysfl.metrics import read_rows
 
-    done = checkpoint.rounds_saved(run_dir)[-1]
     try:
-        if done >= cfg.rounds:  # finished, its rows not yet kept
-            return read_rows(run_dir / "metrics.parquet")
-        print(f"raysfl reproduce: {cfg.algo}, seed {cfg.seed}: going on from round {done} ({run_dir})",
+        point = resume_point(run_dir, cfg.rounds)
+        if point is None:
+            return None
+        if point.config is None:  # finished, its rows not yet kept
+            return point.rows
+        print(f"raysfl reproduce: {cfg.algo}, seed {cfg.seed}: going on from round {point.round} ({run_dir})",
               file=sys.stderr, flush=True)
-        return raysfl.run(raysfl.resume_config(run_dir, {"progress": False}), callbacks=[seen]).metrics
+        return raysfl.run(point.config, callbacks=[seen]).metrics
     except (ConfigError, OSError) as e:
         print(f"raysfl reproduce: cannot go on from {run_dir} ({first_line(e)}); running it again from round 1",
               file=sys.stderr, flush=True)

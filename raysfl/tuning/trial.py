@@ -31,6 +31,7 @@ import json
 import math
 import queue
 import tempfile
+import sys
 import threading
 from pathlib import Path
 
@@ -196,23 +197,26 @@ class TrialRuns(tune.Trainable):
 
     def _run_of(self, i: int, cfg):
         """Seed ``i``'s run: where its directory holds a checkpoint (a trial cut off), resumed from
-        it, the rows up to it read back into ``history``; else started from round 1."""
+        it, the rows up to it read back into ``history``; else, or where that directory cannot be
+        resumed (damaged files: said in one line), started from round 1."""
         import dataclasses
         import shutil
 
-        from raysfl import checkpoint
-        from raysfl.api import resume_config
-        from raysfl.metrics import read_rows
+        from raysfl.api import resume_point
+        from raysfl.errors import ConfigError, first_line
 
         if self.run_base is None:
             return SteppedRun(cfg)
         d = self.run_base / f"seed{cfg.seed}"
-        saved = checkpoint.rounds_saved(d) if (d / "config.json").exists() else []
-        if saved:
-            self.history[i] = [r for r in read_rows(d / "metrics.parquet") if r["round"] <= saved[-1]]
-            if saved[-1] >= cfg.rounds:
-                return _Finished()
-            return SteppedRun(resume_config(d, {"progress": False}))
+        try:
+            point = resume_point(d, cfg.rounds)
+        except (ConfigError, OSError) as e:
+            print(f"raysfl tune: cannot go on from {d} ({first_line(e)}); running it again from round 1",
+                  file=sys.stderr, flush=True)
+            point = None
+        if point is not None:
+            self.history[i] = point.rows
+            return _Finished() if point.config is None else SteppedRun(point.config)
         shutil.rmtree(d, ignore_errors=True)
         return SteppedRun(dataclasses.replace(cfg, name=d.name))
 
