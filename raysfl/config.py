@@ -12,6 +12,7 @@ the command line each field is a flag of its own (``--mu``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import numbers
@@ -303,9 +304,11 @@ def coerce(cls, name: str, value: Any, where: str) -> Any:
     return value
 
 
+@functools.lru_cache(maxsize=64)  # asked every round (runtime.rounds: Experiment.evaluates): parsed once
 def round_set(spec: str) -> frozenset[int]:
     """The rounds ``spec`` names: comma-separated rounds and ranges, e.g. ``"1-5,11-15,50"``
-    (``--eval-rounds``; ours). Raises ValueError naming the bad item."""
+    (``--eval-rounds``, ours; SuperSFL's ``availability_rounds``). Raises ValueError naming the
+    bad item."""
     out: set[int] = set()
     for item in (spec or "").replace(" ", "").split(","):
         if not item:

@@ -9,7 +9,8 @@ import numpy as np
 from raysfl.algorithms.roles.context import FederationContext
 from raysfl.algorithms.roles.planner import Planner
 from raysfl.algorithms.super_sfl.allocation import allocate_depths
-from raysfl.algorithms.super_sfl.spec import SuperSFLParams, parse_round_set
+from raysfl.algorithms.super_sfl.spec import SuperSFLParams
+from raysfl.config import round_set
 
 AVAILABILITY_BLOCK = 10  # rounds per block of the availability schedule
 
@@ -34,7 +35,7 @@ def server_up(params: SuperSFLParams, seed: int, rnd: int) -> bool:
     """Whether the server's gradients reach the clients in round ``rnd`` (Table III): the explicit
     ``availability_rounds``, else the seeded ``server_availability`` schedule."""
     if params.availability_rounds is not None:
-        return rnd in parse_round_set(str(params.availability_rounds))
+        return rnd in round_set(str(params.availability_rounds))
     return server_answers(params.server_availability, rnd, seed)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from raysfl.algorithms.knobs import knob
 from raysfl.algorithms.spec import Algorithm, role
+from raysfl.config import round_set
 from raysfl.errors import ConfigError
 
 ALLOCATIONS = ("profile", "measured")
@@ -46,20 +47,6 @@ class SuperSFLParams:
                                 choices=CLASSIFIER_HEADS)
 
 
-def parse_round_set(text: str) -> set[int]:
-    """``"1-5,9"`` -> {1, 2, 3, 4, 5, 9}; raises ValueError on anything else."""
-    out: set[int] = set()
-    for item in (t.strip() for t in text.split(",")):
-        if not item:
-            continue
-        a, _, b = item.partition("-")
-        lo, hi = int(a), int(b or a)
-        if lo < 1 or hi < lo:
-            raise ValueError(item)
-        out.update(range(lo, hi + 1))
-    return out
-
-
 class SuperSFL(Algorithm):
     name = "super_sfl"
     tables = "raysfl.algorithms.super_sfl.tables"
@@ -77,10 +64,10 @@ class SuperSFL(Algorithm):
         p = cfg.algo_params
         if p.availability_rounds is not None:
             try:
-                parse_round_set(str(p.availability_rounds))
-            except ValueError:
+                round_set(str(p.availability_rounds))
+            except ValueError as e:
                 raise ConfigError(f"availability_rounds must list rounds like '1-5,9', got "
-                                  f"'{p.availability_rounds}'") from None
+                                  f"'{p.availability_rounds}' ({e})") from None
             if p.server_availability != 1.0:
                 raise ConfigError("give either server_availability or availability_rounds, not both")
         if cfg.round_deadline_s is not None and cfg.round_deadline_s < p.server_timeout_s:

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from raysfl.algorithms.roles import ClientRound, FederationContext, PerClientServer, Reply
 from raysfl.algorithms.super_sfl.algorithm import TPGFRound
 from raysfl.algorithms.super_sfl.planner import available_rounds
-from raysfl.algorithms.super_sfl.spec import SuperSFL, parse_round_set
+from raysfl.algorithms.super_sfl.spec import SuperSFL
+from raysfl.config import round_set
 from raysfl.algorithms.super_sfl.tpgf import clip_l2, client_weight
 from raysfl.errors import ConfigError
 from raysfl.models import build_model
@@ -390,7 +391,7 @@ def test_measured_allocation_probes_once_and_keeps_it(quick):
 
 
 def test_availability_fraction_and_schedule_parsing():
-    assert parse_round_set("1-3, 7") == {1, 2, 3, 7}
+    assert round_set("1-3, 7") == {1, 2, 3, 7}
     up = available_rounds(0.3, 20, seed=1)
     assert len(up) == 6 and up <= set(range(1, 21)) and up == available_rounds(0.3, 20, seed=1)
     assert len(up & set(range(1, 11))) == 3  # exact in every block of 10 rounds
