@@ -14,6 +14,7 @@ the way and started again reads back the rounds it had (:mod:`raysfl.tuning.tria
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -199,7 +200,28 @@ def _search(rows: dict[str, list], combos: dict[str, list[dict]], metrics: dict[
                                       callbacks=[_progress(say, len(space), rounds)],
                                       checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=0,
                                                                               checkpoint_at_end=False)))
-        return _summaries(tuner.fit(), combos, rounds)
+        with _no_dataframe_warning():
+            grid = tuner.fit()
+        return _summaries(grid, combos, rounds)
+
+
+@contextlib.contextmanager
+def _no_dataframe_warning():
+    """Without Tune's own loggers (above) its results carry no per-trial history files, and its
+    ResultGrid warns that it could not read them, one line per trial. The summaries read each
+    trial's last result, never that history: the warning alone is dropped."""
+    import logging
+
+    log = logging.getLogger("ray.tune.analysis.experiment_analysis")
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).startswith("Failed to fetch metrics for")
+
+    log.addFilter(keep)
+    try:
+        yield
+    finally:
+        log.removeFilter(keep)
 
 
 def _summaries(grid_results, combos: dict[str, list[dict]], rounds: int) -> dict[str, list[dict]]:
