@@ -3,6 +3,7 @@
     .venv/bin/python -m pip install py-spy          # once (not a project dependency)
     .venv/bin/python benchmarks/profile_round.py [--algo splitfed_v2] [--clients 10] [--seconds 10]
         [--checkout PATH]                            # profile another checkout (e.g. an older commit)
+        [-- RUN FLAGS]                               # e.g. -- --eval-every 1 (benchmarks/overhead.py's settings)
 
 Starts ``raysfl run`` from ``--checkout`` (default: this one) with many rounds, lets it
 reach steady state (``--warmup`` s), records ``--seconds`` of py-spy samples of the driver
@@ -83,6 +84,9 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=8)
     ap.add_argument("--checkout", default=str(ROOT))
     ap.add_argument("--raw", help="keep py-spy's raw samples here")
+    ap.add_argument("run_flags", nargs=argparse.REMAINDER,
+                    help="after --: more flags of the profiled `raysfl run` (e.g. -- --eval-every 1 --local-epochs 1), "
+                         "given after this script's own and so overriding them")
     args = ap.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
@@ -91,7 +95,7 @@ def main() -> None:
     raw = Path(args.raw) if args.raw else out / "samples.txt"
     cmd = [sys.executable, "-m", "raysfl", "run", "--algo", args.algo, "--clients", str(args.clients),
            "--rounds", "100000", "--eval-every", "1000000", "--checkpoint-every", "0", "--no-progress",
-           "--out", str(out), "--name", "run"]
+           "--out", str(out), "--name", "run", *[f for f in args.run_flags if f != "--"]]
     env = dict(os.environ, PYTHONPATH=str(Path(args.checkout).resolve()))
     run = subprocess.Popen(cmd, cwd=args.checkout, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)

@@ -367,3 +367,67 @@ def test_a_damaged_run_directory_is_refused_in_one_line_so_that_the_run_starts_a
     (d / "metrics.parquet").write_text("garbage")
     with pytest.raises(ConfigError, match=r"its metrics.parquet is unreadable \(.*\); this run directory was damaged"):
         resume_point(d, 2)
+
+
+def test_an_interrupted_table_stops_its_runs_in_threads_and_starts_no_more(tmp_path, monkeypatch):
+    """``--parallel 2``: the runs go on in threads, which a signal never reaches. Ctrl-C (a
+    KeyboardInterrupt in the main thread) sets the table's stop event, which the runs in
+    progress obey after their round, and the runs not started are never started."""
+    import threading
+    import types
+
+    import raysfl
+    from raysfl.reproduce import engine
+    from raysfl.resolve import validate
+
+    cfgs = [validate(raysfl.config_from_kwargs(algo="psl", clients=4, rounds=2, seed=s)) for s in range(4)]
+    ran, obeyed = [], []
+    both = threading.Barrier(2)
+
+    def fake_run(cfg, cache, stop=None):
+        ran.append(cfg.seed)
+        both.wait(10)  # both runs in progress
+        if cfg.seed == 0:
+            raise KeyboardInterrupt  # as the main thread's Ctrl-C would reach the table
+        obeyed.append(stop.wait(10))
+        raise KeyboardInterrupt  # what run_cached raises once its run stopped
+
+    monkeypatch.setattr(engine, "run_cached", fake_run)
+    monkeypatch.setattr(engine, "start_local_ray", lambda configs, at_once: False)
+    planned = engine.Planned(table=types.SimpleNamespace(paper="p", name="t"), scale="small", seeds=[0, 1, 2, 3],
+                             configs={"row": cfgs})
+    said = []
+    with pytest.raises(KeyboardInterrupt):
+        engine.run_planned(planned, tmp_path, parallel=2, say=said.append)
+    assert sorted(ran) == [0, 1] and obeyed == [True]
+    assert "raysfl reproduce: stopping the runs in progress after their current round" in said
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_table_s_run_told_to_stop_checkpoints_its_round_and_goes_on_from_it(tmp_path, capsys):
+    """The stop event of an interrupted table (above) stops a real run after its round, as a
+    signal would: it is not cached, its round is checkpointed, and the table's next invocation
+    goes on from that round to the rows of an uninterrupted run."""
+    import threading
+
+    import raysfl
+    from raysfl.reproduce.engine import cached, run_cached
+    from raysfl.resolve import validate
+    from raysfl.run_key import cache_keys
+
+    cfg = validate(raysfl.config_from_kwargs(algo="psl", clients=4, rounds=3, local_steps=2, batch_size=16, lr=0.05,
+                                             resources={"client_actors": 2}))
+    whole = run_cached(cfg, tmp_path / "a")
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(KeyboardInterrupt):
+        run_cached(cfg, tmp_path / "b", stop)
+    key = cache_keys(cfg)[0]
+    assert not cached(cfg, tmp_path / "b")
+    assert sorted(p.name for p in (tmp_path / "b" / "runs" / key / "checkpoints").glob("round_*.pt")) == [
+        "round_0001.pt"]
+    capsys.readouterr()
+    again = run_cached(cfg, tmp_path / "b")
+    assert "going on from round 1" in capsys.readouterr().err
+    assert [(r["round"], r["train_loss"], r["test_accuracy"]) for r in again] == [
+        (r["round"], r["train_loss"], r["test_accuracy"]) for r in whole]

@@ -8,7 +8,9 @@ where the cluster holds them.
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,16 +132,26 @@ def cached_path(cfg, cache: Path) -> Path | None:
 
 class _KeepRows(Callback):
     """Keeps a run's metrics rows when it ends, however it ends (a run that diverges raises,
-    and its rows are then only in a callback's hands)."""
+    and its rows are then only in a callback's hands). With ``stop`` (an Event set when the
+    table is interrupted while runs go on in threads, which signals never reach): the run is
+    interrupted after its round as a signal would, its newest round checkpointed, so that the
+    next invocation goes on from there."""
 
-    def __init__(self):
+    def __init__(self, stop: threading.Event | None = None):
         self.rows: list[dict] = []
+        self.stop = stop
+
+    def on_round(self, row: dict) -> None:
+        if self.stop is not None and self.stop.is_set():
+            from raysfl.runtime.interrupts import Interrupted
+
+            raise Interrupted(signal.SIGINT)
 
     def on_run_end(self, run_dir, rows, error):
         self.rows = rows
 
 
-def run_cached(cfg, cache: Path) -> list[dict]:
+def run_cached(cfg, cache: Path, stop: threading.Event | None = None) -> list[dict]:
     """The metrics rows of ``cfg``: read from ``cache`` when a run of the same resolved config
     is there, else run quietly (no progress) and kept. A run whose training diverges is a
     result, not a failure of the table: its rows up to the round whose loss went non-finite are
@@ -162,7 +174,7 @@ def run_cached(cfg, cache: Path) -> list[dict]:
         return json.loads(found.read_text())["metrics"]
     key = cache_keys(cfg)[0]
     path, run_dir = Path(cache) / f"{key}.json", Path(cache) / "runs" / key
-    seen = _KeepRows()
+    seen = _KeepRows(stop)
     diverged = None
     try:
         metrics = _go_on(run_dir, cfg, seen)
@@ -228,11 +240,12 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
     say(f"reproduce {t.paper}/{t.name}: {len(jobs)} runs ({len(jobs) - todo} cached), {parallel} at a time")
     started = time.perf_counter()
     done = [0]
+    stop = threading.Event()  # set on Ctrl-C: the runs in threads end after their round
 
     def one(job):
         label, i, cfg = job
         fresh = not cached(cfg, cache)
-        rows = run_cached(cfg, cache)
+        rows = run_cached(cfg, cache, stop)
         if fresh:
             done[0] += 1
             elapsed = time.perf_counter() - started
@@ -246,7 +259,15 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
         results = [one(j) for j in jobs]
     else:
         with ThreadPoolExecutor(parallel, thread_name_prefix="raysfl-reproduce") as pool:
-            results = list(pool.map(one, jobs))
+            futures = [pool.submit(one, j) for j in jobs]
+            try:
+                results = [f.result() for f in futures]
+            except KeyboardInterrupt:  # SIGINT or SIGTERM, raised in this thread only
+                say("raysfl reproduce: stopping the runs in progress after their current round")
+                stop.set()
+                for f in futures:
+                    f.cancel()  # the runs not started
+                raise  # once the pool's threads have ended, each run checkpointed where it stopped
     for label, i, rows in results:
         out[label][i] = rows
     return out
