@@ -113,8 +113,10 @@ def main() -> None:
         rows.append({"clients": 1, "test_set": "whole (one model)", "layout": layout, "ms": ms})
     for t in more:
         with threads_for(t):
-            ms = time_ms(lambda: evaluation.evaluate(model, ds.x_test, ds.y_test, ds.to_tensor), args.repeats, reduce=min)
-        rows.append({"clients": 1, "test_set": "whole (one model)", "layout": f"{raysfl_way}, {t} threads", "ms": ms})
+            ms = time_ms(lambda: evaluation.evaluate(model, ds.x_test, ds.y_test, ds.to_tensor), args.repeats,
+                         reduce=min)
+        rows.append({"clients": 1, "test_set": "whole (one model)", "layout": f"{raysfl_way}, {t} threads",
+                     "ms": ms})
     for n in args.clients:
         own = {c: {k: v + rng.normal(0, 0.01, v.shape).astype(v.dtype) for k, v in state.items() if block_of(k) < 2}
                for c in range(n)}

@@ -172,8 +172,10 @@ NONE_DEFAULTS = {
     "step_deadline_s": "--round-deadline-s / 4, else none", "sim_deadline_s": "none", "clients_per_actor": "none",
     "client_cpus": "0.5, less where the cluster is smaller", "server_cpus": "1, less where the cluster is smaller",
     "fed_cpus": "0.5, less where the cluster is smaller", "client_memory_gb": "none", "server_memory_gb": "none",
-    "fed_memory_gb": "none", "eval_cpus": "the CPUs of the actors that wait: all of them on one node, the servers' and "
-                                          "the fed server's on a cluster", "num_cpus": "what the actors need, at least the machine's cores",
+    "fed_memory_gb": "none",
+    "eval_cpus": "the CPUs of the actors that wait: all of them on one node, the servers' and the fed server's on a "
+                 "cluster",
+    "num_cpus": "what the actors need, at least the machine's cores",
     "num_gpus": "sized to the run",
 }
 

@@ -266,12 +266,12 @@ def _progress(say, total: int, rounds: int):
             ran = r.get("round", 0)
             score = r.get("score", math.nan)
             back = " (read back)" if r.get("read_back") else ""
+            head = f"  tune {self.done}/{total}: {trial.config['trial']['row']}: {knobs}:"
             if r.get("diverged"):  # not its stand-in score (trial.WORST)
-                say(f"  tune {self.done}/{total}: {trial.config['trial']['row']}: {knobs}: diverged in round {ran}{back}")
+                say(f"{head} diverged in round {ran}{back}")
                 return
             how = "" if ran >= rounds else " (stopped early)"
-            say(f"  tune {self.done}/{total}: {trial.config['trial']['row']}: {knobs}: {score:.4g} after {ran} "
-                f"round{'s' * (ran != 1)}{how}{back}")
+            say(f"{head} {score:.4g} after {ran} round{'s' * (ran != 1)}{how}{back}")
 
         def on_trial_error(self, iteration, trials, trial, **info):
             self.done += 1

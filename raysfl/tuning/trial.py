@@ -30,8 +30,8 @@ import hashlib
 import json
 import math
 import queue
-import tempfile
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
