@@ -244,6 +244,8 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
 
     def one(job):
         label, i, cfg = job
+        if stop.is_set():  # interrupted as this run was to start: it does not
+            return label, i, None
         fresh = not cached(cfg, cache)
         rows = run_cached(cfg, cache, stop)
         if fresh:
@@ -259,14 +261,15 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
         results = [one(j) for j in jobs]
     else:
         with ThreadPoolExecutor(parallel, thread_name_prefix="raysfl-reproduce") as pool:
-            futures = [pool.submit(one, j) for j in jobs]
+            futures = []
             try:
+                futures += [pool.submit(one, j) for j in jobs]
                 results = [f.result() for f in futures]
             except KeyboardInterrupt:  # SIGINT or SIGTERM, raised in this thread only
                 say("raysfl reproduce: stopping the runs in progress after their current round")
-                stop.set()
                 for f in futures:
-                    f.cancel()  # the runs not started
+                    f.cancel()  # the runs not started (before the stop frees the threads for them)
+                stop.set()
                 raise  # once the pool's threads have ended, each run checkpointed where it stopped
     for label, i, rows in results:
         out[label][i] = rows
