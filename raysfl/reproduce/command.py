@@ -233,10 +233,11 @@ def tuning_line(planned) -> str:
 def settings_line(cfg) -> str:
     """The settings every row shares, as a figure caption states them."""
     from raysfl.plots import caption
+    from raysfl.reproduce.schedule import schedule_text
 
     return f"{caption(cfg.to_dict())}, {cfg.rounds} rounds, {cfg.optimizer} lr {cfg.lr:g}" + \
         (f" (server {cfg.server_lr:g})" if cfg.server_lr is not None else "") + \
-        f", momentum {cfg.momentum:g}, epoch rule {cfg.epoch}, weights {cfg.aggregation_weights}"
+        f", momentum {cfg.momentum:g}, epoch rule {cfg.epoch}, weights {cfg.aggregation_weights}" + schedule_text(cfg)
 
 
 def write_results(out: Path, path: Path) -> None:
@@ -297,7 +298,10 @@ among them -- by Ray Tune with asynchronous successive halving, judged by the ta
 a validation split held out of the training data (never the test split) on tuning seeds 1000
 and 1001 (never the seeds a table is judged on); a choice at a grid's edge widens it once.
 A trial evaluates only the rounds its search reads (the last 5 before each rung; ours,
-`--eval-rounds`), which changes no score; the runs a table is judged on evaluate every round.
+`--eval-rounds`), which changes no score. The runs a table is judged on evaluate round 1,
+every 5th and the last 10 (ours, since 2026-11-29: what its metric and its guards read; every
+round where a metric reads the whole run, a best or a round or time to a target), which changes
+no score either; a run an earlier version evaluated every round is read at those rounds.
 Tables whose metric no learning rate changes (simulated time of a fixed number of rounds) say
 so and are not tuned.
 

@@ -20,6 +20,7 @@ from raysfl.errors import first_line
 from raysfl.reproduce.fairness import check_row, resolve
 from raysfl.algorithms import get_algorithm
 from raysfl.paper_tables import Table
+from raysfl.reproduce.schedule import columns_read, every_round, read_at, with_schedule
 from raysfl.run_key import cache_keys
 from raysfl.runtime.many_runs import start_local_ray
 
@@ -64,6 +65,8 @@ def plan(table: Table, scale: str, seeds: list[int], overrides: dict | None = No
             out.configs.setdefault(row.label, []).append(cfg)
     for row in table.all_rows:
         check_column(table, row, out.configs[row.label][0])
+    # every row evaluates the rounds the table reads (shared by all, so not in a diff)
+    out.configs = {label: [with_schedule(c, table) for c in cfgs] for label, cfgs in out.configs.items()}
     return out
 
 
@@ -121,13 +124,21 @@ def cached(cfg, cache: Path) -> bool:
 
 
 def cached_path(cfg, cache: Path) -> Path | None:
-    """Where ``cache`` keeps a run of ``cfg``'s resolved config: under its key, or under the key
-    an earlier version kept it under (:func:`raysfl.run_key.cache_keys`); None where it has none."""
-    for key in cache_keys(cfg):
+    """Where ``cache`` keeps a run of ``cfg``'s resolved config: under its key, under the key
+    an earlier version kept it under (:func:`raysfl.run_key.cache_keys`), or, for a run that
+    evaluates some rounds only, as the same run evaluated in every round (what a version before
+    table schedules ran: :mod:`raysfl.reproduce.schedule`); None where it has none."""
+    for key in _keys(cfg):
         path = Path(cache) / f"{key}.json"
         if path.exists():
             return path
     return None
+
+
+def _keys(cfg) -> list[str]:
+    """The keys a run of ``cfg`` may be kept under, its own first."""
+    keys = cache_keys(cfg)
+    return keys + [k for k in cache_keys(every_round(cfg)) if k not in keys]
 
 
 class _KeepRows(Callback):
@@ -161,7 +172,9 @@ def run_cached(cfg, cache: Path, stop: threading.Event | None = None) -> list[di
     rounds (the newest kept; every round cost a digits table about 7 %). A run cut off (Ctrl-C,
     a machine given back, a session's end) goes on from its last checkpoint the next time the
     table asks for it -- a resume gives the rows an uninterrupted run gives
-    (docs/reliability.md) -- and the directory goes once its rows are kept. Ours: an mnist5k
+    (docs/reliability.md) -- and the directory goes once its rows are kept. A run cut off by a
+    version that evaluated every round goes on evaluating every round, and is kept as such (the
+    table reads it at its own rounds: :func:`raysfl.reproduce.schedule.read_at`). Ours: an mnist5k
     run takes about 20 minutes on two cores."""
     import dataclasses
     import shutil
@@ -173,13 +186,19 @@ def run_cached(cfg, cache: Path, stop: threading.Event | None = None) -> list[di
     if found is not None:
         return json.loads(found.read_text())["metrics"]
     key = cache_keys(cfg)[0]
-    path, run_dir = Path(cache) / f"{key}.json", Path(cache) / "runs" / key
+    own = Path(cache) / "runs" / key
+    run_dir, kept = own, cfg  # where the run goes on, and the config its rows are kept under
+    if not own.exists():  # cut off by a version that evaluated every round: it goes on as it began
+        older = next((d for d in (Path(cache) / "runs" / k for k in _keys(cfg)) if d.exists()), None)
+        if older is not None:
+            run_dir, kept = older, every_round(cfg)
     seen = _KeepRows(stop)
     diverged = None
     try:
         metrics = _go_on(run_dir, cfg, seen)
         if metrics is None:
             shutil.rmtree(run_dir, ignore_errors=True)  # nothing to go on from: a run cut before its first round ended
+            run_dir, kept = own, cfg
             quiet = dataclasses.replace(cfg, progress=False, checkpoint_every=max(1, cfg.rounds // 10),
                                         keep_checkpoints=1, keep_best=False,
                                         out=str(run_dir.parent), name=key, mlflow=None, mlflow_artifacts=None)
@@ -188,9 +207,10 @@ def run_cached(cfg, cache: Path, stop: threading.Event | None = None) -> list[di
         metrics, diverged = [dict(r) for r in seen.rows], e.round
         if metrics and metrics[-1].get("round") == diverged:
             metrics[-1]["train_loss"] = float("inf")  # its clients' losses went non-finite
+    path = Path(cache) / f"{cache_keys(kept)[0]}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp_path = path.with_suffix(".tmp")
-    tmp_path.write_text(json.dumps({"config": cfg.to_dict(), "metrics": metrics, "diverged_in_round": diverged},
+    tmp_path.write_text(json.dumps({"config": kept.to_dict(), "metrics": metrics, "diverged_in_round": diverged},
                                    default=str))
     tmp_path.replace(path)  # a run half-written is never read back
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -271,6 +291,7 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
                     f.cancel()  # the runs not started (before the stop frees the threads for them)
                 stop.set()
                 raise  # once the pool's threads have ended, each run checkpointed where it stopped
+    columns = columns_read(t)
     for label, i, rows in results:
-        out[label][i] = rows
+        out[label][i] = read_at(rows, planned.configs[label][i], columns) if rows is not None else rows
     return out
