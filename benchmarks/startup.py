@@ -98,7 +98,7 @@ def warm(out: Path) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", default="docs/results/startup.md")
+    ap.add_argument("--out", default=str(ROOT / "docs/results/startup.md"))
     args = ap.parse_args()
 
     rows = []
@@ -141,7 +141,7 @@ def main() -> None:
               "| " + " | ".join(f"{med(k, second):.2f}" for k in STAGES) + " |"]
     intro = __doc__.split("\n\n", 2)[2].strip()
     write_tables(rows, args.out, "Start-up: commands, the demo's first round, a warm second run", intro,
-                 "\n".join(lines), doc=ROOT / "docs" / "performance.md")
+                 "\n".join(lines), doc=Path(args.out).resolve().parents[1] / "performance.md")
 
 
 if __name__ == "__main__":

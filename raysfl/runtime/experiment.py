@@ -442,7 +442,7 @@ def launch_actors(cfg, num_servers: int, run_name: str, stages: "StartupClock") 
 
     from raysfl.runtime.federation import start_actors
     from raysfl.models import custom
-    from raysfl.runtime.placement import (check_capacity, fit_resources, init_ray, resolve_co_host,
+    from raysfl.runtime.placement import (alive_nodes, check_capacity, fit_resources, init_ray, resolve_co_host,
                                           resolve_direct_payloads, resolve_eval_cpus)
     from raysfl.runtime import pool
 
@@ -456,9 +456,10 @@ def launch_actors(cfg, num_servers: int, run_name: str, stages: "StartupClock") 
         stages.say(f"Ray up ({'started here' if started else 'joined'}, {cpus:g} CPUs) in {stages.seconds['ray']:.1f} s")
     # CPU shares the user left unset: sized to what the cluster has free (idle pooled actors' included)
     free = ray.available_resources().get("CPU", 0.0) + pool.held_cpus()
-    cfg = resolve_co_host(resolve_direct_payloads(fit_resources(cfg, num_actors, num_servers, free)),
-                          custom.is_custom(cfg.model))
-    cfg = resolve_eval_cpus(cfg, num_actors, num_servers)
+    nodes = alive_nodes()  # counted once for the three choices that depend on it
+    cfg = resolve_co_host(resolve_direct_payloads(fit_resources(cfg, num_actors, num_servers, free), nodes),
+                          custom.is_custom(cfg.model), nodes)
+    cfg = resolve_eval_cpus(cfg, num_actors, num_servers, nodes)
     if not os.environ.get("RAY_ADDRESS"):  # a Ray of this process: it will not grow. A job on a
         # cluster (RAY_ADDRESS set) may autoscale: the placement groups wait for it instead
         check_capacity(cfg, num_actors, num_servers)

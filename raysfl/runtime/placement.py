@@ -394,21 +394,22 @@ def fit_resources(cfg, num_client_actors: int, num_servers: int, free_cpus: floa
     return dataclasses.replace(cfg, resources=dataclasses.replace(r, **shares))
 
 
-def resolve_direct_payloads(cfg):
+def resolve_direct_payloads(cfg, nodes: int | None = None):
     """``cfg`` with ``resources.direct_payloads`` "auto" made concrete for the cluster it runs on:
     "on" where it has more than one node (the driver then stays off the data path: smashed data
     goes from a client's node to its server's), "off" on one machine (returned through the
-    driver, inline: the fastest there, docs/performance.md)."""
+    driver, inline: the fastest there, docs/performance.md). ``nodes``: the cluster's alive
+    nodes, where the caller has counted them (:func:`alive_nodes`)."""
     import dataclasses
 
     r = cfg.resources
     if r.direct_payloads != "auto":
         return cfg
-    direct = "on" if alive_nodes() > 1 else "off"
+    direct = "on" if (alive_nodes() if nodes is None else nodes) > 1 else "off"
     return dataclasses.replace(cfg, resources=dataclasses.replace(r, direct_payloads=direct))
 
 
-def resolve_eval_cpus(cfg, num_client_actors: int, num_servers: int):
+def resolve_eval_cpus(cfg, num_client_actors: int, num_servers: int, nodes: int | None = None):
     """``cfg`` with ``resources.eval_cpus`` unset made concrete: the CPUs of the run's actors
     that wait while the fed server evaluates (ours). A round's evaluation comes after its
     aggregation, when every client actor and server is idle, so the fed server may use their
@@ -419,7 +420,8 @@ def resolve_eval_cpus(cfg, num_client_actors: int, num_servers: int):
     On one node whose Ray counts more CPUs than the machine has cores (``raysfl reproduce
     --parallel 2`` sizes its Ray for two runs at once), the share is scaled down alike, so that
     runs side by side do not evaluate on more threads than there are cores; the share is
-    rounded to whole threads (a run on 2 cores whose Ray counts 3 CPUs: 2.5 x 2/3 -> 2)."""
+    rounded to whole threads (a run on 2 cores whose Ray counts 3 CPUs: 2.5 x 2/3 -> 2).
+    ``nodes``: as :func:`resolve_direct_payloads`."""
     import dataclasses
 
     import ray
@@ -427,7 +429,7 @@ def resolve_eval_cpus(cfg, num_client_actors: int, num_servers: int):
     r = cfg.resources
     if r.eval_cpus is not None:
         return cfg
-    if alive_nodes() == 1:
+    if (alive_nodes() if nodes is None else nodes) == 1:
         counted = ray.cluster_resources().get("CPU", 0.0)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         cpus = actor_demand(cfg, num_client_actors, num_servers)[0] * min(1.0, cores / counted if counted else 1.0)
@@ -457,14 +459,14 @@ def alive_nodes() -> int:
     return sum(1 for n in ray.nodes() if n.get("Alive"))
 
 
-def resolve_co_host(cfg, model_is_custom: bool):
+def resolve_co_host(cfg, model_is_custom: bool, nodes: int | None = None):
     """``cfg`` with ``resources.co_host`` "auto" made concrete: "on" (the servers and the fed
     server in one process, :mod:`raysfl.runtime.role_host`) where that changes neither the
     results nor what a fault does -- the cluster has one node, the servers and the fed server
     ask for no GPU (a process has one CUDA memory share), no ``kill`` fault names one of them
     (it would end them all), and the model is one of the zoo's (a model of your own may draw
     from torch's random generator, e.g. dropout, which one process's roles would share);
-    "off" otherwise."""
+    "off" otherwise. ``nodes``: as :func:`resolve_direct_payloads`."""
     import dataclasses
 
     from raysfl.faults import parse_faults, server_kills
@@ -472,7 +474,7 @@ def resolve_co_host(cfg, model_is_custom: bool):
     r = cfg.resources
     if r.co_host != "auto":
         return cfg
-    on = (alive_nodes() == 1 and not r.server_gpus and not r.fed_gpus
+    on = ((alive_nodes() if nodes is None else nodes) == 1 and not r.server_gpus and not r.fed_gpus
           and not server_kills(parse_faults(cfg.faults)) and not model_is_custom)
     return dataclasses.replace(cfg, resources=dataclasses.replace(r, co_host="on" if on else "off"))
 
