@@ -128,17 +128,17 @@ def cached_path(cfg, cache: Path) -> Path | None:
     an earlier version kept it under (:func:`raysfl.run_key.cache_keys`), or, for a run that
     evaluates some rounds only, as the same run evaluated in every round (what a version before
     table schedules ran: :mod:`raysfl.reproduce.schedule`); None where it has none."""
-    for key in _keys(cfg):
+    for key in cache_keys(cfg) + _every_round_keys(cfg):
         path = Path(cache) / f"{key}.json"
         if path.exists():
             return path
     return None
 
 
-def _keys(cfg) -> list[str]:
-    """The keys a run of ``cfg`` may be kept under, its own first."""
-    keys = cache_keys(cfg)
-    return keys + [k for k in cache_keys(every_round(cfg)) if k not in keys]
+def _every_round_keys(cfg) -> list[str]:
+    """The keys of ``cfg``'s run evaluated in every round, where they are not its own."""
+    own = cache_keys(cfg)
+    return [k for k in cache_keys(every_round(cfg)) if k not in own]
 
 
 class _KeepRows(Callback):
@@ -189,7 +189,7 @@ def run_cached(cfg, cache: Path, stop: threading.Event | None = None) -> list[di
     own = Path(cache) / "runs" / key
     run_dir, kept = own, cfg  # where the run goes on, and the config its rows are kept under
     if not own.exists():  # cut off by a version that evaluated every round: it goes on as it began
-        older = next((d for d in (Path(cache) / "runs" / k for k in _keys(cfg)) if d.exists()), None)
+        older = next((d for d in (Path(cache) / "runs" / k for k in _every_round_keys(cfg)) if d.exists()), None)
         if older is not None:
             run_dir, kept = older, every_round(cfg)
     seen = _KeepRows(stop)
