@@ -35,11 +35,16 @@ def metrics_read(table: Table) -> list[Metric]:
 
 
 def eval_rounds(table: Table, rounds: int) -> str:
-    """The rounds a run of ``rounds`` rounds in ``table`` evaluates, as ``--eval-rounds``: round 1,
-    every ``K``-th and the last ``2 K`` (or the last ``k`` of a mean where that is more); ""
-    (every round) where a metric of the table reads the whole run, or where that is every round
+    """The rounds a run of ``rounds`` rounds in ``table`` evaluates, as ``--eval-rounds``
+    (:func:`rounds_for` of the metrics it reads)."""
+    return rounds_for(metrics_read(table), rounds)
+
+
+def rounds_for(read: list[Metric], rounds: int) -> str:
+    """The rounds a run of ``rounds`` rounds evaluates for metrics ``read`` and the guards:
+    round 1, every ``K``-th and the last ``2 K`` (or the last ``k`` of a mean where that is
+    more); "" (every round) where a metric reads the whole run, or where that is every round
     anyway."""
-    read = metrics_read(table)
     if any(m.read not in SPARSE_READS for m in read):
         return ""
     last = max([2 * K] + [m.k for m in read if m.read == "mean_last"])
