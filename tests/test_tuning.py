@@ -327,7 +327,8 @@ for attempt in range(3):
         cut = {"knobs": data["knobs"], "kept": 1, "had": len(data["reports"])}
         journals[0].write_text(json.dumps({**data, "reports": data["reports"][:1]}))
     out.append({"chosen": res.chosen, "table": [[t["knobs"], t["rounds"], t["score"]] for t in res.table],
-                "lines": [ln for ln in lines if ln.startswith("  tune ")], "journals": len(journals)})
+                "lines": [ln for ln in lines if ln.startswith("  tune ")], "journals": len(journals),
+                "seconds": res.seconds})
 print(json.dumps({"runs": out, "cut": cut}))
 """
 
@@ -350,6 +351,28 @@ def test_a_search_started_again_reads_its_trials_rounds_back_and_runs_only_what_
         assert ("(read back)" in t) != (f"lr {res['cut']['knobs']['lr']:g}:" in t), (t, cut)
     assert second["table"] == first["table"] and second["chosen"] == first["chosen"]  # the same rounds, the same scores
     assert all("(read back)" in t for t in third["lines"]) and third["table"] == first["table"]
+    # each search started again counts the seconds of those before it (the table's "tuning N s")
+    assert first["seconds"] < second["seconds"] < third["seconds"]
+
+
+def test_a_search_s_seconds_carry_over_the_invocations_that_ran_it_counted_once_per_search(tmp_path):
+    """A search stopped and started again counts the time it had spent (kept beside its rows'
+    trials); rows searched together share the largest count they had, so a table's sum of its
+    searches' seconds counts each once."""
+    from raysfl.tuning.search import SearchClock
+
+    a, b = tmp_path / "trials-a", tmp_path / "trials-b"
+    a.mkdir()
+    (a / SearchClock.NAME).write_text("100.0\n")  # row a was searched for 100 s before; row b never
+    clock = SearchClock({"a": a, "b": b})
+    assert 100.0 <= clock.seconds() < 130.0
+    clock.keep()
+    kept = [float((d / SearchClock.NAME).read_text()) for d in (a, b)]
+    assert kept[0] == kept[1] >= 100.0
+    assert SearchClock({"b": b}).seconds() >= kept[1]  # read back by the next invocation
+    (b / SearchClock.NAME).write_text("not a number")
+    assert SearchClock({"b": b}).seconds() < 30.0  # unreadable: counted from here, not an error
+    assert SearchClock({}).seconds() < 30.0  # no cache: this invocation alone
 
 
 

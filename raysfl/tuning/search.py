@@ -50,7 +50,7 @@ class TuneResult:
     score: float = math.nan
     table: list[dict] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
-    seconds: float = 0.0
+    seconds: float = 0.0  # the search's wall time, over every invocation that ran it (:class:`SearchClock`)
     from_cache: bool = False  # read back from the cache (this process ran none of its trials)
 
     def to_dict(self) -> dict:
@@ -105,12 +105,13 @@ def tune_rows(rows: dict[str, list], grid: dict[str, dict[str, tuple[float, ...]
     todo = {label: cfgs for label, cfgs in rows.items() if label not in out}
     if todo:
         started = time.perf_counter()
+        clock = SearchClock({label: cache / f"trials-{keys[label]}" for label in todo} if cache is not None else {})
         n = sum(len(grids.product(grid[label])) for label in todo)
         say(f"tune: {len(todo)} row(s), {n} settings on {len(next(iter(todo.values())))} tuning seeds each "
             f"(validation split), stopped early by successive halving")
         journals = {label: str(cache / f"trials-{keys[label]}") for label in todo} if cache is not None else None
         trials = _search(todo, {label: grids.product(grid[label]) for label in todo}, metrics, trials_at_once, say,
-                         journals=journals)
+                         journals=journals, clock=clock)
         first = {label: _choose(label, grid[label], trials[label], metrics[label]) for label in todo}
         wider = {label: {k: v for k in res.chosen if (v := grids.widened(k, tuple(grid[label][k]), res.chosen[k]))}
                  for label, res in first.items()}
@@ -121,7 +122,8 @@ def tune_rows(rows: dict[str, list], grid: dict[str, dict[str, tuple[float, ...]
         if wider:  # every row's widening in one search: its trials' processes start once
             extra = _search({label: todo[label] for label in wider},
                             {label: [{**first[label].chosen, k: v} for k, v in w.items()] for label, w in wider.items()},
-                            metrics, trials_at_once, say, successive_halving=False, journals=journals)
+                            metrics, trials_at_once, say, successive_halving=False, journals=journals, clock=clock)
+        took = round(clock.seconds(), 1)  # one figure for the rows of the search (a table counts it once)
         for label in todo:
             res = first[label]
             if label in wider:
@@ -130,13 +132,14 @@ def tune_rows(rows: dict[str, list], grid: dict[str, dict[str, tuple[float, ...]
                 res = _choose(label, widened_grid, trials[label] + extra[label], metrics[label])
                 res.at_edge = [k for k in wider[label] if grids.at_edge(k, widened_grid[k], res.chosen[k])]
             res.seeds = [c.seed for c in todo[label]]
-            res.seconds = round(time.perf_counter() - started, 1)
+            res.seconds = took
             out[label] = res
             if cache is not None:
                 cache.mkdir(parents=True, exist_ok=True)
                 tmp = cache / f"tune-{keys[label]}.tmp"
                 tmp.write_text(json.dumps(res.to_dict(), default=float))
                 tmp.replace(cache / f"tune-{keys[label]}.json")
+                clock.keep()
                 for d in (cache / f"trials-{keys[label]}").glob("*-runs"):  # the row is decided: no trial goes on
                     shutil.rmtree(d, ignore_errors=True)
         say(f"tune: done in {time.perf_counter() - started:.0f} s")
@@ -157,10 +160,12 @@ def _choose(label: str, grid: dict, trials: list[dict], metric: Metric) -> TuneR
 
 
 def _search(rows: dict[str, list], combos: dict[str, list[dict]], metrics: dict[str, Metric], trials_at_once: int | None,
-            say, successive_halving: bool = True, journals: dict | None = None) -> dict[str, list[dict]]:
+            say, successive_halving: bool = True, journals: dict | None = None,
+            clock: SearchClock | None = None) -> dict[str, list[dict]]:
     """Run the trials (one per row and setting) on one Tuner; {label: [trial summaries]}.
     ``journals`` {label: directory}: each trial's rounds kept there as they are reported, and
-    read back by a search started again (:mod:`raysfl.tuning.trial`)."""
+    read back by a search started again (:mod:`raysfl.tuning.trial`). ``clock``: told of each
+    report, so that the time a search stopped part of the way had spent is kept."""
     from ray import tune
 
     from raysfl.tuning.schedulers import GroupedASHA
@@ -197,7 +202,7 @@ def _search(rows: dict[str, list], combos: dict[str, list[dict]], metrics: dict[
             tune_config=tune.TuneConfig(metric="score", mode=mode, scheduler=scheduler, reuse_actors=True,
                                         max_concurrent_trials=at_once),
             run_config=tune.RunConfig(storage_path=store, name="raysfl-tune", verbose=0, log_to_file=False,
-                                      callbacks=[_progress(say, len(space), rounds)],
+                                      callbacks=[_progress(say, len(space), rounds, clock)],
                                       checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=0,
                                                                               checkpoint_at_end=False)))
         with _no_dataframe_warning():
@@ -252,12 +257,17 @@ def _summaries(grid_results, combos: dict[str, list[dict]], rounds: int) -> dict
     return out
 
 
-def _progress(say, total: int, rounds: int):
-    """A Tune callback that says each trial's end: its row, setting, score and rounds run."""
+def _progress(say, total: int, rounds: int, clock: SearchClock | None = None):
+    """A Tune callback that says each trial's end: its row, setting, score and rounds run; and
+    keeps ``clock``'s count of the search's seconds at each report."""
     from ray import tune
 
     class Progress(tune.Callback):
         done = 0
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            if clock is not None:
+                clock.keep()
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             self.done += 1
@@ -278,6 +288,47 @@ def _progress(say, total: int, rounds: int):
             say(f"  tune {self.done}/{total}: {trial.config['trial']['row']}: failed ({trial.error_file or 'error'})")
 
     return Progress()
+
+
+class SearchClock:
+    """The wall time a search has taken, over every invocation that ran part of it.
+
+    A search stopped part of the way (Ctrl-C, the end of a session) and started again reads its
+    trials' rounds back from their journals; the time it had spent would be lost with the
+    process, and a table's "where run: tuning N s" would count only the invocation that
+    finished it. Each row's trials directory keeps ``search-seconds.txt``: the seconds of the
+    search it is in, to which this invocation's are added each time a trial reports
+    (:meth:`keep`) and when a row is decided. The rows of one search share one count (the
+    largest they had before), so that a table counts each search once. Without a cache
+    (``dirs`` empty): this invocation's seconds alone. Ours: the harness's bookkeeping."""
+
+    NAME = "search-seconds.txt"
+
+    def __init__(self, dirs: dict[str, Path]):
+        self.dirs = dirs
+        self.before = max((self._read(d / self.NAME) for d in dirs.values()), default=0.0)
+        self.started = time.perf_counter()
+
+    @staticmethod
+    def _read(path: Path) -> float:
+        try:
+            return max(0.0, float(path.read_text().split()[0]))
+        except (OSError, ValueError, IndexError):
+            return 0.0  # none yet (or unreadable): the search starts counting here
+
+    def seconds(self) -> float:
+        """The search's seconds so far: before this invocation, and in it."""
+        return self.before + time.perf_counter() - self.started
+
+    def keep(self) -> None:
+        """Write the seconds so far beside every row's trials (written whole, then renamed)."""
+        text = f"{self.seconds():.1f}\n"
+        for d in self.dirs.values():
+            with contextlib.suppress(OSError):
+                d.mkdir(parents=True, exist_ok=True)
+                tmp = d / (self.NAME + ".tmp")
+                tmp.write_text(text)
+                tmp.replace(d / self.NAME)
 
 
 def trial_resources(configs: list, seeds: int, at_most: int | None = None) -> tuple[dict, int]:
