@@ -58,10 +58,9 @@ def rounds_for(read: list[Metric], rounds: int) -> str:
 def with_schedule(cfg, table: Table):
     """``cfg`` evaluating the rounds ``table`` reads (:func:`eval_rounds`), unless it already
     evaluates on a schedule of its own (``--eval-every`` or ``--eval-rounds`` given)."""
-    if cfg.eval_every != 1 or cfg.eval_rounds:
-        return cfg
-    rounds = eval_rounds(table, cfg.rounds)
-    return dataclasses.replace(cfg, eval_rounds=rounds) if rounds else cfg
+    from raysfl.tuning.rules import evaluating
+
+    return evaluating(cfg, eval_rounds(table, cfg.rounds))
 
 
 def every_round(cfg):

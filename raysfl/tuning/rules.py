@@ -56,6 +56,17 @@ def rungs(rounds: int) -> list[int]:
     return sorted({g * REDUCTION ** k for k in range(count) if g * REDUCTION ** k <= rounds} | {rounds})
 
 
+def evaluating(cfg, rounds: str):
+    """``cfg`` evaluating in ``rounds`` (as ``--eval-rounds``; "" = every round), unless it
+    evaluates on a schedule of its own (``--eval-every`` or ``--eval-rounds`` given): what a
+    trial (:func:`rounds_read`) and a table's run (:mod:`raysfl.reproduce.schedule`) evaluate."""
+    import dataclasses
+
+    if cfg.eval_every != 1 or cfg.eval_rounds or not rounds:
+        return cfg
+    return dataclasses.replace(cfg, eval_rounds=rounds)
+
+
 def rounds_read(metric: Metric, rounds: int, halving: bool = True) -> str:
     """The rounds a trial must evaluate for the search to read ``metric`` where it compares the
     settings (:func:`rungs`; the last round alone for a search without successive halving, a

@@ -155,7 +155,7 @@ class TrialRuns(tune.Trainable):
         import dataclasses
 
         from raysfl.tuning.grid import apply
-        from raysfl.tuning.rules import check_reads_validation, rounds_read
+        from raysfl.tuning.rules import check_reads_validation, evaluating, rounds_read
 
         self.label, self.knobs = config["trial"]["row"], dict(config["trial"]["knobs"])
         self.journal = journal_path(getattr(self, "journals", None), self.label, self.knobs)
@@ -167,9 +167,8 @@ class TrialRuns(tune.Trainable):
                       keep_checkpoints=1))
         cfgs = [apply(dataclasses.replace(c, progress=False, name=None, mlflow=None, mlflow_artifacts=None,
                                           keep_best=False, **where), self.knobs) for c in self.configs[self.label]]
-        if all(c.eval_every == 1 and not c.eval_rounds for c in cfgs):  # evaluate only what the search reads
-            reads = rounds_read(self.metrics[self.label], cfgs[0].rounds, getattr(self, "halving", True))
-            cfgs = [dataclasses.replace(c, eval_rounds=reads) for c in cfgs]
+        reads = rounds_read(self.metrics[self.label], cfgs[0].rounds, getattr(self, "halving", True))
+        cfgs = [evaluating(c, reads) for c in cfgs]  # only what the search reads
         for c in cfgs:
             check_reads_validation(c, self.label)
         self.rounds = cfgs[0].rounds
