@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from raysfl.algorithms.gapsl import gda
+from raysfl.angles import pairwise_angles
 from raysfl.algorithms.gapsl.lgi import leader_gradient
 from raysfl.algorithms.gapsl.second_order import regularizer_gradients
 from raysfl.algorithms.roles import ServerSide, StepResult, record_gradient_angle
@@ -74,7 +75,10 @@ class GAPSLServer(ServerSide):
         calls = st.calls
         st.calls = calls + 1
         everyone = list(range(len(batches)))
-        record_gradient_angle(self, grads)
+        # eq. 1's angles, read by the recorded mean angle and by LGI: one (S, S) matrix in float64
+        # over the whole server side, a fifth of the server's time when computed twice (mnist5k)
+        angles = pairwise_angles(grads) if len(batches) > 1 else None
+        record_gradient_angle(self, grads, angles)
         self.record("group_clients", len(batches))
         if len(batches) < MIN_GROUP:
             selected, coeffs = everyone, None
@@ -82,7 +86,8 @@ class GAPSLServer(ServerSide):
         else:
             rng = np.random.default_rng([self.cfg.seed, self.round, calls, 0x6A95])
             lead, leaders, k, st.nu_range = leader_gradient(grads, self.round, self.cfg.rounds, st.nu_range,
-                                                            prm.k_min, prm.k_max, prm.lgi, rng, prm.time_scaling)
+                                                            prm.k_min, prm.k_max, prm.lgi, rng, prm.time_scaling,
+                                                            angles)
             selected, threshold, _ = gda.select(grads, lead, leaders, prm.gda_eta, prm.gda, rng)
             coeffs = (gda.regularizer_coefficients(grads, leaders, selected, prm.gda_lambda)
                       if prm.gda_regularizer == "second_order" else None)

@@ -24,12 +24,13 @@ import torch
 from raysfl.angles import pairwise_angles
 
 
-def consistency_scores(grads: torch.Tensor) -> torch.Tensor:
-    """Eq. (1): each client's mean angular deviation to the other clients."""
+def consistency_scores(grads: torch.Tensor, angles: torch.Tensor | None = None) -> torch.Tensor:
+    """Eq. (1): each client's mean angular deviation to the other clients (``angles``: their
+    :func:`raysfl.angles.pairwise_angles`, where the caller has it)."""
     s = grads.shape[0]
     if s < 2:
         return torch.zeros(s, dtype=torch.float64, device=grads.device)
-    return pairwise_angles(grads).sum(dim=1) / (s - 1)
+    return (pairwise_angles(grads) if angles is None else angles).sum(dim=1) / (s - 1)
 
 
 def selection_ratio(nu: float, nu_min: float, nu_max: float, t: int, total: int, k_min: float = 0.2,
@@ -43,15 +44,17 @@ def selection_ratio(nu: float, nu_min: float, nu_max: float, t: int, total: int,
 
 def leader_gradient(grads: torch.Tensor, t: int, total: int, nu_range: tuple[float, float] | None,
                     k_min: float = 0.2, k_max: float = 0.8, mode: str = "lgi",
-                    rng: np.random.Generator | None = None, time_scaling: bool = True):
+                    rng: np.random.Generator | None = None, time_scaling: bool = True,
+                    angles: torch.Tensor | None = None):
     """Algorithm 1. Returns (g_lead, chosen client indices, K^t, new (nu_min, nu_max)).
 
     ``nu_range`` is the running (min, max) of the dispersion before this step (None at the
     start). ``mode``: ``lgi`` (eqs. 1-4), ``none`` (Non-LGI: the mean of every gradient),
-    ``random`` (Rand-LGI: a random subset of the size LGI would pick).
+    ``random`` (Rand-LGI: a random subset of the size LGI would pick). ``angles``: the
+    gradients' :func:`raysfl.angles.pairwise_angles`, where the caller has it.
     """
     s = grads.shape[0]
-    theta = consistency_scores(grads)
+    theta = consistency_scores(grads, angles)
     nu = float(theta.std(unbiased=False)) if s > 1 else 0.0
     lo, hi = (nu, nu) if nu_range is None else (min(nu_range[0], nu), max(nu_range[1], nu))
     k = selection_ratio(nu, lo, hi, t, total, k_min, k_max, time_scaling)

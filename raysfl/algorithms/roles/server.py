@@ -48,11 +48,12 @@ class StepResult:
     extra_rows: dict[int, int] = field(default_factory=dict)
 
 
-def record_gradient_angle(server: "ServerSide", grads: torch.Tensor) -> None:
+def record_gradient_angle(server: "ServerSide", grads: torch.Tensor, angles: torch.Tensor | None = None) -> None:
     """The mean pairwise angle between the clients' server-side gradients (GAPSL's footnote 2,
-    Fig. 3b), in degrees, as the ``grad_angle_deg`` metric."""
+    Fig. 3b), in degrees, as the ``grad_angle_deg`` metric (``angles``: their
+    :func:`raysfl.angles.pairwise_angles`, where the caller has it)."""
     if len(grads) > 1:
-        server.record("grad_angle_deg", math.degrees(mean_pairwise_angle(grads)))
+        server.record("grad_angle_deg", math.degrees(mean_pairwise_angle(grads, angles)))
 
 
 class ServerSide(Recorder):
