@@ -258,16 +258,26 @@ def _summaries(grid_results, combos: dict[str, list[dict]], rounds: int) -> dict
 
 
 def _progress(say, total: int, rounds: int, clock: SearchClock | None = None):
-    """A Tune callback that says each trial's end: its row, setting, score and rounds run; and
+    """A Tune callback that says each trial's end: its row, setting, score, rounds run and the
+    seconds it took (where it ran rounds, not only read them back); and
     keeps ``clock``'s count of the search's seconds at each report."""
     from ray import tune
 
     class Progress(tune.Callback):
-        done = 0
+        def __init__(self):
+            self.done = 0
+            self.began: dict[str, float] = {}  # trial id: when it started
+
+        def on_trial_start(self, iteration, trials, trial, **info):
+            self.began[trial.trial_id] = time.perf_counter()
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
             if clock is not None:
                 clock.keep()
+
+        def took(self, trial) -> str:
+            start = self.began.pop(trial.trial_id, None)
+            return "" if start is None else f", {time.perf_counter() - start:.0f} s"
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             self.done += 1
@@ -275,7 +285,8 @@ def _progress(say, total: int, rounds: int, clock: SearchClock | None = None):
             knobs = ", ".join(f"{k} {v:g}" for k, v in trial.config["trial"]["knobs"].items())
             ran = r.get("round", 0)
             score = r.get("score", math.nan)
-            back = " (read back)" if r.get("read_back") else ""
+            took = self.took(trial)  # the trial's seconds, where it ran rounds here
+            back = " (read back)" if r.get("read_back") else took
             head = f"  tune {self.done}/{total}: {trial.config['trial']['row']}: {knobs}:"
             if r.get("diverged"):  # not its stand-in score (trial.WORST)
                 say(f"{head} diverged in round {ran}{back}")
@@ -285,6 +296,7 @@ def _progress(say, total: int, rounds: int, clock: SearchClock | None = None):
 
         def on_trial_error(self, iteration, trials, trial, **info):
             self.done += 1
+            self.began.pop(trial.trial_id, None)
             say(f"  tune {self.done}/{total}: {trial.config['trial']['row']}: failed ({trial.error_file or 'error'})")
 
     return Progress()
