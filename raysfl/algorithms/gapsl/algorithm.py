@@ -41,10 +41,10 @@ import numpy as np
 import torch
 
 from raysfl.algorithms.gapsl import gda
-from raysfl.angles import pairwise_angles
 from raysfl.algorithms.gapsl.lgi import leader_gradient
 from raysfl.algorithms.gapsl.second_order import regularizer_gradients
 from raysfl.algorithms.roles import ServerSide, StepResult, record_gradient_angle
+from raysfl.angles import pairwise_angles
 from raysfl.server_steps import apply_flat_gradient, per_client_gradients, refresh_batch_norm_stats
 
 MIN_GROUP = 3  # smallest group LGI/GDA run on
