@@ -370,9 +370,20 @@ def test_a_search_s_seconds_carry_over_the_invocations_that_ran_it_counted_once_
     kept = [float((d / SearchClock.NAME).read_text()) for d in (a, b)]
     assert kept[0] == kept[1] >= 100.0
     assert SearchClock({"b": b}).seconds() >= kept[1]  # read back by the next invocation
+    assert clock.whole and SearchClock({"a": a, "b": b}).whole
     (b / SearchClock.NAME).write_text("not a number")
     assert SearchClock({"b": b}).seconds() < 30.0  # unreadable: counted from here, not an error
-    assert SearchClock({}).seconds() < 30.0  # no cache: this invocation alone
+    assert SearchClock({}).seconds() < 30.0 and SearchClock({}).whole  # no cache: this invocation alone
+    # a search whose trials a version without the count journaled: counted from here, as a part,
+    # and still a part for the invocations after
+    c = tmp_path / "trials-c"
+    c.mkdir()
+    (c / "0123456789abcdef.json").write_text("{}")
+    begun = SearchClock({"c": c})
+    assert not begun.whole and begun.seconds() < 30.0
+    begun.keep()
+    assert (c / SearchClock.NAME).read_text().split()[1] == "part"
+    assert not SearchClock({"c": c}).whole and not SearchClock({"a": a, "c": c}).whole
 
 
 
@@ -432,3 +443,19 @@ def test_a_trial_cut_off_goes_on_from_its_runs_checkpoints_with_the_scores_of_an
     assert [{k: s[k] for k in keys} for s in steps] == [{k: r[k] for k in keys} for r in reports]
     again._end()
     assert not runs.exists()
+
+
+def test_a_table_says_at_least_where_a_search_was_saved_before_its_seconds_carried_over():
+    """A tuning a version before the search's clock saved counts only the invocation that
+    finished it: the table's cost line says "at least" then, and not for tunings counted whole."""
+    from raysfl.reproduce.command import first_cost
+    from raysfl.tuning.search import TuneResult
+
+    whole = TuneResult("a", {"lr": 0.1}, {"lr": [0.1]}, 1, seconds=100.0, seconds_whole=True)
+    older = TuneResult("b", {"lr": 0.1}, {"lr": [0.1]}, 1, seconds=40.0)
+    runs = {"a": [[{"wall_time_s": 2.0}, {"wall_time_s": 3.0}]]}
+    assert first_cost({"a": whole}, runs) == "; where run: tuning 100 s, rounds 5 s one after the other"
+    said = first_cost({"a": whole, "b": older}, runs)
+    assert said.startswith("; where run: tuning at least 140 s (part of a search begun by a version before 2026-11-29")
+    assert said.endswith(", rounds 5 s one after the other")
+    assert TuneResult(**{k: v for k, v in older.to_dict().items() if k != "seconds_whole"}).seconds_whole is False

@@ -51,6 +51,7 @@ class TuneResult:
     table: list[dict] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
     seconds: float = 0.0  # the search's wall time, over every invocation that ran it (:class:`SearchClock`)
+    seconds_whole: bool = False  # False: a part (saved before SearchClock, or begun by a version without it)
     from_cache: bool = False  # read back from the cache (this process ran none of its trials)
 
     def to_dict(self) -> dict:
@@ -132,7 +133,7 @@ def tune_rows(rows: dict[str, list], grid: dict[str, dict[str, tuple[float, ...]
                 res = _choose(label, widened_grid, trials[label] + extra[label], metrics[label])
                 res.at_edge = [k for k in wider[label] if grids.at_edge(k, widened_grid[k], res.chosen[k])]
             res.seeds = [c.seed for c in todo[label]]
-            res.seconds = took
+            res.seconds, res.seconds_whole = took, clock.whole
             out[label] = res
             if cache is not None:
                 cache.mkdir(parents=True, exist_ok=True)
@@ -311,22 +312,29 @@ class SearchClock:
     finished it. Each row's trials directory keeps ``search-seconds.txt``: the seconds of the
     search it is in, to which this invocation's are added each time a trial reports
     (:meth:`keep`) and when a row is decided. The rows of one search share one count (the
-    largest they had before), so that a table counts each search once. Without a cache
-    (``dirs`` empty): this invocation's seconds alone. Ours: the harness's bookkeeping."""
+    largest they had before), so that a table counts each search once. A search begun by a
+    version that kept no count (journals there, no count beside them) is counted from here and
+    marked a part (``whole`` False, kept in the file), so its table says "at least". Without a
+    cache (``dirs`` empty): this invocation's seconds alone. Ours: the harness's bookkeeping."""
 
     NAME = "search-seconds.txt"
 
     def __init__(self, dirs: dict[str, Path]):
         self.dirs = dirs
-        self.before = max((self._read(d / self.NAME) for d in dirs.values()), default=0.0)
+        before = [self._read(d) for d in dirs.values()]
+        self.before = max((b[0] for b in before), default=0.0)
+        self.whole = all(b[1] for b in before)
         self.started = time.perf_counter()
 
-    @staticmethod
-    def _read(path: Path) -> float:
+    @classmethod
+    def _read(cls, d: Path) -> tuple[float, bool]:
+        """(seconds counted before, whether they are the search's whole time so far)."""
         try:
-            return max(0.0, float(path.read_text().split()[0]))
+            words = (d / cls.NAME).read_text().split()
+            return max(0.0, float(words[0])), words[1:2] != ["part"]
         except (OSError, ValueError, IndexError):
-            return 0.0  # none yet (or unreadable): the search starts counting here
+            begun = d.is_dir() and any(d.glob("*.json"))  # trials journaled by a version without the count
+            return 0.0, not begun
 
     def seconds(self) -> float:
         """The search's seconds so far: before this invocation, and in it."""
@@ -334,7 +342,7 @@ class SearchClock:
 
     def keep(self) -> None:
         """Write the seconds so far beside every row's trials (written whole, then renamed)."""
-        text = f"{self.seconds():.1f}\n"
+        text = f"{self.seconds():.1f}{'' if self.whole else ' part'}\n"
         for d in self.dirs.values():
             with contextlib.suppress(OSError):
                 d.mkdir(parents=True, exist_ok=True)
