@@ -38,6 +38,7 @@ import torch
 from raysfl import own_state_files
 from raysfl.errors import ConfigError, first_line
 from raysfl.own_state_files import OWN
+from raysfl.whole_files import write_text
 
 _ND = "__ndarray__"
 # Settings that may differ between a checkpoint and the run resuming it: where and how long it
@@ -170,10 +171,7 @@ def read_manifest(run_dir: Path) -> dict:
 
 
 def _write_manifest(run_dir: Path, manifest: dict) -> None:
-    path = Path(run_dir) / "checkpoints" / MANIFEST
-    tmp = path.with_name(MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    write_text(Path(run_dir) / "checkpoints" / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
 
 
 def rounds_saved(run_dir: Path) -> list[int]:

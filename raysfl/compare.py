@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 from raysfl.config import DATA_DEFINING, RUN_DEFAULTS, Config
 from raysfl.errors import ConfigError, first_line
 from raysfl.runtime.many_runs import runs_at_once, start_local_ray
+from raysfl.whole_files import write_text
 
 
 def comparison_configs(algos: list[str], settings: dict, seeds: int | list[int], out_dir: Path) -> list[Config]:
@@ -219,10 +220,8 @@ def _key(cfg_dict: dict) -> str:
 
 def write_plan(configs: list[Config], out_dir: Path) -> None:
     """``compare.json``: every run's resolved config (written atomically, before any run)."""
-    path = out_dir / PLAN
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"runs": {c.name: c.to_dict() for c in configs}}, indent=1, default=str) + "\n")
-    tmp.replace(path)
+    runs = {c.name: c.to_dict() for c in configs}
+    write_text(out_dir / PLAN, json.dumps({"runs": runs}, indent=1, default=str) + "\n")
 
 
 def _difference(there: dict, here: dict) -> str:

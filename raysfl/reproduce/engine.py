@@ -23,6 +23,7 @@ from raysfl.paper_tables import Table
 from raysfl.reproduce.schedule import columns_read, every_round, read_at, with_schedule
 from raysfl.run_key import cache_keys
 from raysfl.runtime.many_runs import start_local_ray
+from raysfl.whole_files import write_text
 
 
 @dataclass
@@ -209,10 +210,9 @@ def run_cached(cfg, cache: Path, stop: threading.Event | None = None) -> list[di
             metrics[-1]["train_loss"] = float("inf")  # its clients' losses went non-finite
     path = Path(cache) / f"{cache_keys(kept)[0]}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_path = path.with_suffix(".tmp")
-    tmp_path.write_text(json.dumps({"config": kept.to_dict(), "metrics": metrics, "diverged_in_round": diverged},
-                                   default=str))
-    tmp_path.replace(path)  # a run half-written is never read back
+    # whole: a run half-written is never read back
+    write_text(path, json.dumps({"config": kept.to_dict(), "metrics": metrics, "diverged_in_round": diverged},
+                                default=str))
     shutil.rmtree(run_dir, ignore_errors=True)
     return metrics
 

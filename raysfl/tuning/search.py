@@ -33,6 +33,7 @@ from raysfl.run_key import cache_key as run_key
 from raysfl.runtime.many_runs import run_demand, start_local_ray
 from raysfl.tuning import grid as grids
 from raysfl.tuning.rules import REDUCTION, grace
+from raysfl.whole_files import write_text
 
 
 @dataclass
@@ -137,9 +138,7 @@ def tune_rows(rows: dict[str, list], grid: dict[str, dict[str, tuple[float, ...]
             out[label] = res
             if cache is not None:
                 cache.mkdir(parents=True, exist_ok=True)
-                tmp = cache / f"tune-{keys[label]}.tmp"
-                tmp.write_text(json.dumps(res.to_dict(), default=float))
-                tmp.replace(cache / f"tune-{keys[label]}.json")
+                write_text(cache / f"tune-{keys[label]}.json", json.dumps(res.to_dict(), default=float))
                 clock.keep()
                 for d in (cache / f"trials-{keys[label]}").glob("*-runs"):  # the row is decided: no trial goes on
                     shutil.rmtree(d, ignore_errors=True)
@@ -341,14 +340,12 @@ class SearchClock:
         return self.before + time.perf_counter() - self.started
 
     def keep(self) -> None:
-        """Write the seconds so far beside every row's trials (written whole, then renamed)."""
+        """Write the seconds so far beside every row's trials (whole: :mod:`raysfl.whole_files`)."""
         text = f"{self.seconds():.1f}{'' if self.whole else ' part'}\n"
         for d in self.dirs.values():
             with contextlib.suppress(OSError):
                 d.mkdir(parents=True, exist_ok=True)
-                tmp = d / (self.NAME + ".tmp")
-                tmp.write_text(text)
-                tmp.replace(d / self.NAME)
+                write_text(d / self.NAME, text)
 
 
 def trial_resources(configs: list, seeds: int, at_most: int | None = None) -> tuple[dict, int]:

@@ -38,6 +38,7 @@ from pathlib import Path
 from ray import tune
 
 from raysfl.paper_tables import Metric
+from raysfl.whole_files import write_text
 
 WORST = 1e9  # a setting whose metric is not finite (a run that diverged): the worst score there is
 
@@ -189,9 +190,8 @@ class TrialRuns(tune.Trainable):
         if self.journal is not None:
             self.reports.append(result)
             self.journal.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.journal.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"row": self.label, "knobs": self.knobs, "reports": self.reports}, default=float))
-            tmp.replace(self.journal)
+            write_text(self.journal, json.dumps({"row": self.label, "knobs": self.knobs, "reports": self.reports},
+                                                default=float))
         return result
 
     def _run_of(self, i: int, cfg):
