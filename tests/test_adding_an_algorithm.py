@@ -43,9 +43,9 @@ def _cli(args, cwd, timeout=300):
                           timeout=timeout)
 
 
-def test_the_worked_example_runs_through_the_cli(tmp_path):
-    """Its own package and the registry line in it, nothing else: listed, refused on a bad value
-    before Ray starts, and run with its own flag."""
+def test_the_worked_example_is_declared_through_the_cli(tmp_path):
+    """Its own package and the registry line in it, nothing else: listed, its knob in the help,
+    refused on a bad value before Ray starts, and unknown without ``--plugin``."""
     worked_example(tmp_path)
     listed = _cli(["list", "--plugin", "sfl_prox"], tmp_path)
     assert listed.returncode == 0 and "sfl_prox" in listed.stdout, listed.stderr
@@ -53,6 +53,16 @@ def test_the_worked_example_runs_through_the_cli(tmp_path):
     assert bad.returncode == 2 and bad.stderr.strip() == "raysfl: error: prox_mu must be a finite number >= 0, got -1.0"
     helped = _cli(["run", "--plugin", "sfl_prox", "--help"], tmp_path)  # the help declared with the knob
     assert "sfl_prox: weight of (mu/2) ||w - w_global||^2 on the client side" in " ".join(helped.stdout.split())
+    unknown = _cli(["run", "--algo", "sfl_prox", "--rounds", "1"], tmp_path)
+    assert unknown.returncode == 2 and "unknown algorithm 'sfl_prox'" in unknown.stderr
+    assert "--plugin MODULE" in unknown.stderr.strip().splitlines()[-1], unknown.stderr
+
+
+@pytest.mark.slow  # two whole processes that each start Ray (~50 s on CI); CI runs the slow tests
+def test_the_worked_example_runs_and_resumes_through_the_cli(tmp_path):
+    """Run with its own flag through ``raysfl run --plugin``; the run records its plugin, so its
+    resume needs no ``--plugin``."""
+    worked_example(tmp_path)
     run = _cli(["run", "--plugin", "sfl_prox", "--algo", "sfl_prox", "--prox-mu", "0.1", "--clients", "4",
                 "--rounds", "2", "--local-steps", "2", "--batch-size", "16", "--out", str(tmp_path / "runs"),
                 "--name", "ex", "--num-cpus", "2", "--no-progress"], tmp_path)
@@ -72,9 +82,6 @@ def test_the_worked_example_runs_through_the_cli(tmp_path):
                     "--no-progress"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert pq.read_table(tmp_path / "runs" / "ex" / "metrics.parquet").num_rows == 3
-    unknown = _cli(["run", "--algo", "sfl_prox", "--rounds", "1"], tmp_path)
-    assert unknown.returncode == 2 and "unknown algorithm 'sfl_prox'" in unknown.stderr
-    assert "--plugin MODULE" in unknown.stderr.strip().splitlines()[-1], unknown.stderr
 
 
 def _rows(res):
@@ -82,7 +89,6 @@ def _rows(res):
             for r in res.metrics]
 
 
-@pytest.mark.slow  # three whole runs; CI runs the slow tests
 def test_the_worked_example_changes_exactly_what_it_says(quick, tmp_path, monkeypatch):
     """prox_mu = 0 is SplitFed V1 exactly (its paper setting included); a strong term changes
     the training."""
