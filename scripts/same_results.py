@@ -42,6 +42,10 @@ CASES: dict[str, dict] = {
     "fedprox": dict(algo="fedprox", fedprox={"mu": 0.1}),
     "sl": dict(algo="sl"),
     "splitfed_v1": dict(algo="splitfed_v1"),
+    # a local epoch over quantity-skewed shares: clients leave the steps one by one (its copies'
+    # rows absent), with momentum
+    "splitfed_v1+uneven": dict(algo="splitfed_v1", local_steps=None, local_epochs=1.0, partition="iid",
+                               quantity_skew=1.0, momentum=0.9, batch_size=32),
     "splitfed_v2": dict(algo="splitfed_v2"),
     "psl": dict(algo="psl"),
     "centralized": dict(algo="centralized"),

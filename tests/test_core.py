@@ -309,7 +309,8 @@ def test_stacked_per_client_copies_match_one_module_per_client(which):
     give what one module and one optimiser per client give, to float rounding: gradients at the
     cut, losses and every copy's weights (and BatchNorm's running statistics, each copy's own)
     after three steps agree within 1e-5 (absolute; the values are O(1)), including a client
-    absent from a step (its row is put back) and batches of two sizes."""
+    absent from a step (its row gets no gradient, so the optimiser leaves it and its momentum
+    alone) and batches of two sizes."""
     import copy as copylib
 
     import torch
