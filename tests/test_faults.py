@@ -211,6 +211,7 @@ def test_gather_waits_one_window_after_the_first(ray_session):
         ray.kill(s)
 
 
+@pytest.mark.slow  # ~40 s: its rounds wait out a 10 s deadline by design; CI runs the slow tests
 def test_real_deadline_drops_only_the_stragglers(quick):
     """The issue's scenario: one client per actor, stragglers sleeping far past the round
     deadline. The others go on without them and are included; the stragglers are dropped and
@@ -571,6 +572,7 @@ def test_actor_lost_between_end_round_and_checkpoint_loses_nothing(quick, clean_
             assert np.array_equal(mine[k], theirs[k]), (rnd, k)
 
 
+@pytest.mark.slow  # ~24 s: four client actors, one killed and restarted; CI runs the slow tests
 def test_fed_pairing_partner_actor_killed_is_accounted(quick):
     """Issue 45: a killed client actor's clients keep a row in their round (failed, not
     included), the round counts the actor (``failures``) and the clients it lost

@@ -94,6 +94,7 @@ def test_a_callback_stops_the_run_cleanly_and_everything_comes_back(quick, tmp_p
     assert [r["round"] for r in resumed.metrics] == [1, 2, 3, 4] and not resumed.stopped
 
 
+@pytest.mark.slow  # ~18 s, most of it MLflow's sqlite store being made; CI runs the slow tests
 def test_mlflow_logs_a_run_as_mlflow_users_expect(quick, tmp_path, monkeypatch, capsys):
     """Issue 46: artifacts beside the sqlite store (not in the working directory), the run id and
     artifact location printed once, only the params that apply, typed; summary metrics; tb/; the
