@@ -335,8 +335,11 @@ def test_stacked_per_client_copies_match_one_module_per_client(which):
     opts = {c: make(m.parameters()) for c, m in copies.items()}
     stack = StackedCopies(model, 2, list(sizes), make)
     for step in steps:
+        before = {k: v.clone() for k, v in stack.states()[2].items()}
         ref_g, ref_l = per_client_server_step(copies, opts, [(c, k, x.clone(), y) for c, k, x, y in step])
         got_g, got_l = stack.step([(c, k, x.clone(), y) for c, k, x, y in step])
+        if 2 not in got_g:  # the absent copy is left exactly as it was (weight decay would move it by ~1e-6)
+            assert all(torch.equal(v, before[k]) for k, v in stack.states()[2].items())
         assert set(got_g) == set(ref_g)
         for c in ref_g:
             assert torch.allclose(got_g[c], ref_g[c], atol=1e-5)
