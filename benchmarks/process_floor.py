@@ -21,6 +21,7 @@ import json
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 from startup import user_env
 from sweep import ROOT, write_tables
@@ -93,7 +94,7 @@ def main() -> None:
     lines += ["", f"Medians of {args.repeats} runs of each, taken in turn."]
     intro = __doc__.split("\n\n", 2)[2].strip()
     write_tables(rows, args.out, "The floor under a cold start: Ray and bare actor processes", intro,
-                 "\n".join(lines), doc=ROOT / "docs" / "performance.md")
+                 "\n".join(lines), doc=Path(args.out).resolve().parents[1] / "performance.md")
 
 
 if __name__ == "__main__":

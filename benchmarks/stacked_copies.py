@@ -99,7 +99,8 @@ def main() -> None:
             line += f" {r['base_stacked_ms']:.1f} | {r['base_stacked_ms'] / r['loop_ms']:.2f} |"
         lines.append(line)
     write_tables(rows, args.out, "SplitFed V1's per-client server copies: stacked against a loop",
-                 __doc__.split("\n\n")[2], "\n".join(lines), doc=ROOT / "docs/performance.md")
+                 __doc__.split("\n\n")[2], "\n".join(lines),
+                 doc=Path(args.out).resolve().parents[1] / "performance.md")
 
 
 if __name__ == "__main__":

@@ -57,7 +57,8 @@ def main() -> None:
              f"{n / wall * 60:.1f} | {statistics.median(rounds_s):.1f} s | {wall / n:.1f} s | 15 min "
              f"(20 seeds x 3 algorithms x 30 rounds) | {'yes' if wall <= 900 else 'no'} |"]
     intro = __doc__.split("\n\n", 2)[2].strip()
-    write_tables(rows, args.out, "A sweep, end to end", intro, "\n".join(lines), doc=ROOT / "docs" / "performance.md")
+    write_tables(rows, args.out, "A sweep, end to end", intro, "\n".join(lines),
+                 doc=Path(args.out).resolve().parents[1] / "performance.md")
 
 
 if __name__ == "__main__":

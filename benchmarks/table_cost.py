@@ -16,8 +16,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
+from pathlib import Path
 
-from sweep import ROOT, write_tables
+from sweep import write_tables
 
 MAIN = "gapsl:main,fed_pairing:accuracy_noniid,besplit:main,flex_sfl:main,super_sfl:compare"
 
@@ -57,7 +58,7 @@ def main() -> None:
                      f"{statistics.mean(r['ratio'] for r in mine):.1f}x |")
     intro = __doc__.split("\n\n", 2)[2].strip()
     write_tables(rows, args.out, "What a table costs on mnist5k", intro, "\n".join(lines),
-                 doc=ROOT / "docs" / "performance.md")
+                 doc=Path(args.out).resolve().parents[1] / "performance.md")
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ def main() -> None:
                      f"{r['rounds_s']} s | {least}{r['table_s'] / 60:.0f} min | {projected} |")
     intro = __doc__.split("\n\n", 2)[2].strip()
     write_tables(rows, args.out, "What a paper's table costs with tuning", intro, "\n".join(lines),
-                 doc=ROOT / "docs" / "performance.md")
+                 doc=Path(args.out).resolve().parents[1] / "performance.md")
 
 
 if __name__ == "__main__":

@@ -18,8 +18,9 @@ import argparse
 import dataclasses
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
-from sweep import ROOT, write_tables
+from sweep import write_tables
 
 
 def main() -> None:
@@ -72,7 +73,8 @@ def main() -> None:
              "", f"The search took {r['ratio']:.2f}x the full grid's time and ran {tune_rounds / full_rounds:.0%} of "
                  f"its rounds; it chose lr {r['chosen_lr']:g}."]
     intro = __doc__.split("\n\n", 2)[2].strip()
-    write_tables(rows, args.out, "What tuning costs", intro, "\n".join(lines), doc=ROOT / "docs" / "performance.md")
+    write_tables(rows, args.out, "What tuning costs", intro, "\n".join(lines),
+                 doc=Path(args.out).resolve().parents[1] / "performance.md")
 
 
 if __name__ == "__main__":
