@@ -76,8 +76,10 @@ class GAPSLServer(ServerSide):
         st.calls = calls + 1
         everyone = list(range(len(batches)))
         # eq. 1's angles, read by the recorded mean angle and by LGI: one (S, S) matrix in float64
-        # over the whole server side, a fifth of the server's time when computed twice (mnist5k)
-        angles = pairwise_angles(grads) if len(batches) > 1 else None
+        # over the whole server side, a fifth of the server's time when computed twice (mnist5k);
+        # eq. 5's angles to the leader are in float64 too: the gradients are converted once for both
+        grads64 = grads.double()
+        angles = pairwise_angles(grads64) if len(batches) > 1 else None
         record_gradient_angle(self, grads, angles)
         self.record("group_clients", len(batches))
         if len(batches) < MIN_GROUP:
@@ -88,7 +90,7 @@ class GAPSLServer(ServerSide):
             lead, leaders, k, st.nu_range = leader_gradient(grads, self.round, self.cfg.rounds, st.nu_range,
                                                             prm.k_min, prm.k_max, prm.lgi, rng, prm.time_scaling,
                                                             angles)
-            selected, threshold, _ = gda.select(grads, lead, leaders, prm.gda_eta, prm.gda, rng)
+            selected, threshold, _ = gda.select(grads64, lead, leaders, prm.gda_eta, prm.gda, rng)
             coeffs = (gda.regularizer_coefficients(grads, leaders, selected, prm.gda_lambda)
                       if prm.gda_regularizer == "second_order" else None)
             self.record("lgi_skipped", 0.0)
