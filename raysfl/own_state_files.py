@@ -22,6 +22,7 @@ from pathlib import Path
 
 from raysfl.own_states import OwnManifest, read_state, write_state
 from raysfl.errors import ConfigError, first_line
+from raysfl.whole_files import write_text
 
 OWN = "own"            # the directory under checkpoints/
 MARK = "__own_files__"  # {MARK: {client: file name}} stands for the states in a checkpoint
@@ -68,7 +69,7 @@ def for_checkpoint(run_dir: Path, rnd: int, federation: dict, fed_actor=None) ->
             tmp.write_bytes(data)
             os.replace(tmp, d / name)
     names = {int(c): n for c, n in own.files.items()}
-    _write_json(d / f"round_{rnd:04d}.json", sorted(set(names.values())))
+    write_text(d / f"round_{rnd:04d}.json", json.dumps(sorted(set(names.values()))))
     return {**federation, "fed": {**fed, "own": {MARK: names}}}
 
 
@@ -133,9 +134,3 @@ def prune(run_dir: Path, rounds_kept: list[int]) -> None:
     for f in d.iterdir():
         if f.suffix == ".npz" and f.name not in needed:
             f.unlink(missing_ok=True)
-
-
-def _write_json(path: Path, names: list[str]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(names))
-    os.replace(tmp, path)

@@ -1,6 +1,7 @@
 """Text files written whole: to a temporary name beside the file, then renamed over it, so that
 a reader -- or the next process, after this one was killed mid-write -- never finds half a
-file under the file's name (a cached run, a tuning, a trial's journal, a checkpoint manifest)."""
+file under the file's name (a cached run, a tuning, a trial's journal, a checkpoint manifest, a
+checkpoint's list of the clients' kept-state files)."""
 
 from __future__ import annotations
 
