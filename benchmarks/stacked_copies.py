@@ -51,6 +51,7 @@ def _module_at(rev: str):
 
 
 def _fresh(batches):
+    """The step's batches as a server receives them: smashed data that is a leaf of its own."""
     return [(c, cut, x.detach().clone(), y) for c, cut, x, y in batches]
 
 
@@ -86,15 +87,17 @@ def main() -> None:
             rows.append(row)
             print(row, flush=True)
 
-    head = "| model (input, cut) | server-side parameters | clients in the step | loop (ms) | stacked (ms) | stacked / loop |"
+    head = ("| model (input, cut) | server-side parameters | clients in the step | loop (ms) | stacked (ms) "
+            "| stacked / loop |")
     sep = "|---|---:|---:|---:|---:|---:|"
     if base:
         head += f" stacked at {args.base} (ms) | {args.base} / loop |"
         sep += "---:|---:|"
     lines = [head, sep]
     for r in rows:
-        line = (f"| {r['model']} ({r['input']}, {r['cut']}) | {r['server_params']:,} | {r['present']} of {r['clients']} "
-                f"| {r['loop_ms']:.1f} | {r['stacked_ms']:.1f} | {r['stacked_ms'] / r['loop_ms']:.2f} |")
+        line = (f"| {r['model']} ({r['input']}, {r['cut']}) | {r['server_params']:,} "
+                f"| {r['present']} of {r['clients']} | {r['loop_ms']:.1f} | {r['stacked_ms']:.1f} "
+                f"| {r['stacked_ms'] / r['loop_ms']:.2f} |")
         if base:
             line += f" {r['base_stacked_ms']:.1f} | {r['base_stacked_ms'] / r['loop_ms']:.2f} |"
         lines.append(line)
