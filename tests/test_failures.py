@@ -96,6 +96,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.slow  # ~15 s: a driver process and its Ray, killed; CI runs the slow tests
 def test_killed_driver_leaves_no_ray_processes(tmp_path):
     """SIGKILL a driver that started its local Ray: within seconds no process of that Ray is
     left (Ray's agents would otherwise wait a minute or more on the dead GCS)."""

@@ -115,6 +115,7 @@ def _settled(pid: int, limit_s: float = 60.0) -> set[tuple[str, str, int]]:
     return seen
 
 
+@pytest.mark.slow  # ~15 s: a Ray of its own; CI runs the slow tests
 def test_local_ray_listens_on_loopback_only_without_metrics_export(tmp_path):
     """The GCS, raylet, driver, workers, dashboard agent and autoscaler monitor of the Ray
     ``placement.init_ray`` starts listen on 127.0.0.1 only (they listened on every interface),

@@ -328,6 +328,9 @@ def test_client_waits_at_most_the_timeout_then_falls_back(ray_session):
     assert a.stats.fallback_steps == 1 and not a.failed and a.pending is None
 
 
+# ~20 s: the main server killed and restarted; CI runs the slow tests (the fallback itself stays in the
+# default suite: test_server_availability_schedule)
+@pytest.mark.slow
 def test_killed_main_server_clients_finish_in_fallback(quick):
     """The main server is killed mid-round: the clients finish the round on their local
     classifiers, nothing escapes, the round is not retried, and the metrics count it."""
