@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -38,7 +37,7 @@ import torch
 from raysfl import own_state_files
 from raysfl.errors import ConfigError, first_line
 from raysfl.own_state_files import OWN
-from raysfl.whole_files import write_text
+from raysfl.whole_files import replacing, write_text
 
 _ND = "__ndarray__"
 # Settings that may differ between a checkpoint and the run resuming it: where and how long it
@@ -113,18 +112,17 @@ def save(run_dir: Path, rnd: int, state: dict, cfg_dict: dict | None = None,
     d = Path(run_dir) / "checkpoints"
     d.mkdir(parents=True, exist_ok=True)
     path = d / f"round_{rnd:04d}.pt"
-    tmp = d / ".tmp.pt"
     payload = dict(state)
     if cfg_dict is not None:
         payload["config_fingerprint"] = fingerprint(cfg_dict)
-    torch.save(_encode(payload), tmp)
-    entry = {"file": path.name, "sha256": file_digest(tmp)}
-    if metrics_rows is not None:
-        entry.update(metrics_rows=len(metrics_rows), metrics_sha256=rows_digest(metrics_rows))
-    manifest = read_manifest(run_dir)
-    manifest[str(rnd)] = entry
-    _write_manifest(run_dir, manifest)  # before the rename: a file under a round's name always has its entry
-    os.replace(tmp, path)
+    with replacing(path, tmp=d / ".tmp.pt") as tmp:
+        torch.save(_encode(payload), tmp)
+        entry = {"file": path.name, "sha256": file_digest(tmp)}
+        if metrics_rows is not None:
+            entry.update(metrics_rows=len(metrics_rows), metrics_sha256=rows_digest(metrics_rows))
+        manifest = read_manifest(run_dir)
+        manifest[str(rnd)] = entry
+        _write_manifest(run_dir, manifest)  # before the rename: a file under a round's name always has its entry
     return path
 
 

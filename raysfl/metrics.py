@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import threading
 from pathlib import Path
@@ -40,6 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from raysfl.errors import RunFailed, first_line
+from raysfl.whole_files import replacing
 
 # Columns that depend on the machine's speed rather than on the training (excluded when
 # comparing two runs for determinism).
@@ -48,9 +48,8 @@ WRITE_EVERY_S = 2.0  # the Parquet files follow the rounds at most this far behi
 
 
 def _write_parquet(rows: list[dict], path: Path) -> None:
-    tmp = path.with_suffix(".parquet.tmp")
-    pq.write_table(pa.Table.from_pylist(rows), tmp)
-    os.replace(tmp, path)
+    with replacing(path) as tmp:
+        pq.write_table(pa.Table.from_pylist(rows), tmp)
 
 
 def read_rows(path: Path) -> list[dict]:

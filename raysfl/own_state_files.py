@@ -22,7 +22,7 @@ from pathlib import Path
 
 from raysfl.own_states import OwnManifest, read_state, write_state
 from raysfl.errors import ConfigError, first_line
-from raysfl.whole_files import write_text
+from raysfl.whole_files import replacing, write_bytes, write_text
 
 OWN = "own"            # the directory under checkpoints/
 MARK = "__own_files__"  # {MARK: {client: file name}} stands for the states in a checkpoint
@@ -51,12 +51,11 @@ def for_checkpoint(run_dir: Path, rnd: int, federation: dict, fed_actor=None) ->
             continue
         src = os.path.join(own.directory, name) if own.directory else None
         if src and os.path.isfile(src):
-            tmp = d / f".{name}.tmp"
-            try:
-                os.link(src, tmp)
-            except OSError:  # another file system
-                shutil.copyfile(src, tmp)
-            os.replace(tmp, dst)
+            with replacing(dst, tmp=d / f".{name}.tmp") as tmp:
+                try:
+                    os.link(src, tmp)
+                except OSError:  # another file system
+                    shutil.copyfile(src, tmp)
         else:
             remote.append(name)
     if remote:  # the fed server's node is another one: it sends the bytes
@@ -65,9 +64,7 @@ def for_checkpoint(run_dir: Path, rnd: int, federation: dict, fed_actor=None) ->
         if fed_actor is None:
             raise RuntimeError(f"{len(remote)} kept-state files are on another node and no fed server to ask")
         for name, data in ray.get(fed_actor.own_files.remote(own.directory, remote)).items():
-            tmp = d / f".{name}.tmp"
-            tmp.write_bytes(data)
-            os.replace(tmp, d / name)
+            write_bytes(d / name, data, tmp=d / f".{name}.tmp")
     names = {int(c): n for c, n in own.files.items()}
     write_text(d / f"round_{rnd:04d}.json", json.dumps(sorted(set(names.values()))))
     return {**federation, "fed": {**fed, "own": {MARK: names}}}

@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from raysfl.whole_files import replacing
+
 MIB = 2**20
 PREFIX = "raysfl-own-"  # + the writing process's id: a directory in the temp dir of the fed server's node
 
@@ -91,10 +93,8 @@ def read_state(path: str) -> dict[str, np.ndarray]:
 
 def write_state(path: str, state: dict) -> None:
     """Write to a temporary name, then rename: a file under a state's name is whole."""
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
+    with replacing(path) as tmp, open(tmp, "wb") as f:
         np.savez(f, **{k: np.asarray(v) for k, v in state.items()})
-    os.replace(tmp, path)
 
 
 class OwnStates(MutableMapping):

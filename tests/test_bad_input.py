@@ -41,6 +41,24 @@ def test_truncated_newest_checkpoint_falls_back(tmp_path, capsys):
     assert "round_0002.pt is unreadable" in capsys.readouterr().err
 
 
+def test_a_save_that_fails_mid_write_leaves_the_last_whole_checkpoint(tmp_path, monkeypatch):
+    """Every whole-file writer goes through raysfl.whole_files.replacing: a write that raises
+    leaves no file under the round's name and no temporary file behind."""
+    checkpoint.save(tmp_path, 1, _state(1), CFG)
+
+    def full_disk(obj, f, *a, **k):
+        Path(f).write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.torch, "save", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        checkpoint.save(tmp_path, 2, _state(2), CFG)
+    assert sorted(f.name for f in (tmp_path / "checkpoints").iterdir()
+                  if not f.name.startswith("manifest")) == ["round_0001.pt"]
+    monkeypatch.undo()
+    assert checkpoint.load_latest(tmp_path, CFG)["round"] == 1
+
+
 def test_checkpoint_from_another_config_is_refused(tmp_path):
     checkpoint.save(tmp_path, 1, _state(1), CFG)
     with pytest.raises(ConfigError, match="different settings"):

@@ -20,7 +20,7 @@ LAYERS = [
               "raysfl.callbacks", "raysfl.metrics", "raysfl.trackers",
               "raysfl.paper_tables",  # what a paper's table is: data the algorithms' packages declare
               "raysfl.run_key", "raysfl.state_shapes",
-              "raysfl.whole_files",  # a text file written whole: temporary name, then rename
+              "raysfl.whole_files",  # a file written whole: temporary name, then rename
               "raysfl.own_states", "raysfl.own_state_files",  # the clients' kept states, in memory and files
               "raysfl.user_code", "raysfl.user_metrics", "raysfl.schedules",
               "raysfl.trained"]),  # a run's trained global model, from its checkpoint  # your code by name, your metrics, lr
