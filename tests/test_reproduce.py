@@ -308,6 +308,9 @@ def test_a_table_s_runs_say_how_long_is_left_at_the_pace_so_far():
     assert left(100.0, 1, 3) == ", about 3 min left"
     assert left(3600.0, 1, 3) == ", about 2.0 h left"
     assert left(50.0, 3, 3) == "" and left(0.0, 0, 3) == ""
+    # two at a time: when the first of 35 ends (842 s), the second is nearly done too
+    assert left(842.0, 1, 35, parallel=2) == ", about 4.0 h left"
+    assert left(842.0 * 5, 10, 35, parallel=2) == left(842.0 * 5, 10, 35)  # then the pace is the runs'
 
 
 @pytest.mark.usefixtures("ray_session")

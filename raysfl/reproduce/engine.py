@@ -239,12 +239,14 @@ def _go_on(run_dir: Path, cfg, seen: _KeepRows) -> list[dict] | None:
         return None
 
 
-def left(elapsed: float, done: int, total: int) -> str:
-    """``", about T left"``: the runs still to do at the pace of those done so far (runs in
-    parallel included), for a table that takes hours; "" when none are left."""
+def left(elapsed: float, done: int, total: int, parallel: int = 1) -> str:
+    """``", about T left"``: the runs still to do at the pace of those done so far, for a table
+    that takes hours; "" when none are left. ``parallel`` runs at a time started together, so
+    until that many have ended the others are about as far along as the ones done: the pace
+    counts them (else the first estimate is ``parallel`` times too long)."""
     if done <= 0 or done >= total:
         return ""
-    rest = elapsed / done * (total - done)
+    rest = elapsed / max(done, min(parallel, total)) * (total - done)
     return f", about {rest / 60:.0f} min left" if rest < 5400 else f", about {rest / 3600:.1f} h left"
 
 
@@ -271,7 +273,7 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
         if fresh:
             done[0] += 1
             elapsed = time.perf_counter() - started
-            say(f"  {done[0]}/{todo} {label}, seed {cfg.seed} ({elapsed:.0f} s{left(elapsed, done[0], todo)})")
+            say(f"  {done[0]}/{todo} {label}, seed {cfg.seed} ({elapsed:.0f} s{left(elapsed, done[0], todo, parallel)})")
         return label, i, rows
 
     out: dict[str, list] = {label: [None] * len(cfgs) for label, cfgs in planned.configs.items()}
