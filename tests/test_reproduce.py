@@ -305,12 +305,14 @@ def test_runs_and_tunings_cached_before_issue_46_s_settings_are_found(tmp_path):
 def test_a_table_s_runs_say_how_long_is_left_at_the_pace_so_far():
     from raysfl.reproduce.engine import left
 
-    assert left(100.0, 1, 3) == ", about 3 min left"
-    assert left(3600.0, 1, 3) == ", about 2.0 h left"
-    assert left(50.0, 3, 3) == "" and left(0.0, 0, 3) == ""
-    # two at a time: when the first of 35 ends (842 s), the second is nearly done too
-    assert left(842.0, 1, 35, parallel=2) == ", about 4.0 h left"
-    assert left(842.0 * 5, 10, 35, parallel=2) == left(842.0 * 5, 10, 35)  # then the pace is the runs'
+    assert left([100.0], [], 1, 2) == ", about 3 min left"
+    assert left([3600.0], [], 1, 2) == ", about 2.0 h left"
+    assert left([50.0], [], 1, 0) == "" and left([], [], 1, 3) == ""
+    # two at a time, 14 min a run: when the first of 35 ends, the second has run as long
+    assert left([842.0], [842.0], 2, 34) == ", about 3.9 h left"
+    # and when the third ends, the fourth is most of the way: the estimate stays steady
+    assert left([842.0, 872.0, 748.0], [718.0], 2, 32) == ", about 3.5 h left"
+    assert left([60.0], [200.0], 2, 2) == ", about 0 min left"  # a slow run in flight: never negative
 
 
 @pytest.mark.usefixtures("ray_session")

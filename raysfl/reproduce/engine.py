@@ -239,14 +239,16 @@ def _go_on(run_dir: Path, cfg, seen: _KeepRows) -> list[dict] | None:
         return None
 
 
-def left(elapsed: float, done: int, total: int, parallel: int = 1) -> str:
-    """``", about T left"``: the runs still to do at the pace of those done so far, for a table
-    that takes hours; "" when none are left. ``parallel`` runs at a time started together, so
-    until that many have ended the others are about as far along as the ones done: the pace
-    counts them (else the first estimate is ``parallel`` times too long)."""
-    if done <= 0 or done >= total:
+def left(durations: list[float], running: list[float], parallel: int, total: int) -> str:
+    """``", about T left"``, for a table that takes hours: the ``total`` runs not yet done (those
+    in progress included) at the mean of the ``durations`` of the runs done, less what the
+    ``running`` ones (their seconds so far) have already spent, ``parallel`` at a time; "" when
+    none are left or none is done yet. Counting the runs in progress keeps the estimate steady
+    while ``parallel`` runs end close together."""
+    if not durations or total <= 0:
         return ""
-    rest = elapsed / max(done, min(parallel, total)) * (total - done)
+    work = max(0.0, sum(durations) / len(durations) * total - sum(running))
+    rest = work / min(parallel, total)
     return f", about {rest / 60:.0f} min left" if rest < 5400 else f", about {rest / 3600:.1f} h left"
 
 
@@ -262,6 +264,8 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
     say(f"reproduce {t.paper}/{t.name}: {len(jobs)} runs ({len(jobs) - todo} cached), {parallel} at a time")
     started = time.perf_counter()
     done = [0]
+    durations: list[float] = []   # of the fresh runs done
+    running: dict[int, float] = {}  # id of a fresh run in progress -> its start
     stop = threading.Event()  # set on Ctrl-C: the runs in threads end after their round
 
     def one(job):
@@ -269,11 +273,15 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
         if stop.is_set():  # interrupted as this run was to start: it does not
             return label, i, None
         fresh = not cached(cfg, cache)
+        if fresh:
+            running[id(job)] = time.perf_counter()
         rows = run_cached(cfg, cache, stop)
         if fresh:
+            now = time.perf_counter()
+            durations.append(now - running.pop(id(job)))
             done[0] += 1
-            elapsed = time.perf_counter() - started
-            say(f"  {done[0]}/{todo} {label}, seed {cfg.seed} ({elapsed:.0f} s{left(elapsed, done[0], todo, parallel)})")
+            rest = left(durations, [now - t0 for t0 in list(running.values())], parallel, todo - done[0])
+            say(f"  {done[0]}/{todo} {label}, seed {cfg.seed} ({now - started:.0f} s{rest})")
         return label, i, rows
 
     out: dict[str, list] = {label: [None] * len(cfgs) for label, cfgs in planned.configs.items()}
