@@ -263,8 +263,7 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
     t = planned.table
     say(f"reproduce {t.paper}/{t.name}: {len(jobs)} runs ({len(jobs) - todo} cached), {parallel} at a time")
     started = time.perf_counter()
-    done = [0]
-    durations: list[float] = []   # of the fresh runs done
+    durations: list[float] = []     # of the fresh runs done (their count: how many)
     running: dict[int, float] = {}  # id of a fresh run in progress -> its start
     stop = threading.Event()  # set on Ctrl-C: the runs in threads end after their round
 
@@ -279,9 +278,8 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
         if fresh:
             now = time.perf_counter()
             durations.append(now - running.pop(id(job)))
-            done[0] += 1
-            rest = left(durations, [now - t0 for t0 in list(running.values())], parallel, todo - done[0])
-            say(f"  {done[0]}/{todo} {label}, seed {cfg.seed} ({now - started:.0f} s{rest})")
+            rest = left(durations, [now - t0 for t0 in list(running.values())], parallel, todo - len(durations))
+            say(f"  {len(durations)}/{todo} {label}, seed {cfg.seed} ({now - started:.0f} s{rest})")
         return label, i, rows
 
     out: dict[str, list] = {label: [None] * len(cfgs) for label, cfgs in planned.configs.items()}
