@@ -4,6 +4,7 @@ fractional ``num_gpus``.
 
     python benchmarks/gpu_overhead.py                       # on a machine with a CUDA GPU
     python benchmarks/gpu_overhead.py --clients 10 100 --rounds 5 --runs 2
+    python benchmarks/gpu_overhead.py --device-payloads off on   # both transports, in one run
     python benchmarks/gpu_overhead.py --dry-run             # tiny, on the CPU: checks the script
 
 For each client count and algorithm: ``--rounds`` rounds of raysfl on ``--samples`` synthetic
@@ -69,13 +70,14 @@ def centralised(model_name: str, x, y, rounds: int, device: str) -> list[float]:
 
 
 def raysfl_round(algo: str, clients: int, x, y, rounds: int, model_name: str, cut: int, gpu: bool,
-                 out: str) -> list[float]:
+                 out: str, payloads: str = "auto") -> list[float]:
     """Seconds of each of rounds 2..R-1 of one raysfl run."""
     import raysfl
 
     actors = min(clients, 4)
     share = {"client_actors": actors, "client_gpus": 0.6 / actors, "server_gpus": 0.2, "fed_gpus": 0.1} if gpu \
         else {"client_actors": actors}
+    share["device_payloads"] = payloads if gpu else "auto"
     cfg = raysfl.config_from_kwargs(algo=algo, model=model_name, cut=cut, clients=clients, rounds=rounds,
                                     local_epochs=1.0, batch_size=32, partition="iid", seed=0, lr=0.01,
                                     progress=False, checkpoint_every=0, eval_every=rounds, out=out,
@@ -93,6 +95,8 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=10000, help="synthetic samples (80 %% train)")
     ap.add_argument("--model", default="resnet18")
     ap.add_argument("--cut", type=int, default=2)
+    ap.add_argument("--device-payloads", nargs="+", default=["auto"], choices=["auto", "on", "off"],
+                    help="the transport of the smashed data (resources.device_payloads), each timed in this run")
     ap.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU (checks the script)")
     ns = ap.parse_args()
     if not ns.dry_run and (ns.rounds < 5 or ns.runs < 2):
@@ -118,11 +122,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as out:
         for clients in ns.clients:
             for algo in ns.algos:
-                walls = [t for _ in range(ns.runs) for t in raysfl_round(algo, clients, x, y, ns.rounds, ns.model,
-                                                                         ns.cut, gpu, out)]
-                t = statistics.median(walls)
-                print(f"{algo:12s} {clients:4d} clients: {t:.2f} s per round (median of {len(walls)} rounds of "
-                      f"{ns.runs} runs), {t / ref:.2f}x centralised", flush=True)
+                for payloads in ns.device_payloads:
+                    walls = [t for _ in range(ns.runs) for t in raysfl_round(algo, clients, x, y, ns.rounds,
+                                                                             ns.model, ns.cut, gpu, out, payloads)]
+                    t = statistics.median(walls)
+                    print(f"{algo:12s} {clients:4d} clients, device payloads {payloads:4s}: {t:.2f} s per round "
+                          f"(median of {len(walls)} rounds of {ns.runs} runs), {t / ref:.2f}x centralised", flush=True)
     return 0
 
 

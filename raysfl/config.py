@@ -79,6 +79,10 @@ class ResourceConfig:
                                    # actor that made them, so the driver passes only references (ours);
                                    # off: Ray returns them through the driver; auto: on where the
                                    # cluster has more than one node (docs/performance.md, transport)
+    device_payloads: str = "auto"  # on: CUDA smashed data and gradients stay in the GPU's memory, only their
+                                   # IPC handles travel (ours); off: through host memory; auto: on where
+                                   # the clients and the servers share the one GPU of a one-node cluster
+                                   # (placement.resolve_device_payloads)
     co_host: str = "auto"  # on: the servers and the fed server share one process, each role in a
                            # thread of its own (ours); auto: on where nothing can tell the
                            # difference (one node, no GPU for them, no kill fault naming them,
@@ -225,6 +229,7 @@ OPTIMIZERS = ("sgd", "adamw")  # --optimizer (built by raysfl/optim.py)
 # --client-placement / --server-placement: Ray placement-group strategies (raysfl/runtime/placement.py)
 STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK", "none")
 DIRECT_PAYLOADS = ("auto", "on", "off")
+DEVICE_PAYLOADS = ("auto", "on", "off")
 CO_HOST = ("auto", "on", "off")
 SECTIONS = {"devices": DeviceConfig, "resources": ResourceConfig}
 # What a config file may hold (ours): a real one is a few KB of about a hundred values, four levels deep

@@ -152,6 +152,9 @@ SETTINGS: dict[str, tuple[str, str]] = {
                                      "store, the driver passing only references (on), or through the driver (off: "
                                      "fastest on one machine); auto: on where the cluster has more than one node "
                                      "(ours)"),
+    "device_payloads": ("resources", "CUDA smashed data and gradients stay in the GPU's memory and only their IPC "
+                                     "handles travel (on), or go through host memory (off); auto: on where the "
+                                     "clients and the servers share the one GPU of a one-node cluster (ours)"),
     "co_host": ("resources", "the servers and the fed server share one process, each in a thread of its own "
                              "(on), or have one each (off); auto: on where it cannot change a run -- one node, no "
                              "GPU for them, no kill fault naming them, a zoo model (ours)"),

@@ -23,8 +23,8 @@ from pathlib import Path
 from raysfl.algorithms import ALGORITHMS, get_algorithm, load_recorded_plugins
 from raysfl.algorithms.knobs import check_knobs
 from raysfl.algorithms.spec import ResolvedAlgorithm, resolve_algorithm
-from raysfl.config import (AGGREGATION_WEIGHTS, CO_HOST, DIRECT_PAYLOADS, EPOCH_RULES, OPTIMIZERS, RUN_DEFAULTS,
-                           SECTIONS, STRATEGIES, TRANSFER_DTYPES, Config, coerce)
+from raysfl.config import (AGGREGATION_WEIGHTS, CO_HOST, DEVICE_PAYLOADS, DIRECT_PAYLOADS, EPOCH_RULES, OPTIMIZERS,
+                           RUN_DEFAULTS, SECTIONS, STRATEGIES, TRANSFER_DTYPES, Config, coerce)
 from raysfl.data import DATASETS, PARTITIONERS, check_dataset_args, dataset_info
 from raysfl.errors import ConfigError, excerpt
 from raysfl.data import custom as custom_data
@@ -431,6 +431,8 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
            f"resources.own_state_memory_mb must be >= 0 (0: every kept state waits on disk), got {r.own_state_memory_mb}")
     _check(r.direct_payloads in DIRECT_PAYLOADS,
            f"unknown resources.direct_payloads {excerpt(r.direct_payloads)}; allowed: {', '.join(DIRECT_PAYLOADS)}")
+    _check(r.device_payloads in DEVICE_PAYLOADS,
+           f"unknown resources.device_payloads {excerpt(r.device_payloads)}; allowed: {', '.join(DEVICE_PAYLOADS)}")
     _check(r.co_host in CO_HOST, f"unknown resources.co_host {excerpt(r.co_host)}; allowed: {', '.join(CO_HOST)}")
     if r.co_host == "on":
         _check(not r.server_gpus and not r.fed_gpus,

@@ -7,10 +7,16 @@ Tensors are shipped as contiguous NumPy arrays: Ray serialises those out-of-band
 receiver reads them zero-copy from the object store (a torch tensor would be copied; see
 DESIGN.md). ``transfer_dtype`` optionally halves activations and gradients on the wire
 (float16, or bfloat16 carried as its raw 16-bit pattern since NumPy has no bfloat16).
+
+Where the sender and the receiver share one GPU (``--device-payloads``, ours), a CUDA tensor
+does not leave the GPU: what travels is torch's CUDA IPC handle of it, and the receiver copies
+it device to device (:func:`pack` with ``on_device``). The byte counts are the tensor's all
+the same: they measure the simulated link, not the host's copies.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,21 +27,36 @@ _WIRE = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.b
 
 @dataclass
 class Wire:
-    """A tensor as it travels: a NumPy buffer plus what is needed to rebuild it."""
+    """A tensor as it travels: a NumPy buffer plus what is needed to rebuild it, or (``cuda``)
+    torch's CUDA IPC handle of a tensor that stays in the sender's GPU memory."""
 
-    data: np.ndarray
+    data: np.ndarray | None
     dtype: str  # the wire dtype name; bfloat16 travels as int16 bits
+    cuda: tuple | None = None  # (rebuild function, its arguments): torch.multiprocessing's reduction
+    size: int = 0  # bytes of the tensor a ``cuda`` wire stands for
+    pid: int = 0  # the process that made a ``cuda`` wire (its handle opens only in another one)
 
     @property
     def nbytes(self) -> int:
-        return int(self.data.nbytes)
+        return int(self.data.nbytes) if self.data is not None else self.size
 
 
-def pack(t: torch.Tensor, transfer_dtype: str = "float32") -> Wire:
-    """Detach, move to CPU, cast to the wire dtype and expose as a contiguous NumPy array."""
+def pack(t: torch.Tensor, transfer_dtype: str = "float32", on_device: bool = False) -> Wire:
+    """Detach, move to CPU, cast to the wire dtype and expose as a contiguous NumPy array.
+
+    ``on_device`` (the sender and its receivers share one GPU: ``--device-payloads``): a CUDA
+    tensor stays on the GPU, and its IPC handle travels instead (no device-to-host copy, no host
+    sync). torch keeps the memory alive until every receiver has released it, and the receiver's
+    stream waits for the sender's work on it, so the sender may drop the tensor at once."""
     t = t.detach()
     if t.is_floating_point():
         t = t.to(_WIRE[transfer_dtype])
+    if on_device and t.is_cuda:
+        from torch.multiprocessing.reductions import reduce_tensor
+
+        t = t.contiguous()
+        return Wire(None, str(t.dtype).removeprefix("torch."), reduce_tensor(t), t.numel() * t.element_size(),
+                    os.getpid())
     t = t.to("cpu").contiguous()
     if t.dtype == torch.bfloat16:
         return Wire(t.view(torch.int16).numpy(), "bfloat16")
@@ -49,7 +70,18 @@ def writable(arr: np.ndarray) -> np.ndarray:
 
 
 def unpack(w: Wire, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Rebuild a tensor on ``device``; floating data comes back as ``dtype`` (float32)."""
+    """Rebuild a tensor on ``device``; floating data comes back as ``dtype`` (float32). A
+    ``cuda`` wire is copied on the GPU into a tensor of the receiver's own (as the host path
+    gives one), and the sender's memory is released at once."""
+    if w.cuda is not None:
+        if w.pid == os.getpid():
+            raise RuntimeError("a CUDA IPC payload came back to the process that made it, where its handle does not "
+                               "open; a sender whose receiver may be itself packs with on_device=False")
+        rebuild, args = w.cuda
+        shared = rebuild(*args)
+        t = shared.to(device=device, dtype=dtype if shared.is_floating_point() else shared.dtype, copy=True)
+        del shared
+        return t
     t = torch.from_numpy(writable(w.data))
     if w.dtype == "bfloat16":
         t = t.view(torch.bfloat16)

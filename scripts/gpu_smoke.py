@@ -19,7 +19,10 @@ Steps, each printed as ``PASS`` / ``FAIL`` with its time:
    BESplit's evidential server step, agree to 1e-4;
 7. your own data and loss on fractional GPUs: a regression (``loss="mse"``, SplitFed V2) and a
    multi-label task (``loss="bce"``, GAPSL: the loss under ``vmap`` on CUDA) learn;
-8. ``pytest -m "not slow"`` (skipped with ``--skip-tests``, and in ``--dry-run`` unless ``--with-tests``).
+8. ``--device-payloads``: SplitFed V2, PSL, FedPairing and BESplit (its teacher logits travel
+   with the gradients) give the same metrics with the smashed data kept on the GPU (CUDA IPC
+   handles on the wire) as through host memory (``--deterministic``);
+9. ``pytest -m "not slow"`` (skipped with ``--skip-tests``, and in ``--dry-run`` unless ``--with-tests``).
 
 Exit status 1 when a step fails. ``--out DIR`` keeps the runs (default: a temporary directory).
 """
@@ -241,6 +244,27 @@ def own_loss(out: Path, dry: bool) -> str:
     return "; ".join(done)
 
 
+def device_payloads(out: Path, dry: bool) -> str:
+    import raysfl
+
+    def rows(res):
+        return [{k: v for k, v in r.items() if not any(t in k for t in ("wall", "time_s", "sim_", "startup"))}
+                for r in res.metrics]
+
+    done = []
+    for algo, extra in (("splitfed_v2", {}), ("psl", {}), ("fed_pairing", {"model": "cnn"}), ("besplit", {})):
+        got = {}
+        for mode in ("off", "on"):
+            res = raysfl.run(raysfl.config_from_kwargs(
+                algo=algo, deterministic=True, out=str(out), name=f"payloads-{algo}-{mode}",
+                resources={**shares(), "device_payloads": mode if not dry else "off"}, **{**QUICK, **extra}))
+            got[mode] = rows(res)
+        assert got["on"] == got["off"], \
+            f"{algo}: device payloads change the results: {got['on'][-1]} vs {got['off'][-1]}"
+        done.append(f"{algo} {got['on'][-1]['test_accuracy']:.3f}")
+    return "same metrics on and off: " + "; ".join(done)
+
+
 def tests() -> str:
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider"],
                           cwd=ROOT, capture_output=True, text=True, timeout=3600)
@@ -268,6 +292,7 @@ def main() -> int:
     steps.run("resume, --deterministic", lambda: resume(out))
     steps.run("CUDA against CPU, TF32 off", lambda: agreement(ns.dry_run))
     steps.run("your own data and loss, fractional GPUs", lambda: own_loss(out, ns.dry_run))
+    steps.run("--device-payloads on against off", lambda: device_payloads(out, ns.dry_run))
     if not ns.skip_tests and (not ns.dry_run or ns.with_tests):
         steps.run('pytest -m "not slow"', tests)
     failed = [r for r in steps.results if not r[1]]

@@ -80,6 +80,7 @@ class ClientActor(RunActor):
         self.role = spec.client(cfg, ctx, shared)
         self.active, self.deadline = {}, None
         self.direct = cfg.resources.direct_payloads == "on"  # resolved by the driver (launch_actors)
+        self.on_device = cfg.resources.device_payloads == "on"  # likewise: CUDA payloads stay on the GPU
         self._spare: dict[int, list] = {}  # client-side parts of earlier rounds, by blocks: reused, not copied
         self._perms: dict = {}  # each client's permutation per epoch of its stream
         return self.incarnation
@@ -171,8 +172,9 @@ class ClientActor(RunActor):
         a.stream_pos += count
         a.stats.samples += len(idx)
         x = self.ds.to_tensor(self.ds.x_train[idx]).to(self.device)
-        y = torch.from_numpy(self.ds.y_train[idx]).to(self.device)
-        a.x, a.y = x, y
+        labels = self.ds.y_train[idx]
+        y = torch.from_numpy(labels).to(self.device)
+        a.x, a.y, a.labels = x, y, labels
         return x, y
 
     def fetch(self, refs: list, deadline: float | None = None) -> list:
@@ -249,12 +251,16 @@ class ClientActor(RunActor):
         result = hand_off([out[d] for d in dests], self.direct)
         return result if len(result) != 1 else result[0]
 
-    def send(self, a: ClientRound, acts: torch.Tensor, y: torch.Tensor | None) -> Smashed:
+    def send(self, a: ClientRound, acts: torch.Tensor, y: torch.Tensor | None,
+             on_device: bool | None = None) -> Smashed:
         """Client ``a``'s smashed batch as it leaves the actor (counted), with its labels
         unless ``y`` is None (FedPairing keeps them home); the activations wait for their
-        gradient."""
+        gradient. ``on_device``: as the run's ``--device-payloads`` unless given (False where
+        the receiver may be this process: FedPairing's partners)."""
         a.pending = acts
-        s = Smashed(a.client, a.cut, pack(acts, self.cfg.transfer_dtype), y.cpu().numpy() if y is not None else None)
+        labels = None if y is None else a.labels if y is a.y else y.cpu().numpy()  # the host's copy: no GPU sync
+        wire = pack(acts, self.cfg.transfer_dtype, self.on_device if on_device is None else on_device)
+        s = Smashed(a.client, a.cut, wire, labels)
         a.stats.traffic.smashed_up += s.nbytes
         a.stats.traffic.messages += 1
         return s

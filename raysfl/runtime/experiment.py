@@ -443,7 +443,7 @@ def launch_actors(cfg, num_servers: int, run_name: str, stages: "StartupClock") 
     from raysfl.runtime.federation import start_actors
     from raysfl.models import custom
     from raysfl.runtime.placement import (alive_nodes, check_capacity, fit_resources, init_ray, resolve_co_host,
-                                          resolve_direct_payloads, resolve_eval_cpus)
+                                          resolve_device_payloads, resolve_direct_payloads, resolve_eval_cpus)
     from raysfl.runtime import pool
 
     num_actors = cfg.resources.num_client_actors(cfg.clients)
@@ -459,7 +459,7 @@ def launch_actors(cfg, num_servers: int, run_name: str, stages: "StartupClock") 
     nodes = alive_nodes()  # counted once for the three choices that depend on it
     cfg = resolve_co_host(resolve_direct_payloads(fit_resources(cfg, num_actors, num_servers, free), nodes),
                           custom.is_custom(cfg.model), nodes)
-    cfg = resolve_eval_cpus(cfg, num_actors, num_servers, nodes)
+    cfg = resolve_device_payloads(resolve_eval_cpus(cfg, num_actors, num_servers, nodes), nodes)
     if not os.environ.get("RAY_ADDRESS"):  # a Ray of this process: it will not grow. A job on a
         # cluster (RAY_ADDRESS set) may autoscale: the placement groups wait for it instead
         check_capacity(cfg, num_actors, num_servers)

@@ -409,6 +409,33 @@ def resolve_direct_payloads(cfg, nodes: int | None = None):
     return dataclasses.replace(cfg, resources=dataclasses.replace(r, direct_payloads=direct))
 
 
+def resolve_device_payloads(cfg, nodes: int | None = None):
+    """``cfg`` with ``resources.device_payloads`` "auto" made concrete: "on" where the client
+    actors and the servers all hold shares of one GPU -- a one-node cluster with one GPU, and a
+    GPU share asked for by both -- so that a CUDA tensor's IPC handle opens in the receiver
+    (:func:`raysfl.transport.pack`); "off" otherwise. "on" where that does not hold is an error,
+    since an IPC handle opens only on the GPU it came from. ``nodes``: as
+    :func:`resolve_direct_payloads`."""
+    import dataclasses
+
+    import ray
+
+    r = cfg.resources
+    if r.device_payloads == "off":
+        return cfg
+    gpus = ray.cluster_resources().get("GPU", 0.0)
+    count = alive_nodes() if nodes is None else nodes
+    shared = count == 1 and gpus == 1 and r.client_gpus > 0 and r.server_gpus > 0
+    if r.device_payloads == "on" and not shared:
+        from raysfl.errors import ConfigError
+
+        raise ConfigError(f"resources.device_payloads 'on' needs the client actors and the servers on one shared GPU "
+                          f"(a one-node cluster with one GPU, client_gpus and server_gpus > 0); this run has "
+                          f"{count} node(s), {gpus:g} GPU(s), client_gpus {r.client_gpus:g}, server_gpus "
+                          f"{r.server_gpus:g}; use 'auto' or 'off'")
+    return dataclasses.replace(cfg, resources=dataclasses.replace(r, device_payloads="on" if shared else "off"))
+
+
 def resolve_eval_cpus(cfg, num_client_actors: int, num_servers: int, nodes: int | None = None):
     """``cfg`` with ``resources.eval_cpus`` unset made concrete: the CPUs of the run's actors
     that wait while the fed server evaluates (ours). A round's evaluation comes after its

@@ -40,6 +40,7 @@ class ServerActor(RunActor):
         self.role = spec.server(cfg, ctx, shared, model, self.device)
         self.flops = ctx.block_flops
         self.direct = cfg.resources.direct_payloads == "on"  # resolved by the driver (launch_actors)
+        self.on_device = cfg.resources.device_payloads == "on"  # likewise: CUDA payloads stay on the GPU
         self.cuts: dict[int, int] = {}
         self.lo: int | None = None  # lowest block this server has run (its server-side part starts there)
         self.stats: dict[int, ClientRoundStats] = {}
@@ -122,9 +123,9 @@ class ServerActor(RunActor):
         res = self.role.step(batches)
         passes = self.role.updates_per_step()
         for c, cut, _, y in batches:
-            extra = {k: float(v) if isinstance(v, (float, int)) else pack(v, self.cfg.transfer_dtype)
+            extra = {k: float(v) if isinstance(v, (float, int)) else pack(v, self.cfg.transfer_dtype, self.on_device)
                      for k, v in res.replies.get(c, {}).items()}
-            out[owner[c]][c] = GradReply(pack(res.grads[c], self.cfg.transfer_dtype), extra)
+            out[owner[c]][c] = GradReply(pack(res.grads[c], self.cfg.transfer_dtype, self.on_device), extra)
             st = self.stats[c]
             rows = len(y) + res.extra_rows.get(c, 0)
             st.server_flops += passes * 3.0 * rows * float(sum(self.flops[cut:]))

@@ -122,7 +122,9 @@ class PeerClient(ClientSide):
                 a.stats.client_flops += 3.0 * len(y) * float(sum(host.flops))
                 continue
             a.stats.client_flops += 3.0 * len(y) * float(sum(host.flops[:a.cut]))
-            out[routes[c]][partner] = host.send(a, _run_blocks(a.part, 0, a.cut, x), None)
+            # through host memory, also on one GPU (--device-payloads): a partner may live in this
+            # process, where a CUDA IPC handle does not open
+            out[routes[c]][partner] = host.send(a, _run_blocks(a.part, 0, a.cut, x), None, on_device=False)
         result = [out[d] for d in dests]
         return result if len(result) != 1 else result[0]
 

@@ -74,6 +74,7 @@ class ClientRound:
     state: object = None               # the role's per-client scratch (``ClientSide.new_state``)
     x: torch.Tensor | None = None      # the batch being trained
     y: torch.Tensor | None = None
+    labels: object = None              # y as it was read from the data set (a NumPy array on the host)
     pending: torch.Tensor | None = None  # activations awaiting their gradient
     failed: bool = False               # lost its server or past the deadline: it stops, no update
     extra_state: dict = field(default_factory=dict)  # the start state's other keys (parked own module)
