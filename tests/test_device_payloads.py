@@ -60,3 +60,15 @@ def test_a_cpu_tensor_takes_the_host_path_whatever_the_flag(dtype):
 def test_a_device_wire_counts_the_bytes_of_the_tensor_it_stands_for():
     """Byte counts measure the simulated link: a handle stands for the whole tensor."""
     assert Wire(None, "float32", cuda=(None, ()), size=8 * 64 * 32 * 32 * 4).nbytes == 8 * 64 * 32 * 32 * 4
+
+
+def test_a_device_wire_that_came_back_to_its_maker_is_refused():
+    """A CUDA IPC handle does not open in the process that made it (FedPairing's partners may
+    share one: they keep the host path); unpack says so instead of failing in CUDA."""
+    import os
+
+    opened = []
+    w = Wire(None, "float32", cuda=(lambda *a: opened.append(a), ()), size=16, pid=os.getpid())
+    with pytest.raises(RuntimeError, match="came back to the process that made it"):
+        unpack(w, "cpu")
+    assert not opened
