@@ -423,9 +423,10 @@ def resolve_device_payloads(cfg, nodes: int | None = None):
     r = cfg.resources
     if r.device_payloads == "off":
         return cfg
-    gpus = ray.cluster_resources().get("GPU", 0.0)
+    wants = r.client_gpus > 0 and r.server_gpus > 0
+    gpus = ray.cluster_resources().get("GPU", 0.0) if wants or r.device_payloads == "on" else 0.0  # a call saved
     count = alive_nodes() if nodes is None else nodes
-    shared = count == 1 and gpus == 1 and r.client_gpus > 0 and r.server_gpus > 0
+    shared = wants and count == 1 and gpus == 1
     if r.device_payloads == "on" and not shared:
         from raysfl.errors import ConfigError
 
