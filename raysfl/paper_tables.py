@@ -45,6 +45,14 @@ class Metric:
         return not (self.read.endswith("_to") or self.column.endswith("_s"))
 
     @property
+    def learning_only(self) -> bool:
+        """Whether the metric reads only what a run learns (an accuracy or a loss, at the end or
+        the round it reaches a target), not its simulated clock or its bytes: two runs that learn
+        alike then give the same figure (:func:`raysfl.reproduce.fairness.same_by_construction`)."""
+        return (self.read in ("final", "mean_last", "best", "rounds_to") and not self.column.endswith("_s")
+                and ("acc" in self.column or "loss" in self.column))
+
+    @property
     def label(self) -> str:
         if self.read == "final":
             return f"{self.column} after the last round"

@@ -444,3 +444,71 @@ def test_a_table_s_run_told_to_stop_checkpoints_its_round_and_goes_on_from_it(tm
     assert "going on from round 1" in capsys.readouterr().err
     assert [(r["round"], r["train_loss"], r["test_accuracy"]) for r in again] == [
         (r["round"], r["train_loss"], r["test_accuracy"]) for r in whole]
+
+
+def _cfg(**kw):
+    import raysfl
+    from raysfl.resolve import validate
+
+    return validate(raysfl.config_from_kwargs(**{"dataset": "digits", "clients": 4, "rounds": 2, "lr": 0.05, **kw}))
+
+
+def test_splitfed_v1_and_fedavg_learn_alike_by_construction_only_at_the_same_settings():
+    """SplitFed V1 is FedAvg on the whole model at any cut (tests/algorithms/baselines:
+    test_splitfed_v1_equals_fedavg); anything that changes an update, or lets the simulated clock
+    choose the clients, breaks it, and so does another algorithm."""
+    from raysfl.reproduce.fairness import same_by_construction
+
+    fedavg = _cfg(algo="fedavg")
+    assert same_by_construction(fedavg, _cfg(algo="splitfed_v1", cut=2)).startswith("SplitFed V1 is FedAvg")
+    assert same_by_construction(_cfg(algo="splitfed_v1", cut=1), _cfg(algo="splitfed_v1", cut=2))
+    assert same_by_construction(fedavg, _cfg(algo="fedavg")) is None  # the same row twice: nothing to say
+    for other in (_cfg(algo="splitfed_v1", lr=0.1), _cfg(algo="splitfed_v1", server_lr=0.01),
+                  _cfg(algo="splitfed_v1", transfer_dtype="bfloat16"), _cfg(algo="splitfed_v1", sim_deadline_s=5.0),
+                  _cfg(algo="splitfed_v1", splitfed_v1={"server_updates": 10}), _cfg(algo="splitfed_v2"),
+                  _cfg(algo="fedprox"), _cfg(algo="splitfed_v1", momentum=0.5)):
+        assert same_by_construction(fedavg, other) is None, other.algo
+
+
+def test_declared_tables_run_a_row_that_learns_as_an_earlier_one_once_but_not_where_they_read_the_clock():
+    from raysfl.reproduce.engine import same_rows
+    from raysfl.reproduce.fairness import resolve
+
+    def same(paper, name):
+        t = next(t for t in tables_of(paper) if t.name == name).at_scale("small")
+        return {k: rep for k, (rep, _) in same_rows(t, {r.label: resolve(t, r, "small", 0) for r in t.all_rows}).items()}
+
+    assert same("flex_sfl", "main") == {"SplitFed V1, cut 2": "SplitFed V1, cut 1", "FedAvg": "SplitFed V1, cut 1"}
+    assert same("besplit", "main") == {"FedAvg": "SplitFed"}
+    assert same("fed_pairing", "time") == {}  # simulated seconds: SplitFed sends smashed data, FedAvg a model
+    assert same("flex_sfl", "time_to") == {}
+
+
+def test_a_row_that_learns_as_an_earlier_one_takes_its_tuning_and_runs_and_counts_once(tmp_path):
+    import pyarrow.parquet as pq
+
+    from raysfl.reproduce.command import run_one
+    from raysfl.reproduce.engine import plan
+    from raysfl.paper_tables import Tuning
+
+    t = Table(paper="test", name="same", title="t", source="nowhere", reference=Row("SplitFed V2", {"algo": "splitfed_v2"}),
+              rows=(Row("SplitFed V1", {"algo": "splitfed_v1"}), Row("FedAvg", {"algo": "fedavg"}, compares=("server_reduction",)),
+                    Row("SplitFed V1, cut 2", {"algo": "splitfed_v1", "cut": 2})),
+              metric=Metric("final"), claim=Claim("the reference wins"), shared={"lr": 0.05, "cut": 1}, scales=SMALL,
+              tuning=Tuning(factors={"lr": (1.0, 0.1)}, seeds=1))
+    said = []
+    md = run_one(plan(t, "small", [0, 1]), tmp_path / "cache", tmp_path / "out", 1, "cmd --seeds 2", tune=True,
+                 say=said.append)
+    assert any(s.startswith("tune: 2 row(s), 4 settings") for s in said)  # V2 and V1; the others take V1's
+    assert "reproduce test/same: 4 runs (0 cached), 1 at a time" in said
+    rows = {(r["row"], r["seed"]): r for r in pq.read_table(md.parent / "table.parquet").to_pylist()}
+    for label in ("FedAvg", "SplitFed V1, cut 2"):
+        for seed in (0, 1):
+            r, v1 = rows[(label, seed)], rows[("SplitFed V1", seed)]
+            assert r["value"] == v1["value"] and r["tuned"] == v1["tuned"] and r["same_as"] == "SplitFed V1"
+            assert not r["decides"] and math.isnan(r["sim_time_s"])  # its own clock is not known: not shown
+    assert rows[("SplitFed V1", 0)]["decides"]
+    text = md.read_text()
+    assert "FedAvg: not run, the runs of SplitFed V1 stand for it (SplitFed V1 is FedAvg" in text
+    assert "FedAvg takes SplitFed V1's (it learns alike by construction)" in text
+    assert "2 of 4 run here" not in text and "4 of 4 run here" in text

@@ -163,9 +163,10 @@ def run_one(planned, cache: Path, out: Path, parallel: int, command: str, suffix
     untuned = not tune and t.tuning is not None
     fresh = 0
     while True:
-        fresh += sum(1 for cfgs in planned.configs.values() for c in cfgs if not cached(c, cache))
+        fresh += sum(1 for label, cfgs in planned.configs.items() if label not in planned.same
+                     for c in cfgs if not cached(c, cache))
         runs = run_planned(planned, cache, parallel, say=say)
-        results = report.row_results(planned.table, planned.seeds, runs, planned.diffs, classes, tuned)
+        results = report.row_results(planned.table, planned.seeds, runs, planned.diffs, classes, tuned, planned.same)
         decision = report.decide(planned.table, results, len(planned.seeds), untuned)
         target = min(max(decision.settle.values(), default=0), most_seeds)
         if target <= len(planned.seeds) or decision.verdict.startswith(("inconclusive", "too few", "untuned")):
@@ -181,12 +182,14 @@ def run_one(planned, cache: Path, out: Path, parallel: int, command: str, suffix
         note = tuning_line(planned) if tuned else f"none: {t.untuned}"
     total = time.perf_counter() - started
     (say or _say)(f"reproduce {t.paper}/{t.name}: {total:.0f} s")
-    trials = sum(r.trials for r in tuned.values() if not r.from_cache)
-    read = sum(r.from_cache for r in tuned.values())
+    own = {k: r for k, r in tuned.items() if k not in planned.same}  # a row run as another by construction: its tuning
+    ran = {k: v for k, v in runs.items() if k not in planned.same}
+    trials = sum(r.trials for r in own.values() if not r.from_cache)
+    read = sum(r.from_cache for r in own.values())
     timing = (f"{total:.0f} s: tuning {tuning_s:.0f} s ({trials} trials"
-              + (f"; {read} of {len(tuned)} rows' tunings read from the cache" if read else "") + "), "
-              f"runs {total - tuning_s:.0f} s ({fresh} of {sum(len(c) for c in planned.configs.values())} run here, "
-              f"the others read from the cache; {parallel} at a time)" + first_cost(tuned, runs))
+              + (f"; {read} of {len(own)} rows' tunings read from the cache" if read else "") + "), "
+              f"runs {total - tuning_s:.0f} s ({fresh} of {sum(len(c) for c in ran.values())} run here, "
+              f"the others read from the cache; {parallel} at a time)" + first_cost(own, ran))
     return report.write(planned.table, planned.scale, planned.seeds, results, out / t.paper / f"{t.name}{suffix}",
                         _with_seeds(command, planned.seeds), machine(), settings_line(ref), note, untuned, timing)
 
@@ -225,13 +228,15 @@ def tuning_line(planned) -> str:
     tuning = t.tuning
     ref = planned.tuned.get(t.reference.label)
     grid = "; ".join(f"{k} in {{{', '.join(f'{v:g}' for v in vals)}}}" for k, vals in (ref.grid if ref else {}).items())
-    trials = sorted({r.trials for r in planned.tuned.values()})
+    trials = sorted({r.trials for k, r in planned.tuned.items() if k not in planned.same})
     rounds = planned.configs[t.reference.label][0].rounds
+    shared = "".join(f"; {k} takes {rep}'s (it learns alike by construction)" for k, (rep, _) in planned.same.items()
+                     if k in planned.tuned and planned.tuned[k] is planned.tuned.get(rep))
     return (f"each row's {grid} (its own value first; a knob its algorithm does not read left out), on tuning seeds "
             f"{', '.join(map(str, tuning_seeds(tuning.seeds)))} and a validation split of "
             f"{100 * tuning.validation:g} % of the training data in the test split's place (never the test split), "
             f"judged by {t.tuning_metric.label} read there; Ray Tune's ASHA per row (reduction {REDUCTION}, first rung at round "
-            f"{grace(rounds)}), a choice at a grid's edge widened once; {'-'.join(map(str, trials))} trials per row")
+            f"{grace(rounds)}), a choice at a grid's edge widened once; {'-'.join(map(str, trials))} trials per row{shared}")
 
 
 def settings_line(cfg) -> str:

@@ -38,6 +38,7 @@ class Planned:
     diffs: dict[str, dict] = field(default_factory=dict)
     tuned: dict = field(default_factory=dict)
     overrides: dict = field(default_factory=dict)
+    same: dict = field(default_factory=dict)  # label -> (the earlier row whose runs stand for it, why)
 
 
 def plan(table: Table, scale: str, seeds: list[int], overrides: dict | None = None, tuned: dict | None = None) -> Planned:
@@ -66,8 +67,31 @@ def plan(table: Table, scale: str, seeds: list[int], overrides: dict | None = No
             out.configs.setdefault(row.label, []).append(cfg)
     for row in table.all_rows:
         check_column(table, row, out.configs[row.label][0])
+    out.same = same_rows(table, {label: cfgs[0] for label, cfgs in out.configs.items()})
     # every row evaluates the rounds the table reads (shared by all, so not in a diff)
     out.configs = {label: [with_schedule(c, table) for c in cfgs] for label, cfgs in out.configs.items()}
+    return out
+
+
+def same_rows(table: Table, configs: dict) -> dict[str, tuple[str, str]]:
+    """{label: (the earlier row whose runs stand for it, why)} for each row that learns as an
+    earlier one does by construction (:func:`~raysfl.reproduce.fairness.same_by_construction`:
+    SplitFed V1 and FedAvg at the same settings, SplitFed V1 at two cuts) where the table reads
+    only what the runs learn (its metric and the figures it shows beside it): such a row is
+    neither tuned nor run, and counts once (issue 42). ``configs``: {label: its resolved config}."""
+    from raysfl.reproduce.fairness import same_by_construction
+
+    if not all(m.learning_only for m in (table.metric, *table.shown)):
+        return {}
+    out = {}
+    rows = table.all_rows
+    for i, row in enumerate(rows):
+        for earlier in rows[:i]:
+            why = (same_by_construction(configs[earlier.label], configs[row.label])
+                   if table.metric_of(row) == table.metric_of(earlier) else None)
+            if why:
+                out[row.label] = (out.get(earlier.label, (earlier.label,))[0], why)
+                break
     return out
 
 
@@ -100,10 +124,15 @@ def tune_table(table: Table, scale: str, overrides: dict | None, cache: Path, sa
     table = table.at_scale(scale)
     rows = tuning_configs(table, scale, overrides)
     grids = {label: row_grid(cfgs[0], table.tuning.grid(cfgs[0])) for label, cfgs in rows.items()}
+    # a row that learns as an earlier one by construction takes that row's tuning (same grid, same choice)
+    same = {label: rep for label, (rep, _) in same_rows(table, {k: c[0] for k, c in rows.items()}).items()
+            if grids[label] == grids[rep]}
     metric = table.tuning_metric
     metrics = {row.label: replace(metric, column=row.column) if row.column else metric
                for row in table.all_rows}
-    return tune_rows(rows, grids, metrics, cache=cache, say=say)
+    own = {label: cfgs for label, cfgs in rows.items() if label not in same}
+    out = tune_rows(own, {k: grids[k] for k in own}, {k: metrics[k] for k in own}, cache=cache, say=say)
+    return {label: out[same.get(label, label)] for label in rows}
 
 
 def check_column(table: Table, row, cfg) -> None:
@@ -258,7 +287,8 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
     from concurrent.futures import ThreadPoolExecutor
 
     say = say or (lambda text: print(text, file=sys.stderr, flush=True))
-    jobs = [(label, i, cfg) for label, cfgs in planned.configs.items() for i, cfg in enumerate(cfgs)]
+    jobs = [(label, i, cfg) for label, cfgs in planned.configs.items() if label not in planned.same
+            for i, cfg in enumerate(cfgs)]
     todo = sum(1 for _, _, cfg in jobs if not cached(cfg, cache))
     t = planned.table
     say(f"reproduce {t.paper}/{t.name}: {len(jobs)} runs ({len(jobs) - todo} cached), {parallel} at a time")
@@ -302,4 +332,6 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
     columns = columns_read(t)
     for label, i, rows in results:
         out[label][i] = read_at(rows, planned.configs[label][i], columns) if rows is not None else rows
+    for label, (rep, _) in planned.same.items():  # not run: the runs of the row that learns alike
+        out[label] = list(out[rep])
     return out

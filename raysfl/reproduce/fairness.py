@@ -122,6 +122,40 @@ def check_table(table: Table, scale: str, seed: int = 0, overrides: dict | None 
     return out
 
 
+# SplitFed V1 is FedAvg on the whole model: each client trains its client-side part and its own
+# copy of the server-side part on its batches, in turn, and both parts are averaged with FedAvg's
+# weights (Thapa et al., 2022, Alg. 1); the cut moves where the model is split, not its updates.
+WHOLE_MODEL_FEDAVG = ("fedavg", "splitfed_v1")
+_ANY_CUT = {"algo", "cut"}  # what may differ between two runs that learn alike
+
+
+def same_by_construction(a, b) -> str | None:
+    """Why the runs of resolved configs ``a`` and ``b`` learn the same model, step for step, or
+    None: both are FedAvg on the whole model (``fedavg``, or ``splitfed_v1`` with one server
+    update per batch, the server side at the clients' lr, full-precision smashed data), their
+    other settings equal, and nothing that depends on a simulated clock decides which clients
+    count (no deadlines, no faults). Their accuracies then differ by float rounding only (the
+    per-client server copies step together under ``vmap``: equal within 1e-5 after a few steps,
+    ``tests/test_core.py``; over tens of rounds the rounding moves a final accuracy by a few
+    tenths of a point), so a table counts them once and runs the first (issue 42). Their
+    simulated times and bytes differ: a table that reads those compares them as they are."""
+    if a.algo not in WHOLE_MODEL_FEDAVG or b.algo not in WHOLE_MODEL_FEDAVG or a.algo == b.algo and a.cut == b.cut:
+        return None
+    for cfg in (a, b):
+        if cfg.algo == "splitfed_v1" and (cfg.algo_params.server_updates != 1 or cfg.transfer_dtype != "float32"
+                                          or cfg.server_lr not in (None, cfg.lr)):
+            return None
+        if cfg.faults or cfg.round_deadline_s is not None or cfg.sim_deadline_s is not None:
+            return None
+    fa, fb = flat(a), flat(b)
+    keys = {k for k in set(fa) | set(fb) if k not in _ANY_CUT and not k.startswith(("algo_params.", "devices."))
+            and k not in ("server_lr", "transfer_dtype", "step_deadline_s")}
+    if any(fa.get(k) != fb.get(k) for k in keys):
+        return None
+    return ("SplitFed V1 is FedAvg on the whole model (each client trains both parts, both averaged as "
+            "FedAvg does), whatever the cut")
+
+
 def describe(diff: dict[str, tuple], row: Row) -> str:
     """A row's config diff in one cell: ``algo=psl; server_reduction=sum; facet.round_steps=equal``
     (another algorithm's own knobs at their defaults are left out: they come with ``algo``)."""

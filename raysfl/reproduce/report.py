@@ -39,6 +39,8 @@ class RowResult:
     trials: int = 0                               # trials tuning ran for this row
     at_edge: tuple[str, ...] = ()                 # knobs still at the grid's edge after widening it once
     also: dict = field(default_factory=dict)      # label of a shown metric -> its values per seed
+    runs_of: str | None = None   # not run: the row whose runs stand for it, as it learns alike by construction
+    why_same: str = ""           # ... and why (raysfl.reproduce.fairness.same_by_construction)
     # the decision (decide()):
     decides: bool = False        # compared by the claim, and not a repeat of another compared row's results
     same_as: str | None = None   # the compared row whose results this row's repeat exactly
@@ -85,9 +87,12 @@ def learns(metric: Metric) -> bool:
 
 
 def row_results(table: Table, seeds: list[int], runs: dict[str, list[list[dict]]], diffs: dict[str, dict],
-                num_classes: int = 10, tuning: dict | None = None) -> list[RowResult]:
+                num_classes: int = 10, tuning: dict | None = None, same: dict | None = None) -> list[RowResult]:
     """Every row's values per seed, paired with the reference's, and its health; ``tuning``:
-    {label: TuneResult-like with ``chosen``, ``grid``, ``trials``, ``at_edge``} where rows were tuned."""
+    {label: TuneResult-like with ``chosen``, ``grid``, ``trials``, ``at_edge``} where rows were tuned;
+    ``same``: {label: (the row whose runs stand for it, why)} for rows not run
+    (:func:`raysfl.reproduce.engine.same_rows`): their simulated clocks are not theirs, so not shown."""
+    same = same or {}
     ref_vals = [table.metric_of(table.reference).value(rows)[0] for rows in runs[table.reference.label]]
     out = []
     for row in table.all_rows:
@@ -101,6 +106,10 @@ def row_results(table: Table, seeds: list[int], runs: dict[str, list[list[dict]]
             [rows[-1].get("sim_compute_total_s", math.nan) if rows else math.nan for rows in runs[row.label]],
             row.paper, describe(diffs.get(row.label, {}), row) + (f"; reads {row.column}" if row.column else ""),
             health=row_health(runs[row.label], seeds, metric.column, num_classes, learns(metric)))
+        if row.label in same:
+            res.runs_of, res.why_same = same[row.label]
+            res.sim_s = res.compute_s = [math.nan] * len(values)
+            res.config_diff += f"; not run: the runs of {res.runs_of} stand for it ({res.why_same})"
         if tuned is not None:
             res.tuned, res.grid, res.trials, res.at_edge = (dict(tuned.chosen), dict(tuned.grid), tuned.trials,
                                                            tuple(tuned.at_edge))
@@ -127,7 +136,11 @@ def decide(table: Table, results: list[RowResult], n_seeds: int, untuned: bool =
     by = {r.label: r for r in results}
     compared = [by[label] for label in table.compared()]
     seen: dict[tuple, str] = {}
+    counted = {table.reference.label, *(r.label for r in compared)}
     for r in compared:
+        if r.runs_of in counted:  # learns as a row already counted, by construction: not evidence of its own
+            r.same_as = r.runs_of
+            continue
         key = tuple(r.values)
         if key in seen and all(math.isfinite(v) for v in r.values):
             r.same_as = seen[key]
@@ -155,7 +168,9 @@ def decide(table: Table, results: list[RowResult], n_seeds: int, untuned: bool =
         reasons.append(f"vs {r.label}: reference advantage {_num(adv, table.metric)} ± {_num(r.test.se, table.metric)}"
                        f" (SE), t = {_t(r.test.t)} against {_t(r.t_crit)} (Holm level {level:.3g})")
     for r in compared:
-        if r.same_as:
+        if r.same_as and r.runs_of == r.same_as:
+            reasons.append(f"{r.label}: not run, the runs of {r.same_as} stand for it ({r.why_same}), counted once")
+        elif r.same_as:
             reasons.append(f"{r.label}: the same results as {r.same_as} on every seed, counted once")
     warnings = _warnings(table, results, deciding, settle, n_seeds)
     if n_seeds < claim.min_seeds:
