@@ -317,7 +317,11 @@ so and are not tuned.
 **The verdict** comes from the claim on paired seeds (the same seed gives every row the same
 partition, device profiles and initial model): Student's t at the table's own seed count,
 two-sided at 5 %, Holm-Bonferroni across the rows the claim compares, rows whose results
-repeat another compared row's exactly counted once. *Reproduced* when every compared row is
+repeat another compared row's exactly counted once. A row that learns as an earlier row does by
+construction (SplitFed V1 and FedAvg at the same settings, SplitFed V1 at another cut: FedAvg on
+the whole model) is neither tuned nor run where the table reads what runs learn: the earlier
+row's tuning and runs stand for it, it counts once, and its simulated times are not shown
+(since 2026-12-05; a table of simulated time or bytes runs both). *Reproduced* when every compared row is
 decided the paper's way, *contradicted* when one is decided the other way, *not shown*
 otherwise; *inconclusive* when the reference or a deciding row collapsed on some seed (at
 chance: final accuracy at most 1.5x chance; fallen: its last 5 evaluations keep less than half
@@ -325,8 +329,9 @@ of its best gain over chance; or diverging: a non-finite training loss, or the l
 over the last 5 rounds) or, where the metric is the accuracy at the end, is still
 climbing on most seeds (its last 5 evaluations a point above the 5 before: unconverged); no
 verdict with fewer than five seeds or without tuning.
-Where five seeds leave a row undecided and ten would decide a difference of its size and
-spread, the table runs ten. Warnings under a table name a reference still climbing at the end,
+Where five seeds leave a row undecided and at most ten would decide a difference of its size
+and spread, the table runs that many (7 to 10; estimated from the first seeds, and the seeds
+added after that look are not corrected for it: ours). Warnings under a table name a reference still climbing at the end,
 a row that barely moved, an evaluation period the last round cuts, a tuned value still at its
 grid's edge. Each table states the raysfl version, commit and date that made it, and its time
 on the machine that made it; a table made before tuning says "not re-run at this version" and
