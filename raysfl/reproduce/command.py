@@ -305,7 +305,8 @@ method has them and the paper leaves them open, its server lr and momentum) chos
 table's declared grid -- at least 4 values over at least 1.5 decades, the paper's own value
 among them -- by Ray Tune with asynchronous successive halving, judged by the table's metric on
 a validation split held out of the training data (never the test split) on tuning seeds 1000
-and 1001 (never the seeds a table is judged on); a choice at a grid's edge widens it once.
+and 1001 (never the seeds a table is judged on); a choice at a grid's edge widens it once
+(one or two trials more for that row: the only way rows differ in trials).
 A trial evaluates only the rounds its search reads (the last 5 before each rung; ours,
 `--eval-rounds`), which changes no score. The runs a table is judged on evaluate round 1,
 every 5th and the last 10 (ours, since 2026-11-29: what its metric and its guards read; every
@@ -333,8 +334,9 @@ Where five seeds leave a row undecided and at most ten would decide a difference
 and spread, the table runs that many (7 to 10; estimated from the first seeds, and the seeds
 added after that look are not corrected for it: ours). Warnings under a table name a reference still climbing at the end,
 a row that barely moved, an evaluation period the last round cuts, a tuned value still at its
-grid's edge. Each table states the raysfl version, commit and date that made it, and its time
-on the machine that made it; a table made before tuning says "not re-run at this version" and
+grid's edge. Each table states the raysfl version, commit and date that wrote it (runs read
+back from the cache were made by the same resolved configs, possibly at an earlier commit;
+`-dirty`: the checkout had uncommitted changes then), and its time on the machine that made it; a table made before tuning says "not re-run at this version" and
 gives no verdict (what the earlier rule read is quoted beside it). Simulated
 time is on one cost model for every row (device profiles: compute, links, a latency per hop),
 with the compute-only clock beside it.
