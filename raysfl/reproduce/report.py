@@ -213,6 +213,8 @@ def _warnings(table: Table, results: list[RowResult], deciding: list[RowResult],
         out.append(f"the reference ({ref.label}) is still climbing over its last {K} rounds on most seeds: more "
                    f"rounds could change the table")
     for r in results:
+        if r.runs_of is not None:  # its runs are another row's: said there
+            continue
         if r is not ref and r.health.climbing and (r in deciding or not reads_convergence(table.metric)):
             out.append(f"{r.label} is still climbing over its last {K} rounds on most seeds")
         if r.health.barely_moved:
