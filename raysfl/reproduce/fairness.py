@@ -149,7 +149,7 @@ def same_by_construction(a, b) -> str | None:
             return None
     fa, fb = flat(a), flat(b)
     keys = {k for k in set(fa) | set(fb) if k not in _ANY_CUT and not k.startswith(("algo_params.", "devices."))
-            and k not in ("server_lr", "transfer_dtype", "step_deadline_s")}
+            and k not in ("server_lr", "transfer_dtype")}  # checked above, per algorithm
     if any(fa.get(k) != fb.get(k) for k in keys):
         return None
     return ("SplitFed V1 is FedAvg on the whole model (each client trains both parts, both averaged as "
