@@ -80,3 +80,23 @@ def test_same_results_set_reaches_this_checkouts_runs_with_base():
                              cwd=root, timeout=600)
     assert changed.returncode == 1, changed.stdout + changed.stderr
     assert "DIFFERENT" in changed.stdout and "test_loss" in changed.stdout, changed.stdout
+
+
+def test_tuning_margins_compares_the_choice_with_the_best_other_setting_run_to_the_end_per_seed():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from tuning_margins import margin
+
+    def trial(lr, values, complete=True):
+        return {"knobs": {"lr": lr}, "score": sum(values) / len(values), "values": values,
+                "complete": complete, "error": None}
+
+    tuning = {"row": "r", "chosen": {"lr": 0.1},
+              "table": [trial(0.1, [0.90, 0.80]), trial(0.03, [0.88, 0.81]), trial(0.3, [0.99, 0.99], complete=False)]}
+    m = margin(tuning)
+    assert m["runner_up"] == {"lr": 0.03}  # the early-stopped 0.3 is not compared
+    assert m["gap"] == pytest.approx(0.005) and m["per_seed"] == pytest.approx([0.02, -0.01])
+    assert m["seeds_disagree"]
+    # rounds to a target: lower is better, read from the choice
+    rounds = {"row": "r", "chosen": {"lr": 0.1}, "table": [trial(0.1, [3, 4]), trial(0.03, [5, 6])]}
+    assert margin(rounds)["per_seed"] == [2, 2] and not margin(rounds)["seeds_disagree"]
+    assert margin({"row": "r", "chosen": {"lr": 0.1}, "table": [trial(0.1, [0.9, 0.9])]}) is None
