@@ -14,6 +14,11 @@ as raysfl's evaluator does); issue 44 asked whether it pays on the CPU. Also one
 one model, both layouts. raysfl's way is timed again on each of ``--threads`` beyond the first
 (``--eval-cpus``: the fed server evaluates on the CPUs of the actors that wait). Times are the
 best of ``--repeats`` (the work is deterministic).
+
+    .venv/bin/python benchmarks/evaluation_cost.py --against REV [--clients 10 100] [--passes 10 2]
+
+compares raysfl's way with the code at a git revision instead, each in processes of their own
+taking turns (``--turns``), and checks that both give the same scores.
 """
 
 from __future__ import annotations
@@ -91,6 +96,75 @@ def stacked_against_one_by_one(model, state: dict, own: dict, ds, repeats: int) 
     return out
 
 
+CHILD = """
+import json, sys, time
+import numpy as np, torch
+torch.set_num_threads(1)
+from raysfl.algorithms.roles.aggregator import block_of, evaluate_own_models
+from raysfl.data import load_dataset
+from raysfl.models import build_model
+from raysfl.runtime.fed_actor import ClientViews, Evaluator
+from raysfl.transport import state_to_wire
+ds = load_dataset("digits")
+model = build_model("cnn", ds.input_shape, ds.num_classes, seed=0)
+state = {k: v.copy() for k, v in state_to_wire(model.state_dict()).items()}
+out = []
+for n, passes, repeats in json.loads(sys.argv[1]):
+    rng = np.random.default_rng(0)
+    own = {c: {k: v + rng.normal(0, 0.01, v.shape).astype(v.dtype) for k, v in state.items() if block_of(k) < 2}
+           for c in range(n)}
+    agg = type("Agg", (), {"global_state": state, "own": own, "last_clients": list(range(n))})
+    ev = Evaluator(model, ds, "cpu", ClientViews([], rng.integers(0, 20, (n, ds.num_classes))), passes=passes,
+                   seed=(0, 1))
+    scores = evaluate_own_models(agg, ev)[:2]
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        evaluate_own_models(agg, ev)
+        times.append(time.perf_counter() - t)
+    out.append({"clients": n, "passes": passes, "ms": 1000 * min(times), "scores": list(scores)})
+print(json.dumps(out))
+"""
+
+
+def against(rev: str, clients: list[int], passes: list[int], repeats: int, turns: int) -> list[dict]:
+    """psl's evaluation (``evaluate_own_models``, one thread, shares of ``--eval-passes``) in
+    this checkout and at ``rev`` (a git worktree), each in a process of its own, taking turns
+    ``turns`` times so that drift of the machine falls on both: the median of each side's
+    best-of-``repeats`` times, and whether both give the same scores."""
+    import json
+    import statistics
+    import subprocess
+    import sys
+    import tempfile
+
+    cases = json.dumps([[n, p, repeats] for n in clients for p in passes])
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp) / "base"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(base), rev], check=True,
+                       capture_output=True)
+        try:
+            seen: dict[tuple, list] = {}
+            for _ in range(turns):
+                for side, root in (("this checkout", ROOT), (rev, base)):
+                    done = subprocess.run([sys.executable, "-c", CHILD, cases], capture_output=True, text=True,
+                                          check=True, cwd=root, env={**__import__("os").environ, "PYTHONPATH": str(root)})
+                    for r in json.loads(done.stdout.splitlines()[-1]):
+                        seen.setdefault((r["clients"], r["passes"], side), []).append(r)
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)], capture_output=True)
+    rows = []
+    for n in clients:
+        for p in passes:
+            here, there = seen[(n, p, "this checkout")], seen[(n, p, rev)]
+            a, b = statistics.median(r["ms"] for r in here), statistics.median(r["ms"] for r in there)
+            rows.append({"clients": n, "passes": p, "ms_here": a, "ms_base": b, "ratio": a / b,
+                         "same_scores": here[0]["scores"] == there[0]["scores"]})
+            print(f"{n:>4} clients, --eval-passes {p}: {a:.1f} ms here, {b:.1f} ms at {rev} ({a / b:.2f}x); "
+                  f"same scores: {rows[-1]['same_scores']}", flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, nargs="+", default=[10, 100])
@@ -98,7 +172,24 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "docs/results/evaluation_cost.md"))
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2],
                     help="torch threads; the first for every way, the others for raysfl's")
+    ap.add_argument("--against", metavar="REV", default=None,
+                    help="instead: raysfl's way here against the code at REV, in processes taking turns")
+    ap.add_argument("--passes", type=int, nargs="+", default=[10, 2], help="with --against: --eval-passes values")
+    ap.add_argument("--turns", type=int, default=3, help="with --against: how many times each side runs")
     args = ap.parse_args()
+    if args.against:
+        rows = against(args.against, args.clients, args.passes, args.repeats, args.turns)
+        lines = ["| clients | --eval-passes | ms per evaluation, this checkout | ms, the code before | ratio "
+                 "| the same scores |", "|---:|---:|---:|---:|---:|---|"]
+        lines += [f"| {r['clients']} | {r['passes']} | {r['ms_here']:.1f} | {r['ms_base']:.1f} | {r['ratio']:.2f} | "
+                  f"{'yes' if r['same_scores'] else 'no'} |" for r in rows]
+        intro = (f"psl's evaluation of per-client models on one thread, this checkout against {args.against}, "
+                 f"each side in its own process, {args.turns} turns each, the median of each side's best of "
+                 f"{args.repeats}.")
+        out = Path(args.out).with_name("evaluation_cost_against.md") if args.out == ap.get_default("out") else args.out
+        write_tables(rows, out, "Per-client evaluation against the code before", intro, "\n".join(lines),
+                     doc=Path(out).resolve().parents[1] / "performance.md")
+        return
     torch.set_num_threads(args.threads[0])
     more = [t for t in args.threads[1:] if t != args.threads[0]]
     raysfl_way = "channels-last (raysfl)"

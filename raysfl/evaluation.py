@@ -56,6 +56,24 @@ def fast_layout(model: torch.nn.Module, x: np.ndarray, device):
             p.data = p.data.contiguous()
 
 
+@contextlib.contextmanager
+def held(model: torch.nn.Module, x: np.ndarray, device):
+    """Many passes of ``model`` in a row, its weights replaced between them (a round's
+    per-client models, each copied into one module in turn): eval mode and the CPU layout of
+    :func:`fast_layout` set once for all of them, not once per pass. Passes inside say so
+    (``held=True``). At 100 per-client models of a few dozen test rows each, switching the
+    modules' modes and laying the weights out, and back, was a large part of each pass
+    (docs/performance.md, section 10). It gives whether the inputs go channels-last, for the
+    passes' ``held``. The passes compute what they did."""
+    was_training = model.training
+    model.eval()
+    try:
+        with fast_layout(model, x, device) as channels_last:
+            yield channels_last
+    finally:
+        model.train(was_training)
+
+
 def _batch(to_tensor, x, device, channels_last: bool) -> torch.Tensor:
     xb = to_tensor(x).to(device)
     return xb.contiguous(memory_format=torch.channels_last) if channels_last and xb.dim() == 4 else xb
@@ -71,18 +89,21 @@ def evaluate(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, to_tensor,
 
 @torch.no_grad()
 def evaluate_predictions(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, to_tensor,
-                         batch_size: int = 512, device="cpu", loss=None, outputs: list | None = None
-                         ) -> tuple[float, float, np.ndarray]:
+                         batch_size: int = 512, device="cpu", loss=None, outputs: list | None = None,
+                         held: bool | None = None) -> tuple[float, float, np.ndarray]:
     """(accuracy, mean loss, the class predicted for each row) in one pass; the predictions
     are empty for real-valued targets (no classes). ``outputs``: a list that receives each
-    batch's model outputs (on the CPU), for metrics of your own (:mod:`raysfl.user_metrics`)."""
+    batch's model outputs (on the CPU), for metrics of your own (:mod:`raysfl.user_metrics`).
+    ``held``: None, or the pass runs inside :func:`held`, which set the model's mode and
+    layout, and this is what it gave (whether the inputs go channels-last)."""
     from raysfl.objective import BUILT_IN
 
     loss = loss if loss is not None else BUILT_IN["cross_entropy"]
     was_training = model.training
-    model.eval()
+    if held is None:
+        model.eval()
     correct, loss_sum, preds = 0.0, 0.0, []
-    with fast_layout(model, x, device) as channels_last:
+    with fast_layout(model, x, device) if held is None else contextlib.nullcontext(held) as channels_last:
         for i in range(0, len(y), batch_size):
             xb = _batch(to_tensor, x[i:i + batch_size], device, channels_last)
             yb = torch.from_numpy(np.array(y[i:i + batch_size])).to(device)  # int64 class ids or float32 values
@@ -94,7 +115,8 @@ def evaluate_predictions(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, t
                 correct += float(loss.hits(out, yb).sum())
             if loss.targets == "classes":
                 preds.append(out.argmax(1).cpu().numpy())
-    model.train(was_training)
+    if held is None:
+        model.train(was_training)
     n = max(1, len(y))
     acc = correct / n if loss.has_accuracy else float("nan")
     return acc, loss_sum / n, np.concatenate(preds) if preds else np.zeros(0, dtype=np.int64)

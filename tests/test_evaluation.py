@@ -89,6 +89,42 @@ def test_channels_last_evaluation_gives_the_same_answers_and_leaves_the_model_as
     assert model.blocks[0][0].weight.is_contiguous()
 
 
+
+def test_per_client_passes_held_give_what_passes_one_by_one_give_and_leave_the_model_as_it_was():
+    """evaluate_own_models sets the evaluator's module's mode and layout once for all the
+    clients' passes (issue 44): every client's scores equal those of a pass of its own composite
+    model, and the module ends in the mode and layout it had."""
+    from raysfl.algorithms.roles.aggregator import block_of, evaluate_own_models
+    from raysfl.data import load_dataset
+    from raysfl.evaluation import evaluate_predictions
+    from raysfl.models import build_model
+    from raysfl.runtime.fed_actor import ClientViews, Evaluator
+    from raysfl.transport import state_to_wire
+
+    ds = load_dataset("digits")
+    model = build_model("cnn", ds.input_shape, ds.num_classes, seed=0)
+    state = {k: v.copy() for k, v in state_to_wire(model.state_dict()).items()}
+    rng = np.random.default_rng(0)
+    own = {c: {k: v + rng.normal(0, 0.05, v.shape).astype(v.dtype) for k, v in state.items() if block_of(k) < 2}
+           for c in range(6)}
+
+    class Agg:
+        global_state, last_clients = state, list(own)
+
+    Agg.own = own
+    ev = Evaluator(model, ds, "cpu", ClientViews([], np.ones((6, 10))), passes=3, seed=(0, 1))
+    model.train()
+    acc, loss, _ = evaluate_own_models(Agg, ev)
+    assert model.training and all(p.is_contiguous() for p in model.parameters())
+    rows = ev.shares(list(own))
+    alone = []
+    for c in own:
+        m = build_model("cnn", ds.input_shape, ds.num_classes, seed=0)
+        m.load_state_dict({k: torch.from_numpy(np.array({**state, **own[c]}[k])) for k in state})
+        alone.append(evaluate_predictions(m, ds.x_test[rows[c]], ds.y_test[rows[c]], ds.to_tensor)[:2])
+    assert acc == float(np.mean([a for a, _ in alone])) and loss == float(np.mean([l for _, l in alone]))
+    assert len({a for a, _ in alone}) > 1  # the clients' models differ
+
 def test_eval_passes_changes_what_is_measured_not_what_is_trained(quick):
     """4 psl clients, scored on half the test set each (--eval-passes 2) or on all of it (0):
     the same training (losses equal), the share recorded, the accuracies near each other."""

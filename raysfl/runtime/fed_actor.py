@@ -19,6 +19,7 @@ import torch
 
 from raysfl.errors import ConfigError
 from raysfl.evaluation import evaluate_by_class, evaluate_predictions, mix_weighted_accuracy, test_shares
+from raysfl.evaluation import held as evaluation_held
 from raysfl.algorithms.roles.aggregator import block_of
 from raysfl.own_states import MIB, OwnStates
 from raysfl.data.landing import on_this_node
@@ -221,6 +222,19 @@ class Evaluator:
         self.metrics = metrics  # raysfl.user_metrics.UserMetrics, or None
         self.recorded: dict[str, list] = {"test": [], "local": []}  # (rows, accuracy, loss, your metrics) per pass
         self._aside = 0
+        self._held = None  # inside held(): whether self.model's passes take channels-last inputs
+
+    @contextlib.contextmanager
+    def held(self):
+        """Passes of ``self.model`` one after another, each client's part loaded in turn
+        (:meth:`load`): its mode and layout set once for all of them
+        (:func:`raysfl.evaluation.held`)."""
+        with evaluation_held(self.model, self.ds.x_test[:1], self.device) as channels_last:
+            self._held = channels_last
+            try:
+                yield self
+            finally:
+                self._held = None
 
     @contextlib.contextmanager
     def aside(self):
@@ -237,7 +251,7 @@ class Evaluator:
         ("test" or "local") unless :meth:`aside`."""
         keep = [] if self.metrics is not None and not self._aside else None
         acc, loss, pred = evaluate_predictions(self._here(m), x, y, self.ds.to_tensor, device=self.device,
-                                               loss=self.loss, outputs=keep)
+                                               loss=self.loss, outputs=keep, held=self._held if m is self.model else None)
         if not self._aside and len(y):
             values = self.metrics.compute(torch.cat(keep), torch.from_numpy(np.array(y))) if keep else {}
             self.recorded[kind].append((len(y), acc, loss, values))

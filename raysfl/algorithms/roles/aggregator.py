@@ -200,9 +200,10 @@ def evaluate_own_models(agg: Aggregator, ev) -> tuple[float, float, dict[str, fl
         acc, loss = ev(agg.global_state)
         return acc, loss, dict.fromkeys(OWN_MODEL_METRICS, nan)
     seen, rows = [], ev.shares(agg.last_clients)
-    for c in agg.last_clients:
-        ev.load(agg.global_state, agg.own.get(c, {}))  # copies only the client-side part after the first
-        seen.append(ev.for_client(ev.model, c, rows[c]))
+    with ev.held():  # one module, its mode and layout set once for every client's pass
+        for c in agg.last_clients:
+            ev.load(agg.global_state, agg.own.get(c, {}))  # copies only the client-side part after the first
+            seen.append(ev.for_client(ev.model, c, rows[c]))
     sizes = ev.views.histograms.sum(axis=1)
     owned = [(agg.own[c], float(sizes[c])) for c in agg.last_clients if c in agg.own]
     with ev.aside():  # a model for comparison, not the one reported: not in the metrics of your own
