@@ -133,6 +133,7 @@ def against(rev: str, clients: list[int], passes: list[int], repeats: int, turns
     ``turns`` times so that drift of the machine falls on both: the median of each side's
     best-of-``repeats`` times, and whether both give the same scores."""
     import json
+    import os
     import statistics
     import subprocess
     import sys
@@ -148,7 +149,7 @@ def against(rev: str, clients: list[int], passes: list[int], repeats: int, turns
             for _ in range(turns):
                 for side, root in (("this checkout", ROOT), (rev, base)):
                     done = subprocess.run([sys.executable, "-c", CHILD, cases], capture_output=True, text=True,
-                                          check=True, cwd=root, env={**__import__("os").environ, "PYTHONPATH": str(root)})
+                                          check=True, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
                     for r in json.loads(done.stdout.splitlines()[-1]):
                         seen.setdefault((r["clients"], r["passes"], side), []).append(r)
         finally:

@@ -60,11 +60,11 @@ def fast_layout(model: torch.nn.Module, x: np.ndarray, device):
 def held(model: torch.nn.Module, x: np.ndarray, device):
     """Many passes of ``model`` in a row, its weights replaced between them (a round's
     per-client models, each copied into one module in turn): eval mode and the CPU layout of
-    :func:`fast_layout` set once for all of them, not once per pass. Passes inside say so
-    (``held=True``). At 100 per-client models of a few dozen test rows each, switching the
-    modules' modes and laying the weights out, and back, was a large part of each pass
-    (docs/performance.md, section 10). It gives whether the inputs go channels-last, for the
-    passes' ``held``. The passes compute what they did."""
+    :func:`fast_layout` set once for all of them, not once per pass. It gives whether the
+    inputs go channels-last; passes inside pass that on as their ``held``. At 100 per-client
+    models of a few dozen test rows each, switching the modules' modes and laying the weights
+    out, and back, was a large part of each pass (docs/performance.md, section 10). The passes
+    compute what they did."""
     was_training = model.training
     model.eval()
     try:

@@ -2,8 +2,8 @@
 the settings its search ran to the end, per tuning seed.
 
 `raysfl reproduce` tunes every row on two tuning seeds (docs/results.md) and keeps each row's
-search in its cache as ``tune-<row key>.json``. A choice that wins on one tuning seed and loses
-on the other is a near-tie: another pair of tuning seeds could choose the other setting, and
+search in its cache as ``tune-<row key>.json``. A choice that does not beat the runner-up on
+every tuning seed is a near-tie: another pair of tuning seeds could choose the other setting, and
 where the two sit on either side of a stability edge, a table's verdict can follow the draw
 (docs/besplit.md, "What changed the verdicts"). This script lists, for every cached tuning,
 the choice, the runner-up, their score gap and each seed's own difference, and counts the
