@@ -95,7 +95,9 @@ class Aggregator(Recorder):
         """(test accuracy, test loss, extra columns) of what the paper evaluates: the global model.
         ``ev`` is the fed actor's evaluator (``ev(state)``, ``ev.module(m)``, ``ev.local(m, c)``,
         ``ev.for_client(m, c)``, and ``ev.shares(clients)`` to score many per-client models at a
-        fixed cost; raysfl.runtime.fed_actor.Evaluator)."""
+        fixed cost, with ``with ev.held():`` around a run of passes of ``ev.model`` loaded in turn
+        by ``ev.load``, so that its mode and layout are set once for all of them;
+        raysfl.runtime.fed_actor.Evaluator)."""
         acc, loss = ev(self.global_state)
         return acc, loss, {}
 
