@@ -116,7 +116,8 @@ def measure(n: int, evaluation: str, args) -> list[dict]:
     """One measurement of every algorithm at ``n`` clients: rows of round times and ratios."""
     settings = dict(COMMON, model=args.model, cut=args.cut, clients=n, rounds=args.rounds,
                     eval_every=1 if evaluation == "default" else 10**6)
-    mine = dict(settings, resources={"eval_cpus": args.eval_cpus}) if args.eval_cpus else settings
+    resources = {k: v for k, v in (("eval_cpus", args.eval_cpus), ("eval_overlap", args.eval_overlap)) if v}
+    mine = dict(settings, resources=resources) if resources else settings
     tag = f"{n:>5} clients, evaluation {evaluation:<7}"
     central = run(algo="centralized", **settings)
     c_flops = flops_per_round(central)
@@ -165,6 +166,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads of the sequential reference")
     ap.add_argument("--eval-cpus", type=int, default=None,
                     help="raysfl's --eval-cpus (default: unset, the CPUs of the actors that wait; 1: as before it)")
+    ap.add_argument("--eval-overlap", choices=["on", "off"], default=None,
+                    help="raysfl's --eval-overlap (default: unset, raysfl's own: on; off: as before it)")
     ap.add_argument("--out", default=str(ROOT / "docs/results/overhead.md"))
     args = ap.parse_args()
     if args.runs < 1 or args.rounds < 4:
@@ -192,7 +195,8 @@ def main() -> None:
         lines += [f"| {n} | {algo} | {share:.0%} |" for n, algo, share in shares]
     for r in rows:
         r["ratio_range"] = list(r["ratio_range"])
-    layout = "raysfl's default actor layout" + (f", --eval-cpus {args.eval_cpus}" if args.eval_cpus else "")
+    layout = ("raysfl's default actor layout" + (f", --eval-cpus {args.eval_cpus}" if args.eval_cpus else "")
+              + (f", --eval-overlap {args.eval_overlap}" if args.eval_overlap else ""))
     intro = (f"Model {args.model} at cut {args.cut}, {args.rounds} rounds per run, medians over {args.runs} "
              f"runs, {layout}, sequential reference on {args.threads} torch threads. "
              f"{__doc__.split(chr(10) + chr(10), 2)[2].strip()}")

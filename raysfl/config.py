@@ -87,9 +87,15 @@ class ResourceConfig:
                            # thread of its own (ours); auto: on where nothing can tell the
                            # difference (one node, no GPU for them, no kill fault naming them,
                            # a zoo model: runtime/placement.resolve_co_host)
-    eval_cpus: float | None = None  # torch threads of the fed server's evaluation (their floor; ours). None: the
-                                    # CPUs of the run's actors that wait while it evaluates -- every actor's on
-                                    # one node, the servers' and its own on a cluster (placement.resolve_eval_cpus)
+    eval_cpus: float | None = None  # torch threads of the fed server's evaluation (their floor; ours). None: with
+                                    # eval_overlap on, the cores the training leaves idle; off, the CPUs of the
+                                    # run's actors that wait while it evaluates -- every actor's on one node, the
+                                    # servers' and its own on a cluster (placement.resolve_eval_cpus)
+    eval_overlap: str = "auto"  # on: a round's evaluation runs on the fed server while the next round trains, its
+                                # row written when that training is done (ours); off: before the next round starts;
+                                # auto: on on one node (the fed server without a GPU), evaluating on the cores the
+                                # training leaves idle, at least one (placement.resolve_eval_overlap; the same rows
+                                # but for wall_time_s)
     own_state_memory_mb: int = 256  # the clients' kept states (PSL's own models, ...) the fed server holds in
                                     # memory; older ones wait in files of its node (ours)
     num_cpus: int | None = None  # local Ray cluster size; default: what the actors need
@@ -231,6 +237,7 @@ STRATEGIES = ("SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK", "none")
 DIRECT_PAYLOADS = ("auto", "on", "off")
 DEVICE_PAYLOADS = ("auto", "on", "off")
 CO_HOST = ("auto", "on", "off")
+EVAL_OVERLAP = ("auto", "on", "off")
 SECTIONS = {"devices": DeviceConfig, "resources": ResourceConfig}
 # What a config file may hold (ours): a real one is a few KB of about a hundred values, four levels deep
 # (a list of faults, a fault, its keys, their values). The bounds hold while the file is read -- its bytes before

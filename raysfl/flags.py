@@ -158,8 +158,12 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "co_host": ("resources", "the servers and the fed server share one process, each in a thread of its own "
                              "(on), or have one each (off); auto: on where it cannot change a run -- one node, no "
                              "GPU for them, no kill fault naming them, a zoo model (ours)"),
-    "eval_cpus": ("resources", "CPUs (torch threads) the fed server evaluates with; the run's other actors wait "
-                               "while it does (ours)"),
+    "eval_cpus": ("resources", "CPUs (torch threads) the fed server evaluates with (ours)"),
+    "eval_overlap": ("resources", "a round's evaluation runs on the fed server while the next round trains, and "
+                                  "its row is written when that training is done (on), or before the next round "
+                                  "starts (off); the same rows but for wall_time_s; auto: on on one node whose fed "
+                                  "server has no GPU, evaluating on the cores the training leaves idle, at least one "
+                                  "(ours)"),
     "own_state_memory_mb": ("resources", "MiB of the clients' kept states (PSL's own client-side models, ...) the "
                                          "fed server holds in memory; the least recently used wait in files of its "
                                          "node beyond it (ours)"),
@@ -176,8 +180,9 @@ NONE_DEFAULTS = {
     "client_cpus": "0.5, less where the cluster is smaller", "server_cpus": "1, less where the cluster is smaller",
     "fed_cpus": "0.5, less where the cluster is smaller", "client_memory_gb": "none", "server_memory_gb": "none",
     "fed_memory_gb": "none",
-    "eval_cpus": "the CPUs of the actors that wait: all of them on one node, the servers' and the fed server's on a "
-                 "cluster",
+    "eval_cpus": "with --eval-overlap on, the cores of one node the training leaves idle (at least one), the fed "
+                 "server's own on a cluster; off, the CPUs of the actors that wait: all of them on one node, the "
+                 "servers' and the fed server's on a cluster",
     "num_cpus": "what the actors need, at least the machine's cores",
     "num_gpus": "sized to the run",
 }

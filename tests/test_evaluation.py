@@ -174,6 +174,7 @@ def test_the_fed_server_evaluates_on_eval_cpus_threads_with_the_same_scores(quic
     (3, 48.0, 16, 2.0),  # a cluster: the server's 1 and the fed server's 0.5, rounded
 ])
 def test_evaluation_takes_the_cpus_of_the_actors_that_wait(monkeypatch, nodes, counted, cores, want):
+    """--eval-overlap off: the evaluation comes after the aggregation, while the others wait."""
     import os
 
     import ray
@@ -184,10 +185,39 @@ def test_evaluation_takes_the_cpus_of_the_actors_that_wait(monkeypatch, nodes, c
     monkeypatch.setattr(placement, "alive_nodes", lambda: nodes)
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": counted})
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
-    cfg = raysfl.config_from_kwargs(algo="psl")
+    cfg = raysfl.config_from_kwargs(algo="psl", resources={"eval_overlap": "off"})
     assert placement.resolve_eval_cpus(cfg, 2, 1).resources.eval_cpus == want
     mine = raysfl.config_from_kwargs(algo="psl", resources={"eval_cpus": 3})
     assert placement.resolve_eval_cpus(mine, 2, 1).resources.eval_cpus == 3
+
+
+@pytest.mark.parametrize("nodes, counted, cores, fed_gpus, overlap, threads", [
+    (1, 3.0, 2, 0.0, "on", 1.0),    # raysfl run on 2 cores: the training's 3 threads leave none idle: one thread
+    (1, 5.0, 2, 0.0, "on", 1.0),    # reproduce --parallel 2 on 2 cores
+    (1, 16.0, 16, 0.0, "on", 13.0),  # a big machine: 13 cores beyond the training's 3 threads
+    (1, 16.0, 16, 0.5, "off", 3.0),  # the fed server on a GPU: not measured there; the CPUs that wait
+    (3, 48.0, 16, 0.0, "off", 2.0),  # a cluster: not measured there; the CPUs that wait
+])
+def test_evaluation_overlaps_training_on_one_node_on_the_idle_cores(monkeypatch, nodes, counted, cores, fed_gpus,
+                                                                    overlap, threads):
+    """--eval-overlap auto: on on one node (no GPU for the fed server), the evaluation on the
+    cores the training leaves idle (at least one thread); otherwise off, the evaluation at once
+    on the CPUs of the actors that wait. A value given is kept."""
+    import os
+
+    import ray
+
+    import raysfl
+    from raysfl.runtime import placement
+
+    monkeypatch.setattr(placement, "alive_nodes", lambda: nodes)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": counted})
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    cfg = raysfl.config_from_kwargs(algo="psl", resources={"fed_gpus": fed_gpus})
+    got = placement.resolve_eval_cpus(placement.resolve_eval_overlap(cfg, 2, 1), 2, 1).resources
+    assert (got.eval_overlap, got.eval_cpus) == (overlap, threads)
+    off = raysfl.config_from_kwargs(algo="psl", resources={"eval_overlap": "off"})  # as given
+    assert placement.resolve_eval_overlap(off, 2, 1).resources.eval_overlap == "off"
 
 
 def test_bad_eval_cpus_is_refused_in_one_line():

@@ -495,21 +495,24 @@ def _kill_and_wait(actor):
 def clean_loss_run(tmp_path_factory, ray_session):
     out = tmp_path_factory.mktemp("clean_loss")
     return raysfl.run(raysfl.config_from_kwargs(out=str(out), progress=False, resources={"client_actors": 2,
-                                                "co_host": "off"}, **LOSS_RUN))
+                                                "co_host": "off", "eval_overlap": "off"}, **LOSS_RUN))
 
 
-_MOMENTS = ["after_end_round", "after_evaluate", "during_get_state", "after_confirm", "before_rename"]
+_MOMENTS = ["after_end_round", "after_evaluate", "during_get_state", "after_confirm", "before_rename",
+            "during_deferred_evaluation"]
+_DEFAULT_SUITE = {("fed", "after_evaluate"), ("fed", "during_deferred_evaluation")}
 
 
-@pytest.mark.parametrize("role,moment", [  # the issue's case in the default suite, every one in the slow suite
-    pytest.param(role, moment, marks=() if (role, moment) == ("fed", "after_evaluate") else pytest.mark.slow)
+@pytest.mark.parametrize("role,moment", [  # the issue's cases in the default suite, every one in the slow suite
+    pytest.param(role, moment, marks=() if (role, moment) in _DEFAULT_SUITE else pytest.mark.slow)
     for role in ("fed", "server") for moment in _MOMENTS])
 def test_actor_lost_between_end_round_and_checkpoint_loses_nothing(quick, clean_loss_run, monkeypatch, role, moment):
     """Issue 45: the fed server (or the server) killed between a round's end and its checkpoint's
     rename -- after the round's calls, after the evaluation, while its state is taken, after the
     state is confirmed, as the file is written -- costs nothing: every round's metrics and every
     checkpoint's weights equal an uninterrupted run's (before, round N's checkpoint held round
-    N-1's weights)."""
+    N-1's weights). ``during_deferred_evaluation``: just after round 3 asks for round 2's
+    evaluation, which overlaps round 3's training (``--eval-overlap``, on by default on one node)."""
     from raysfl.runtime.federation import Federation
 
     seen = {"fed": None, "done": False}
@@ -547,6 +550,8 @@ def test_actor_lost_between_end_round_and_checkpoint_loses_nothing(quick, clean_
             return args[0]._snap_round_pending if args[0]._snap_refs is not None else None
         if name == "save":
             return args[1]
+        if name == "_submit_deferred":  # the call that asks for the deferred evaluation
+            return args[0]._deferred if args[0]._deferred_ref is None else None
         return None
 
     wrap(Federation, "snapshot_at", "none")  # remembers the federation
@@ -558,9 +563,12 @@ def test_actor_lost_between_end_round_and_checkpoint_loses_nothing(quick, clean_
         wrap(Federation, "snapshot_at", "after")
     elif moment == "after_confirm":
         wrap(Federation, "confirm_snapshot", "after")
+    elif moment == "during_deferred_evaluation":
+        wrap(Federation, "_submit_deferred", "after")
     else:
         wrap(checkpoint, "save", "before")
-    res = raysfl.run(quick(resources={"client_actors": 2, "co_host": "off"}, **LOSS_RUN))
+    overlap = {"eval_overlap": "on"} if moment == "during_deferred_evaluation" else {}  # the clean run evaluates at once
+    res = raysfl.run(quick(resources={"client_actors": 2, "co_host": "off", **overlap}, **LOSS_RUN))
     assert seen["done"], "the kill was not injected"
     clean = clean_loss_run.metrics
     for col in ("test_accuracy", "test_loss", "train_loss"):

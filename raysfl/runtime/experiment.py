@@ -443,7 +443,8 @@ def launch_actors(cfg, num_servers: int, run_name: str, stages: "StartupClock") 
     from raysfl.runtime.federation import start_actors
     from raysfl.models import custom
     from raysfl.runtime.placement import (alive_nodes, check_capacity, fit_resources, init_ray, resolve_co_host,
-                                          resolve_device_payloads, resolve_direct_payloads, resolve_eval_cpus)
+                                          resolve_device_payloads, resolve_direct_payloads, resolve_eval_cpus,
+                                          resolve_eval_overlap)
     from raysfl.runtime import pool
 
     num_actors = cfg.resources.num_client_actors(cfg.clients)
@@ -459,6 +460,7 @@ def launch_actors(cfg, num_servers: int, run_name: str, stages: "StartupClock") 
     nodes = alive_nodes()  # counted once for the three choices that depend on it
     cfg = resolve_co_host(resolve_direct_payloads(fit_resources(cfg, num_actors, num_servers, free), nodes),
                           custom.is_custom(cfg.model), nodes)
+    cfg = resolve_eval_overlap(cfg, num_actors, num_servers, nodes)  # before the evaluation's CPUs, which it decides
     cfg = resolve_device_payloads(resolve_eval_cpus(cfg, num_actors, num_servers, nodes), nodes)
     if not os.environ.get("RAY_ADDRESS"):  # a Ray of this process: it will not grow. A job on a
         # cluster (RAY_ADDRESS set) may autoscale: the placement groups wait for it instead
@@ -474,7 +476,7 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
     import ray
 
     from raysfl.runtime.federation import Federation, FedServerLost
-    from raysfl.runtime.rounds import resume_hint, run_round, save_checkpoint
+    from raysfl.runtime.rounds import resume_hint, run_round, settle_on_the_way_out, settle_pending
 
     planner = exp.planner
     cfg = exp.cfg = launch.cfg
@@ -515,17 +517,13 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
                        f"rounds {start + 1}..{cfg.rounds} to go; started in {stages.total:.1f} s")
             stages.write()
             for rnd in range(start + 1, cfg.rounds + 1):
-                run_round(exp, fed, rnd)
-                if exp.callbacks.round(exp.logger.rows[-1]):  # a callback asked to stop here
-                    exp.stopped = True
-                    if cfg.checkpoint_every and not exp.due(rnd, cfg.checkpoint_every):
-                        if fed.snapshot_round != rnd:  # no snapshot of it (--max-round-retries 0)
-                            fed.snapshot_at(rnd)
-                            fed.confirm_snapshot()  # FedServerLost: the run fails (below), never a wrong state
-                        save_checkpoint(exp, fed, rnd)
+                run_round(exp, fed, rnd)  # its callbacks see its row (a round later with --eval-overlap)
+                if exp.stopped:  # a callback asked to stop
                     break
+            settle_pending(exp, fed)  # none: the last round is evaluated at once
             ok = True
         except KeyboardInterrupt:  # SIGINT or SIGTERM (runtime/interrupts.py): keep the rounds that finished
+            settle_on_the_way_out(exp, fed)
             checkpoint_finished(exp, fed)
             raise
         except FedServerLost as e:  # outside a round's retries: a callback's stop, whose state was lost
@@ -536,6 +534,7 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
 
             if isinstance(e, ray.exceptions.RayTaskError) and not is_death(e):
                 raise  # an error in our own code, not a failure of the cluster: its traceback is wanted
+            settle_on_the_way_out(exp, fed, timeout=10.0)
             first = first_line(e, None)
             rows = exp.logger.rows
             done = rows[-1]["round"] if rows else 0

@@ -250,6 +250,8 @@ class Federation:
         self.away: set[int] = set()  # ... and of those, ones Ray has not placed again (recover)
         self._carry: list = []  # late update refs waiting for the next aggregation (the aggregator's late_updates)
         self.late_applied = 0
+        self._deferred: int | None = None  # a round whose evaluation waits for the next round's dispatch (--eval-overlap)
+        self._deferred_ref = None  # ... its evaluation, once submitted
 
     def warm_up(self) -> None:
         """Every actor's first forward/backward, before round 1 (all at once)."""
@@ -489,6 +491,8 @@ class Federation:
         self.died, self.away = (self.died - set(got)) | away, away
         restarted = [i for i, (a, b) in enumerate(zip(self.incarnations, now)) if a != b]
         self.incarnations = now
+        if len(now) - 1 in restarted:  # a deferred evaluation went with the fed server: asked again, of the snapshot
+            self._deferred_ref = None
         self._set_up_again(restarted)
         if self.snapshot is not None:
             self.load_state(self.snapshot)
@@ -564,6 +568,7 @@ class Federation:
             markers += m
             if not self.exchange.hand_over(w, self.fed, rnd, u):
                 flight.updates += list(zip(actors, u))
+        self._submit_deferred()  # a round nobody trains in: the evaluation goes now
         flight.sync = self.planner.sync_servers(rnd)
         server_stats, server_metrics = [], []
         for srv in self.servers:
@@ -612,13 +617,17 @@ class Federation:
         flight.agg_weights = {c: st.agg_weight for c, st in result.stats.items() if st.agg_weight == st.agg_weight}
         return flight
 
-    def aggregate(self, flight: RoundInFlight, aggregated: list[int] | None, evaluate: bool, void: bool = False):
+    def aggregate(self, flight: RoundInFlight, aggregated: list[int] | None, evaluate: bool, void: bool = False,
+                  defer: bool = False):
         """Aggregate the round's completed updates of the ``aggregated`` clients; evaluate.
 
         ``void``: the round included nobody; the servers and the fed server go back to the
         snapshot (the round's start state) and nothing is aggregated. Returns (acc, loss,
         extras) or None. Raises :class:`FedServerLost` if the fed server died (the caller rolls
-        back and retries the round).
+        back and retries the round). ``defer``: the evaluation is not asked for now but by the
+        next round's :meth:`run_round`, just after its first dispatch, so that the fed server
+        evaluates while that round trains (``--eval-overlap``); :meth:`deferred_result` waits
+        for it. None is returned then.
         """
         import ray
 
@@ -635,7 +644,7 @@ class Federation:
             late, _ = ray.wait(self._carry, num_returns=len(self._carry), timeout=0, fetch_local=False)
         ok = self.fed.aggregate.remote(flight.rnd, aggregated, states, flight.on_time(), late, flight.agg_weights,
                                        self.servers if flight.sync else [], failures(flight.result, aggregated))
-        eval_ref = self.fed.evaluate.remote(flight.rnd) if evaluate else None
+        eval_ref = self.fed.evaluate.remote(flight.rnd) if evaluate and not defer else None
         try:
             self.late_applied, incarnation, flight.result.aggregator_metrics = ray.get(ok)
             result = ray.get(eval_ref) if eval_ref is not None else None
@@ -648,6 +657,38 @@ class Federation:
             self._clean = False
             raise FedServerLost("the fed server was restarted during the round")
         self._carry = late_now  # only once aggregation succeeded
+        if evaluate and defer:
+            self._deferred, self._deferred_ref = flight.rnd, None
+        return result
+
+    def _submit_deferred(self) -> None:
+        """Ask the fed server for the deferred evaluation, once. Its calls run in the order they
+        were asked for, so the evaluation sees the models as the round before left them: it
+        comes after this round's dispatch (which reads them) and before any call that changes
+        them (vanilla SL's hand-overs, the aggregation, a rollback's ``load_state``)."""
+        if self._deferred is not None and self._deferred_ref is None:
+            self._deferred_ref = self.fed.evaluate.remote(self._deferred)
+
+    @property
+    def deferred(self) -> int | None:
+        """The round whose evaluation is deferred and not yet collected, or None."""
+        return self._deferred
+
+    def deferred_result(self, timeout: float | None = None):
+        """The deferred round's evaluation, (acc, loss, extras), waited for (asked for now if it
+        has not been). Raises :class:`FedServerLost` if the fed server died meanwhile: after the
+        rollback that follows, the next :meth:`run_round` asks again, of the round's snapshot."""
+        import ray
+
+        self._submit_deferred()
+        try:
+            result = ray.get(self._deferred_ref, timeout=timeout)
+        except Exception as e:  # noqa: BLE001 - classified
+            if is_death(e):
+                self._deferred_ref, self._clean = None, False
+                raise FedServerLost(str(e).splitlines()[0] if str(e) else type(e).__name__) from e
+            raise
+        self._deferred = self._deferred_ref = None
         return result
 
     def evaluate(self, evaluate: bool, rnd: int):
@@ -678,6 +719,7 @@ class Federation:
         actors = sorted(by_actor)
         dispatch = [{c: p.blocks for c, p in by_actor[i].items()} for i in actors]
         models = _as_list(self.fed.dispatch.options(num_returns=len(actors)).remote(dispatch), len(actors))
+        self._submit_deferred()  # the round before's evaluation, behind this dispatch and before anything that changes the models
         for i, m in zip(actors, models):
             w.aux.append(self.clients[i].begin_round.remote(by_actor[i], m))
         prev: dict[int, list] = {i: [] for i in actors}

@@ -437,6 +437,45 @@ def resolve_device_payloads(cfg, nodes: int | None = None):
     return dataclasses.replace(cfg, resources=dataclasses.replace(r, device_payloads="on" if shared else "off"))
 
 
+def training_threads(cfg, num_client_actors: int, num_servers: int) -> int:
+    """The torch threads a round's training keeps busy at most: each client actor's and
+    server's (:func:`set_threads`: the floor of its CPUs, at least one)."""
+    threads = lambda role: max(1, int(math.floor(role_cpus(cfg, role))))  # noqa: E731
+    return num_client_actors * threads("client") + num_servers * threads("server")
+
+
+def run_cores(cfg, num_client_actors: int, num_servers: int) -> float:
+    """The cores of this one node that are the run's: all of them, scaled down where its Ray
+    counts more CPUs than the node has cores (runs side by side, ``raysfl reproduce
+    --parallel 2``) by the run's share of what Ray counts."""
+    import ray
+
+    counted = ray.cluster_resources().get("CPU", 0.0)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if not counted or counted <= cores:
+        return float(cores)
+    return actor_demand(cfg, num_client_actors, num_servers)[0] * cores / counted
+
+
+def resolve_eval_overlap(cfg, num_client_actors: int, num_servers: int, nodes: int | None = None):
+    """``cfg`` with ``resources.eval_overlap`` "auto" made concrete (ours): "on" on one node
+    whose fed server has no GPU, "off" elsewhere. Evaluating a round while the next one trains
+    (:mod:`raysfl.runtime.rounds`) took 0.87-0.94x of the round of evaluating at once on a
+    2-core machine whose client actors and server keep both cores busy, and 0.69x with a core
+    left over (docs/performance.md, section 10) -- on one thread: the evaluation then takes the
+    cores the training leaves idle, at least one (:func:`resolve_eval_cpus`); on two threads
+    there it took 1.26x, competing with the training. With a GPU for the fed server and on a
+    cluster it is not measured, so "auto" leaves it off there. ``nodes``: as
+    :func:`resolve_direct_payloads`."""
+    import dataclasses
+
+    r = cfg.resources
+    if r.eval_overlap != "auto":
+        return cfg
+    on = not r.fed_gpus and (alive_nodes() if nodes is None else nodes) == 1
+    return dataclasses.replace(cfg, resources=dataclasses.replace(r, eval_overlap="on" if on else "off"))
+
+
 def resolve_eval_cpus(cfg, num_client_actors: int, num_servers: int, nodes: int | None = None):
     """``cfg`` with ``resources.eval_cpus`` unset made concrete: the CPUs of the run's actors
     that wait while the fed server evaluates (ours). A round's evaluation comes after its
@@ -449,7 +488,11 @@ def resolve_eval_cpus(cfg, num_client_actors: int, num_servers: int, nodes: int 
     --parallel 2`` sizes its Ray for two runs at once), the share is scaled down alike, so that
     runs side by side do not evaluate on more threads than there are cores; the share is
     rounded to whole threads (a run on 2 cores whose Ray counts 3 CPUs: 2.5 x 2/3 -> 2).
-    ``nodes``: as :func:`resolve_direct_payloads`."""
+
+    With ``--eval-overlap on`` (:func:`resolve_eval_overlap`) the other actors do not wait: they
+    train the next round. The evaluation then takes the cores the training leaves idle on one
+    node (at least one thread), and its own share on a cluster. ``nodes``: as
+    :func:`resolve_direct_payloads`."""
     import dataclasses
 
     import ray
@@ -457,7 +500,11 @@ def resolve_eval_cpus(cfg, num_client_actors: int, num_servers: int, nodes: int 
     r = cfg.resources
     if r.eval_cpus is not None:
         return cfg
-    if (alive_nodes() if nodes is None else nodes) == 1:
+    one_node = (alive_nodes() if nodes is None else nodes) == 1
+    if r.eval_overlap == "on":
+        cpus = (math.floor(run_cores(cfg, num_client_actors, num_servers))
+                - training_threads(cfg, num_client_actors, num_servers)) if one_node else role_cpus(cfg, "fed")
+    elif one_node:
         counted = ray.cluster_resources().get("CPU", 0.0)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         cpus = actor_demand(cfg, num_client_actors, num_servers)[0] * min(1.0, cores / counted if counted else 1.0)

@@ -2,6 +2,10 @@
 federation (retrying it after a lost server), decide who is included, log its metrics row,
 keep the state to roll back to, checkpoint.
 
+With ``--eval-overlap on`` (the default, ours) a round's evaluation runs on the fed server while
+the next round trains: its rows wait (:class:`PendingRow`) and are logged, checkpointed and
+shown to the callbacks once that training is in, before its aggregation (:func:`settle_pending`).
+
 :class:`Experiment` holds what every round of a run needs; :func:`run_round` runs one;
 :func:`round_metrics` turns a round's per-client statistics into the rows of
 ``metrics.parquet`` and ``clients.parquet``.
@@ -51,6 +55,7 @@ class Experiment:
     model: "object" = None        # the initial SplitModel: every actor starts from a copy of it
     callbacks: "object" = None    # raysfl.callbacks.Callbacks, called after every round
     stopped: bool = False         # a callback ended the run early
+    pending: "PendingRow | None" = None  # a round whose row waits for its evaluation (--eval-overlap)
 
     def due(self, rnd: int, every: int) -> bool:
         """Whether something done every ``every`` rounds (and at the last) happens in ``rnd``."""
@@ -64,6 +69,18 @@ class Experiment:
 
             return rnd in round_set(self.cfg.eval_rounds) or rnd == self.cfg.rounds
         return self.due(rnd, self.cfg.eval_every)
+
+
+@dataclass
+class PendingRow:
+    """A round trained, aggregated and snapshotted whose evaluation runs on the fed server while
+    the next round trains (``--eval-overlap``): its rows, made without the evaluation's columns,
+    wait for it (:func:`settle_pending`)."""
+
+    rnd: int
+    row: dict
+    client_rows: list
+    thin: tuple | None  # (res, included, selected, events) for the warning of a thin round, or None
 
 
 def say_away(rnd: int, fed: Federation, was: set[int], num_clients: int) -> None:
@@ -139,22 +156,33 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
         kills = []  # injected faults fire once, not on the retry
         try:
             _count_losses(exp, fed, flight.result, events)
+            settle_pending(exp, fed)  # the round before's row: evaluated while this one trained
+            if exp.stopped:  # a callback stopped the run at the round before: this one never happened
+                fed.restore()  # the servers back to that round's end (they trained in this one)
+                return
             classify(exp, fed, plans, server_of, flight.result)
             aggregated = included(exp, flight.result, sim_delay)
             flight, aggregated = without_sim_stragglers(exp, fed, rnd, plans, server_of, flight, aggregated,
                                                         sim_delay, events)
-            result = aggregate_round(exp, fed, flight, aggregated, evaluate)
-            events["late_applied"] = fed.late_applied
             bad = diverged_clients(flight.result)
-            if not bad and (cfg.max_round_retries or exp.due(rnd, cfg.checkpoint_every) or deadlines(cfg)):
+            snapshot = not bad and (cfg.max_round_retries or exp.due(rnd, cfg.checkpoint_every) or deadlines(cfg))
+            # the evaluation overlaps the next round's training where the round's state is kept to go back to
+            # (a callback that stops the run here undoes that training) and the run goes on after it
+            defer = bool(evaluate and snapshot and rnd < cfg.rounds and cfg.resources.eval_overlap == "on")
+            result = aggregate_round(exp, fed, flight, aggregated, evaluate, defer)
+            defer = defer and fed.deferred == rnd  # a round that included nobody was evaluated at once
+            events["late_applied"] = fed.late_applied
+            if snapshot:
                 fed.snapshot_at(rnd)  # the state to go back to if a later round fails (not a diverged one)
                 fed.confirm_snapshot()  # an actor lost since the aggregation: the round is redone
             break
         except FedServerLost as e:
             if attempt == cfg.max_round_retries:
+                settle_on_the_way_out(exp, fed)
+                done = exp.logger.rows[-1]["round"] if exp.logger.rows else 0
                 raise RunFailed(f"round {rnd}: the fed server or a server was lost {attempt + 1} time(s) (last: {e}) "
                                 f"and --max-round-retries is "
-                                f"{cfg.max_round_retries}; giving up. Metrics of rounds 1..{rnd - 1} are in "
+                                f"{cfg.max_round_retries}; giving up. Metrics of rounds 1..{done} are in "
                                 f"{exp.run_dir}; {resume_hint(exp, f'--max-round-retries {cfg.max_round_retries + 2}')}"
                                 ) from None
             events["retries"] += 1
@@ -179,15 +207,70 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
         row, client_rows = round_metrics(exp, rnd, res, result, wall, sim_delay=sim_delay, included=set(aggregated),
                                          cuts={c: p.cut for c, p in plans.items()},
                                          events=events, delays=delays, selected=selected)
-        logger.log_round(row, client_rows)
-        if row["below_min_included"]:
-            _warn_thin(exp, rnd, res, set(aggregated), selected, events)
+        thin = (res, set(aggregated), selected, events) if row["below_min_included"] else None
+        if defer:  # logged, called back and checkpointed once the next round has trained
+            exp.pending = PendingRow(rnd, row, client_rows, thin)
+            return
+        finish_row(exp, rnd, row, client_rows, thin)
         if bad:  # stop before this round's state reaches a checkpoint; the previous one resumes
             raise Diverged(f"training diverged: the loss of client(s) {bad[:5]} became NaN/inf in round {rnd} "
                            f"(lr {cfg.lr_at(rnd):g}); start a new run with a lower --lr (or --lr-schedule); metrics of "
                            f"rounds 1..{rnd - 1} are in {exp.run_dir}", rnd)
-        if exp.due(rnd, cfg.checkpoint_every):
+        checkpoint_and_call_back(exp, fed, rnd, row)
+
+
+def finish_row(exp: Experiment, rnd: int, row: dict, client_rows: list, thin) -> None:
+    """Log round ``rnd``'s rows (and warn of a thin round)."""
+    exp.logger.log_round(row, client_rows)
+    if thin is not None:
+        _warn_thin(exp, rnd, *thin)
+
+
+def checkpoint_and_call_back(exp: Experiment, fed: Federation, rnd: int, row: dict) -> None:
+    """Round ``rnd``'s checkpoint when it is due; then the callbacks see its row, and one may
+    stop the run (:attr:`Experiment.stopped`): its state is checkpointed then, due or not."""
+    cfg = exp.cfg
+    if exp.due(rnd, cfg.checkpoint_every):
+        save_checkpoint(exp, fed, rnd)
+    if exp.callbacks is not None and exp.callbacks.round(row):  # a callback asked to stop here
+        exp.stopped = True
+        if cfg.checkpoint_every and not exp.due(rnd, cfg.checkpoint_every):
+            if fed.snapshot_round != rnd:  # no snapshot of it (--max-round-retries 0)
+                fed.snapshot_at(rnd)
+                fed.confirm_snapshot()  # FedServerLost: the run fails (experiment.py), never a wrong state
             save_checkpoint(exp, fed, rnd)
+
+
+def settle_pending(exp: Experiment, fed: Federation, timeout: float | None = None) -> None:
+    """The row of the round whose evaluation overlapped this one's training (``--eval-overlap``):
+    its evaluation collected (:meth:`Federation.deferred_result`), its columns filled, the row
+    logged, checkpointed and shown to the callbacks, as :func:`run_round` does for a round not
+    deferred. Raises :class:`FedServerLost` if the fed server died meanwhile; the row stays
+    pending, and after the rollback the evaluation is asked again, of that round's snapshot."""
+    p = exp.pending
+    if p is None:
+        return
+    result = fed.deferred_result(timeout)
+    with interrupts.held():  # a signal now waits until the round is logged and checkpointed
+        exp.pending = None
+        with_evaluation(exp, p.row, result)
+        finish_row(exp, p.rnd, p.row, p.client_rows, p.thin)
+        checkpoint_and_call_back(exp, fed, p.rnd, p.row)
+
+
+def settle_on_the_way_out(exp: Experiment, fed: Federation, timeout: float = 60.0) -> None:
+    """A run that fails or is interrupted while a round's row waits for its evaluation: that
+    row is written if its evaluation can still be had (the rounds done are never lost to the
+    overlap); a warning says so where it cannot."""
+    if exp.pending is None:
+        return
+    rnd = exp.pending.rnd
+    try:
+        settle_pending(exp, fed, timeout)
+    except Exception as e:  # noqa: BLE001 - the run is failing already: say what is lost, keep its error
+        exp.pending = None
+        print(f"raysfl: warning: round {rnd}'s evaluation could not be collected on the way out "
+              f"({type(e).__name__}); its row is not written", file=sys.stderr, flush=True)
 
 
 def diverged_clients(res: RoundResult) -> list[int]:
@@ -315,13 +398,15 @@ def _without_delays(plans: dict, clients: list[int]) -> dict:
     return {c: dataclasses.replace(plans[c], delay_s=0.0, deadline=None) for c in clients}
 
 
-def aggregate_round(exp: Experiment, fed: Federation, flight: RoundInFlight, aggregated: list[int], evaluate: bool):
-    """Aggregate and evaluate the round. A round that includes nobody (everyone dropped, failed
+def aggregate_round(exp: Experiment, fed: Federation, flight: RoundInFlight, aggregated: list[int], evaluate: bool,
+                    defer: bool = False):
+    """Aggregate and evaluate the round (``defer``: the evaluation waits for the next round,
+    :meth:`Federation.aggregate`). A round that includes nobody (everyone dropped, failed
     or sat out) leaves the model as it was: the servers and the fed server go back to the
     round's start state (when it is kept: with retries or deadlines; the default) and nothing
-    is aggregated; it is still evaluated."""
+    is aggregated; it is still evaluated, at once."""
     void = not aggregated and not fed.carrying and fed.snapshot_round == flight.rnd - 1
-    return fed.aggregate(flight, aggregated, evaluate, void=void)
+    return fed.aggregate(flight, aggregated, evaluate, void=void, defer=defer and not void)
 
 
 def _warn_thin(exp: Experiment, rnd: int, res: RoundResult, include: set[int], selected: int, events: dict) -> None:
@@ -416,6 +501,16 @@ def round_metrics(exp: Experiment, rnd: int, res: RoundResult, result, wall: flo
     row.update({k: float(recorded.get(k, nan)) for k in spec.columns(cfg)})
     row.update(evaluation_columns(cfg, ctx, extras))
     return row, client_rows
+
+
+def with_evaluation(exp: Experiment, row: dict, result) -> None:
+    """Fill a row :func:`round_metrics` made without its evaluation (``result`` None then) with
+    it, as :func:`round_metrics` would have: test accuracy and loss, the algorithm's columns its
+    evaluation records (over what the round recorded otherwise), the evaluation's own columns."""
+    acc, loss, extras = result
+    row["test_accuracy"], row["test_loss"] = float(acc), float(loss)
+    row.update({k: float(extras[k]) for k in exp.spec.columns(exp.cfg) if k in extras})
+    row.update(evaluation_columns(exp.cfg, exp.ctx, extras))
 
 
 def evaluation_columns(cfg, ctx, extras: dict) -> dict[str, float]:
