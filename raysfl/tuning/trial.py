@@ -67,10 +67,16 @@ class _Finished:
 class SteppedRun:
     """One raysfl run in a thread, paused after every round: :meth:`advance` lets it train one
     more round, :meth:`row` waits for that round's metrics row (None once the run ended),
-    :meth:`stop` ends it cleanly and waits for it."""
+    :meth:`stop` ends it cleanly and waits for it.
+
+    Its rounds are evaluated before the next one starts (``--eval-overlap off``): with the
+    overlap, a round's row reaches the search only once the next round has trained, and a trial
+    the search stops there would have trained a round for nothing."""
 
     def __init__(self, cfg):
-        self.cfg = cfg
+        import dataclasses
+
+        self.cfg = cfg = dataclasses.replace(cfg, resources=dataclasses.replace(cfg.resources, eval_overlap="off"))
         self.rows: queue.Queue = queue.Queue()
         self.go = threading.Semaphore(0)
         self.stopping = False
