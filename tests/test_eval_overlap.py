@@ -12,27 +12,12 @@ import raysfl
 from raysfl import checkpoint
 from raysfl.metrics import read_rows
 
+from checkpoint_arrays import checkpoint_arrays
+
 RUN = dict(algo="psl", clients=4, rounds=3, local_steps=2, batch_size=16, seed=1, checkpoint_every=1,
            keep_checkpoints=0)
 WALL = ("wall_time_s", "wall_time_total_s")
 ON = {"client_actors": 2, "eval_overlap": "on"}  # as auto on one node; said, so that the test holds on a cluster too
-
-
-def _states(run_dir, rnd) -> dict:
-    """The checkpoint's arrays, flattened by path."""
-    flat = {}
-
-    def walk(prefix, x):
-        if isinstance(x, dict):
-            for k, v in x.items():
-                walk(f"{prefix}/{k}", v)
-        elif isinstance(x, (list, tuple)):
-            for i, v in enumerate(x):
-                walk(f"{prefix}/{i}", v)
-        elif isinstance(x, np.ndarray):
-            flat[prefix] = x
-    walk("", checkpoint.load_round(run_dir, rnd)["federation"])
-    return flat
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +43,7 @@ def test_overlap_writes_the_rows_and_checkpoints_of_evaluating_at_once(quick, at
     clients_b = read_rows(at_once.run_dir / "clients.parquet")
     assert clients_a == clients_b
     for rnd in range(1, RUN["rounds"] + 1):
-        a, b = _states(res.run_dir, rnd), _states(at_once.run_dir, rnd)
+        a, b = checkpoint_arrays(res.run_dir, rnd), checkpoint_arrays(at_once.run_dir, rnd)
         assert a.keys() == b.keys()
         for k in a:
             assert np.array_equal(a[k], b[k]), (rnd, k)
@@ -77,7 +62,7 @@ def test_a_callback_that_stops_at_a_round_gets_its_row_and_checkpoint_and_nothin
     assert seen == [1, 2] and res.stopped
     assert [r["round"] for r in res.metrics] == [1, 2]
     assert checkpoint.rounds_saved(res.run_dir) == [1, 2]
-    a, b = _states(res.run_dir, 2), _states(at_once.run_dir, 2)
+    a, b = checkpoint_arrays(res.run_dir, 2), checkpoint_arrays(at_once.run_dir, 2)
     for k in a:
         assert np.array_equal(a[k], b[k]), k
     assert res.metrics[1]["test_accuracy"] == at_once.metrics[1]["test_accuracy"]

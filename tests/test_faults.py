@@ -10,6 +10,8 @@ from raysfl import checkpoint
 from raysfl.errors import ConfigError
 from raysfl.faults import parse_fault, parse_faults, plan_faults
 
+from checkpoint_arrays import checkpoint_arrays
+
 # ------------------------------------------------------------------ parsing
 
 
@@ -456,21 +458,7 @@ LOSS_RUN = dict(algo="splitfed_v2", clients=4, rounds=4, local_steps=3, batch_si
                 keep_checkpoints=0)
 
 
-def _weights(run_dir, rnd):
-    state = checkpoint.load_round(run_dir, rnd)["federation"]
-    flat = {}
-
-    def walk(prefix, x):
-        if isinstance(x, dict):
-            for k, v in x.items():
-                walk(f"{prefix}/{k}", v)
-        elif isinstance(x, (list, tuple)):
-            for i, v in enumerate(x):
-                walk(f"{prefix}/{i}", v)
-        elif isinstance(x, np.ndarray):
-            flat[prefix] = x
-    walk("", state)
-    return flat
+_weights = checkpoint_arrays
 
 
 def _kill_and_wait(actor):
