@@ -624,10 +624,8 @@ class Federation:
         ``void``: the round included nobody; the servers and the fed server go back to the
         snapshot (the round's start state) and nothing is aggregated. Returns (acc, loss,
         extras) or None. Raises :class:`FedServerLost` if the fed server died (the caller rolls
-        back and retries the round). ``defer``: the evaluation is not asked for now but by the
-        next round's :meth:`run_round`, just after its first dispatch, so that the fed server
-        evaluates while that round trains (``--eval-overlap``); :meth:`deferred_result` waits
-        for it. None is returned then.
+        back and retries the round). ``defer``: the evaluation is not asked for now (None is
+        returned); once the round counts, :meth:`defer_evaluation` leaves it to the next round.
         """
         import ray
 
@@ -657,9 +655,14 @@ class Federation:
             self._clean = False
             raise FedServerLost("the fed server was restarted during the round")
         self._carry = late_now  # only once aggregation succeeded
-        if evaluate and defer:
-            self._deferred, self._deferred_ref = flight.rnd, None
         return result
+
+    def defer_evaluation(self, rnd: int) -> None:
+        """Round ``rnd`` (aggregated with ``defer``, snapshotted and confirmed) is evaluated by the
+        next round's :meth:`run_round`, just after its first dispatch, so that the fed server
+        evaluates while that round trains (``--eval-overlap``); :meth:`deferred_result` waits
+        for it."""
+        self._deferred, self._deferred_ref = rnd, None
 
     def _submit_deferred(self) -> None:
         """Ask the fed server for the deferred evaluation, once. Its calls run in the order they

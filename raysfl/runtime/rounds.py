@@ -170,11 +170,13 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
             # (a callback that stops the run here undoes that training) and the run goes on after it
             defer = bool(evaluate and snapshot and rnd < cfg.rounds and cfg.resources.eval_overlap == "on")
             result = aggregate_round(exp, fed, flight, aggregated, evaluate, defer)
-            defer = defer and fed.deferred == rnd  # a round that included nobody was evaluated at once
+            defer = defer and result is None  # a round that included nobody was evaluated at once
             events["late_applied"] = fed.late_applied
             if snapshot:
                 fed.snapshot_at(rnd)  # the state to go back to if a later round fails (not a diverged one)
                 fed.confirm_snapshot()  # an actor lost since the aggregation: the round is redone
+            if defer:  # only once the round counts: a retried round asks for no evaluation of the state before it
+                fed.defer_evaluation(rnd)
             break
         except FedServerLost as e:
             if attempt == cfg.max_round_retries:
