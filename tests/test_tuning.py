@@ -459,3 +459,19 @@ def test_a_table_says_at_least_where_a_search_was_saved_before_its_seconds_carri
     assert said.startswith("; where run: tuning at least 140 s (part of a search begun by a version before 2026-11-29")
     assert said.endswith(", rounds 5 s one after the other")
     assert TuneResult(**{k: v for k, v in older.to_dict().items() if k != "seconds_whole"}).seconds_whole is False
+
+
+def test_a_trial_s_run_evaluates_each_round_before_the_next_starts(quick):
+    """A trial's rows pace the search (SteppedRun waits in the callback): with the evaluation
+    overlapping the next round (--eval-overlap), round 1's row would come only once round 2 had
+    trained, and a trial stopped there would have trained a round for nothing."""
+    from raysfl.tuning.trial import SteppedRun
+
+    run = SteppedRun(quick(algo="fedavg", rounds=3, resources={"client_actors": 2, "eval_overlap": "on"}))
+    try:
+        row = run.next_row()
+        assert row["round"] == 1 and row["test_accuracy"] == row["test_accuracy"]  # evaluated
+        assert run.cfg.resources.eval_overlap == "off"
+    finally:
+        run.stop()
+    assert run.rows.get(timeout=60) is None  # the run ended at the stop, after round 1
