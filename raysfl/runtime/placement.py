@@ -444,14 +444,19 @@ def training_threads(cfg, num_client_actors: int, num_servers: int) -> int:
     return num_client_actors * threads("client") + num_servers * threads("server")
 
 
+def cores_and_counted() -> tuple[int, float]:
+    """(the cores this process may run on, the CPUs this node's Ray counts)."""
+    import ray
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores, ray.cluster_resources().get("CPU", 0.0)
+
+
 def run_cores(cfg, num_client_actors: int, num_servers: int) -> float:
     """The cores of this one node that are the run's: all of them, scaled down where its Ray
     counts more CPUs than the node has cores (runs side by side, ``raysfl reproduce
     --parallel 2``) by the run's share of what Ray counts."""
-    import ray
-
-    counted = ray.cluster_resources().get("CPU", 0.0)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores, counted = cores_and_counted()
     if not counted or counted <= cores:
         return float(cores)
     return actor_demand(cfg, num_client_actors, num_servers)[0] * cores / counted
@@ -495,8 +500,6 @@ def resolve_eval_cpus(cfg, num_client_actors: int, num_servers: int, nodes: int 
     :func:`resolve_direct_payloads`."""
     import dataclasses
 
-    import ray
-
     r = cfg.resources
     if r.eval_cpus is not None:
         return cfg
@@ -505,8 +508,7 @@ def resolve_eval_cpus(cfg, num_client_actors: int, num_servers: int, nodes: int 
         cpus = (math.floor(run_cores(cfg, num_client_actors, num_servers))
                 - training_threads(cfg, num_client_actors, num_servers)) if one_node else role_cpus(cfg, "fed")
     elif one_node:
-        counted = ray.cluster_resources().get("CPU", 0.0)
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cores, counted = cores_and_counted()
         cpus = actor_demand(cfg, num_client_actors, num_servers)[0] * min(1.0, cores / counted if counted else 1.0)
     else:
         cpus = num_servers * role_cpus(cfg, "server") + role_cpus(cfg, "fed")
