@@ -96,6 +96,9 @@ class ResourceConfig:
                                 # auto: on on one node (the fed server without a GPU), evaluating on the cores the
                                 # training leaves idle, at least one (placement.resolve_eval_overlap; the same rows
                                 # but for wall_time_s)
+    client_bank: str = "on"  # on: a client actor steps its round's clients that share blocks, learning rate and
+                             # SplitFed's plain role (SGD) as one vmap-ped program, their parameters stacked
+                             # (ours; runtime/client_bank.py; the same rows within float rounding); off: one by one
     own_state_memory_mb: int = 256  # the clients' kept states (PSL's own models, ...) the fed server holds in
                                     # memory; older ones wait in files of its node (ours)
     num_cpus: int | None = None  # local Ray cluster size; default: what the actors need
@@ -238,6 +241,7 @@ DIRECT_PAYLOADS = ("auto", "on", "off")
 DEVICE_PAYLOADS = ("auto", "on", "off")
 CO_HOST = ("auto", "on", "off")
 EVAL_OVERLAP = ("auto", "on", "off")
+CLIENT_BANK = ("on", "off")
 SECTIONS = {"devices": DeviceConfig, "resources": ResourceConfig}
 # What a config file may hold (ours): a real one is a few KB of about a hundred values, four levels deep
 # (a list of faults, a fault, its keys, their values). The bounds hold while the file is read -- its bytes before

@@ -164,6 +164,10 @@ SETTINGS: dict[str, tuple[str, str]] = {
                                   "starts (off); the same rows but for wall_time_s; auto: on on one node whose fed "
                                   "server has no GPU, evaluating on the cores the training leaves idle, at least one "
                                   "(ours)"),
+    "client_bank": ("resources", "a client actor steps its round's clients that share their client-side blocks, "
+                                 "learning rate and SplitFed's plain client role (SGD) as one vmap-ped program, "
+                                 "their parameters stacked (on), or one client at a time (off); the same rows "
+                                 "within float rounding (ours)"),
     "own_state_memory_mb": ("resources", "MiB of the clients' kept states (PSL's own client-side models, ...) the "
                                          "fed server holds in memory; the least recently used wait in files of its "
                                          "node beyond it (ours)"),

@@ -27,6 +27,7 @@ from raysfl.algorithms.roles import ClientRound, Reply
 from raysfl.data.landing import on_this_node
 from raysfl.optim import build_optimizer
 from raysfl.runtime.actor_base import RunActor
+from raysfl.runtime.client_bank import BankGroup, part_is_stackable, role_is_plain, vmap_runs
 from raysfl.runtime.placement import configure_torch
 from raysfl.runtime.refs import fetch, hand_off, require_run, unwrap
 from raysfl.transport import ClientRoundStats, Smashed, pack, state_nbytes, unpack
@@ -59,12 +60,14 @@ class ClientActor(RunActor):
     """Started once (its process, torch, its device) and set up for each run that uses it
     (:mod:`raysfl.runtime.pool`: a warm federation's next run reuses it)."""
 
-    run_fields = ("cfg", "ds", "parts", "model", "flops", "role", "_spare", "_perms", "direct")
+    run_fields = ("cfg", "ds", "parts", "model", "flops", "role", "_spare", "_perms", "direct", "bank_of",
+                  "_bank_blocks")
 
     def __init__(self, index: int, gpus: float = 0.0):
         super().__init__(gpus, f"client actor {index}")
         self.index = index
         self.active: dict[int, ClientRound] = {}
+        self.bank_of: dict = {}
         self.deadline: float | None = None  # epoch seconds (--round-deadline-s)
 
     def setup(self, run_name: str, cfg, spec, ctx, shared, dataset, parts: dict[int, np.ndarray], model=None) -> str:
@@ -83,12 +86,14 @@ class ClientActor(RunActor):
         self.on_device = cfg.resources.device_payloads == "on"  # likewise: CUDA payloads stay on the GPU
         self._spare: dict[int, list] = {}  # client-side parts of earlier rounds, by blocks: reused, not copied
         self._perms: dict = {}  # each client's permutation per epoch of its stream
+        self.bank_of: dict[int, BankGroup] = {}  # the round's clients that step in a bank: their group
+        self._bank_blocks: dict[int, bool] = {}  # block count -> whether its clients may (client_bank.py)
         return self.incarnation
 
     def teardown(self) -> None:
         """Drop the run (its data, model and role) and wait for the next one."""
         super().teardown()
-        self.active, self.deadline = {}, None
+        self.active, self.bank_of, self.deadline = {}, {}, None
 
     def probe(self, server, batch: int) -> dict:
         """Measure this actor's device once (SuperSFL, Sec. II-A): memory available to it
@@ -124,34 +129,69 @@ class ClientActor(RunActor):
         """
         require_run(self)
         models = unwrap(models)
-        self.active = {}
+        self.active, self.bank_of = {}, {}
         self.deadline = max((p.deadline or 0.0 for p in plans.values()), default=0.0) or None
         delay = max((p.delay_s for p in plans.values()), default=0.0)
         if delay > 0 and self.deadline is not None:
             delay = min(delay, max(0.0, self.deadline - time.time()))
         if delay > 0:
             time.sleep(delay)
+        banked: dict[tuple, list] = {}  # (blocks, lr) -> [(ClientRound, its start state)]: see client_bank.py
         for c, p in sorted(plans.items()):
             src = models["own"].get(c, models["global"])
             part = self._part(p.blocks)
             keys = set(part.state_dict().keys())
             arrays = {k: v for k, v in src.items() if k in keys}
-            part.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}, strict=True)
+            in_bank = not p.local and self._bankable(p.blocks, part) and len(arrays) == len(keys)
+            if not in_bank:
+                part.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}, strict=True)
             part.train()
             stats = ClientRoundStats(client=c, cut=p.cut, samples=0)
             if c in models["charged"]:
                 stats.traffic.params_down += state_nbytes(arrays)
                 stats.traffic.messages += 1
             a = ClientRound(c, p.cut, p.steps, p.batch, p.stream_pos, part,
-                            build_optimizer(part.parameters(), self.cfg, p.lr), {}, stats, round=p.round,
-                            local=p.local, plan=p.role, fwd_flops=float(sum(self.flops[:p.cut])), device=self.device,
+                            None if in_bank else build_optimizer(part.parameters(), self.cfg, p.lr), {}, stats,
+                            round=p.round, local=p.local, plan=p.role, fwd_flops=float(sum(self.flops[:p.cut])),
+                            device=self.device,
                             extra_state={k: v for k, v in src.items() if k not in keys and not k.startswith("blocks.")},
                             bounded=p.bounded, weight=p.weight)
-            self.role.begin(a, self.model)
-            if self.role.needs_anchor:
-                a.anchor = {k: v.detach().clone() for k, v in part.named_parameters()}
-            a.state = self.role.new_state(a)
-            self.active[c] = a
+            if in_bank:
+                banked.setdefault((p.blocks, p.lr), []).append((a, arrays))
+            else:
+                self._begin(a, part)
+        for (_, lr), rows in banked.items():
+            if len(rows) == 1:  # a group of one: its own module and optimiser, as without a bank
+                (a, arrays), = rows
+                a.part.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}, strict=True)
+                a.opt = build_optimizer(a.part.parameters(), self.cfg, lr)
+                self._begin(a, a.part)
+                continue
+            group = BankGroup([a for a, _ in rows], [s for _, s in rows], self.cfg, lr, self.device)
+            for a, _ in rows:
+                self.bank_of[a.client] = group
+                self._begin(a, a.part)
+        self.active = dict(sorted(self.active.items()))
+
+    def _begin(self, a: ClientRound, part: torch.nn.Module) -> None:
+        """Client ``a`` (its part loaded) starts its round: its role's ``begin``, anchor and scratch."""
+        self.role.begin(a, self.model)
+        if self.role.needs_anchor:
+            a.anchor = {k: v.detach().clone() for k, v in part.named_parameters()}
+        a.state = self.role.new_state(a)
+        self.active[a.client] = a
+
+    def _bankable(self, blocks: int, part: torch.nn.Module) -> bool:
+        """Whether this run's clients of ``blocks`` client-side blocks step in a bank
+        (:mod:`raysfl.runtime.client_bank`; decided once per run and block count)."""
+        known = self._bank_blocks.get(blocks)
+        if known is None:
+            known = (self.cfg.resources.client_bank == "on" and self.cfg.optimizer == "sgd"
+                     and blocks < self.model.num_blocks  # a split client (a whole model trains locally: FedAvg)
+                     and role_is_plain(self.role) and part_is_stackable(part)
+                     and vmap_runs(part, self.ds.input_shape, self.device))
+            self._bank_blocks[blocks] = known
+        return known
 
     def _part(self, blocks: int) -> torch.nn.Module:
         """A module for blocks [0, ``blocks``) of the run's model: one an earlier round of this run
@@ -208,7 +248,13 @@ class ClientActor(RunActor):
         waiting = any(a.pending is not None for a in self.active.values())
         replies = fetch(grad_refs, time.time() + timeout if timeout is not None and waiting else None)
         for a, acts, reply in self.arrived(replies):
-            self.role.backward(a, acts, reply)
+            group = self.bank_of.get(a.client)
+            if group is None:
+                self.role.backward(a, acts, reply)
+            else:  # its backward and step come with its group's, below
+                group.receive(a.client, reply.grad)
+        for group in self._groups():
+            group.step()
         past = self.deadline is not None and time.time() > self.deadline
         for a in self.active.values():
             if a.pending is None:
@@ -233,11 +279,15 @@ class ClientActor(RunActor):
         self.apply_grads(grad_refs)
         self._stop_past_deadline()
         out: dict[int, dict[int, Smashed]] = {d: {} for d in dests}
-        for c, a in self.active.items():
-            if step >= a.steps or a.failed or (c not in routes and not a.local):
-                continue
-            x, y = self.next_batch(a)
-            acts = a.part(x)
+        stepping = [a for c, a in self.active.items()
+                    if not (step >= a.steps or a.failed or (c not in routes and not a.local))]
+        banked = [a for a in stepping if a.client in self.bank_of]
+        batches = {a.client: self.next_batch(a) for a in banked}
+        banked_acts = self._bank_forward(banked, batches)
+        for a in stepping:
+            c = a.client
+            x, y = batches[c] if c in batches else self.next_batch(a)
+            acts = banked_acts[c] if c in banked_acts else a.part(x)
             a.stats.client_flops += self.client_flops(a, len(y))
             a.stats.steps += 1
             self.role.forward(a, acts, y)
@@ -250,6 +300,23 @@ class ClientActor(RunActor):
             out[routes[c]][c] = self.send(a, acts, y)
         result = hand_off([out[d] for d in dests], self.direct)
         return result if len(result) != 1 else result[0]
+
+    def _groups(self) -> list[BankGroup]:
+        """The round's bank groups, each once."""
+        return list({id(g): g for g in self.bank_of.values()}.values())
+
+    def _bank_forward(self, members: list[ClientRound], batches: dict) -> dict[int, torch.Tensor]:
+        """The activations of the banked clients ``members`` on their ``batches``, one stacked
+        forward per group (:class:`~raysfl.runtime.client_bank.BankGroup`)."""
+        by_group: dict[int, list[ClientRound]] = {}
+        for a in members:
+            by_group.setdefault(id(self.bank_of[a.client]), []).append(a)
+        acts = {}
+        for rows in by_group.values():
+            group = self.bank_of[rows[0].client]
+            out = group.forward([group.row[a.client] for a in rows], [batches[a.client][0] for a in rows])
+            acts.update({a.client: t for a, t in zip(rows, out)})
+        return acts
 
     def send(self, a: ClientRound, acts: torch.Tensor, y: torch.Tensor | None,
              on_device: bool | None = None) -> Smashed:
@@ -311,5 +378,5 @@ class ClientActor(RunActor):
         for a in self.active.values():  # the parts serve the next round's clients (Ray has serialised
             a.part.eval()               # the updates, views of them, once this call returns)
             self._spare.setdefault(len(a.part.blocks), []).append(a.part)
-        self.active = {}
+        self.active, self.bank_of = {}, {}
         return hand_off([updates], self.direct)[0], stats

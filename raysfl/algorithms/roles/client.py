@@ -61,7 +61,7 @@ class ClientRound:
     batch: int
     stream_pos: int
     part: torch.nn.Module              # the client-side part: blocks [0, blocks) with the client's start state
-    opt: torch.optim.Optimizer
+    opt: torch.optim.Optimizer | None  # None for a client stepped in a bank (runtime/client_bank.py: one for the group)
     anchor: dict[str, torch.Tensor]    # the part's parameters at round start (FedProx's w_global)
     stats: ClientRoundStats
     round: int = 0                     # the round being trained (1-based)

@@ -1,0 +1,80 @@
+"""What the client bank (``--client-bank``) buys a whole round, against stepping clients one by one.
+
+    .venv/bin/python benchmarks/client_bank_rounds.py [--clients 10 100] [--algos psl splitfed_v2]
+        [--eval off default] [--rounds 12] [--runs 3]
+
+The settings of ``benchmarks/overhead.py`` (digits, the CNN at cut 2, IID, batch 32, one local
+epoch, seed 0, raysfl's default actors), every client every round, for each algorithm with the
+bank on and off, and the centralised loop on the same work for the ratio. Evaluation off means
+only after the last round (the bank does not touch the evaluation), ``default`` every round as
+users run. Each figure is the median round (rounds 2..R-1) and the median over ``--runs``, the
+settings taken in turn within each run so that drift of the machine falls on all alike. The
+rows of a run are the same with the bank on and off within float rounding
+(``tests/test_client_bank.py``, ``scripts/same_results.py --rel-tol 1e-5``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+import sweep  # noqa: F401  (puts the checkout on sys.path)
+from overhead import COMMON, flops_per_round, steady
+from sweep import ROOT, run, write_tables
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clients", type=int, nargs="+", default=[10, 100])
+    ap.add_argument("--algos", nargs="+", default=["psl", "splitfed_v2"])
+    ap.add_argument("--eval", nargs="+", choices=["off", "default"], default=["off"])
+    ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--runs", type=int, default=3, help="repeat every measurement; round times are medians over them")
+    ap.add_argument("--out", default=str(ROOT / "docs/results/client_bank_rounds.md"))
+    args = ap.parse_args()
+    if args.rounds < 4 or args.runs < 1:
+        ap.error(f"--rounds must be >= 4 and --runs >= 1, got {args.rounds} and {args.runs}")
+    times: dict[tuple, list[float]] = {}
+    flops: dict[tuple, float] = {}
+    for _ in range(args.runs):
+        for n in args.clients:
+            for evaluation in args.eval:
+                base = dict(COMMON, model="cnn", cut=2, clients=n, rounds=args.rounds,
+                            eval_every=1 if evaluation == "default" else 10**6)
+                todo = [("centralized", None)] + [(a, b) for a in args.algos for b in ("off", "on")]
+                for algo, bank in todo:
+                    rows = run(algo=algo, **base, **({"resources": {"client_bank": bank}} if bank else {}))
+                    ms = 1000 * steady(rows)
+                    key = (n, evaluation, algo, bank)
+                    times.setdefault(key, []).append(ms)
+                    flops[key] = flops_per_round(rows)
+                    print(f"{n} clients, evaluation {evaluation}, {algo}"
+                          f"{'' if bank is None else f', bank {bank}'}: {ms:.1f} ms/round", flush=True)
+    out = []
+    for n in args.clients:
+        for evaluation in args.eval:
+            c_key = (n, evaluation, "centralized", None)
+            central = statistics.median(times[c_key])
+            for algo in args.algos:
+                off = statistics.median(times[(n, evaluation, algo, "off")])
+                for bank in ("off", "on"):
+                    key = (n, evaluation, algo, bank)
+                    ms = statistics.median(times[key])
+                    out.append({"clients": n, "evaluation": evaluation, "algo": algo, "client_bank": bank,
+                                "round_ms": ms, "vs_bank_off": ms / off, "central_ms": central,
+                                "ratio_central": ms / central * flops[c_key] / flops[key]})
+    lines = ["| clients | evaluation | algorithm | client bank | ms / round | vs bank off | centralised ms "
+             "| vs centralised |", "|---:|---|---|---|---:|---:|---:|---:|"]
+    for r in out:
+        lines.append(f"| {r['clients']} | {r['evaluation']} | {r['algo']} | {r['client_bank']} | "
+                     f"{r['round_ms']:.1f} | {r['vs_bank_off']:.2f} | {r['central_ms']:.1f} | "
+                     f"{r['ratio_central']:.2f}x |")
+    intro = (f"{args.rounds} rounds, round times the median over {args.runs} runs. "
+             f"{__doc__.split(chr(10) + chr(10), 2)[2].strip()}")
+    write_tables(out, args.out, "The client bank against stepping clients one by one, per round",
+                 intro, "\n".join(lines), doc=Path(args.out).resolve().parents[1] / "performance.md")
+
+
+if __name__ == "__main__":
+    main()

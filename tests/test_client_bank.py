@@ -1,0 +1,194 @@
+"""The client bank (runtime/client_bank.py): a client actor's clients stepped as one stacked,
+vmap-ped program give what stepping them one by one gives, within float rounding; clients the
+bank cannot serve step one by one."""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from raysfl.runtime.client_bank import BankGroup, part_is_stackable, role_is_plain, vmap_runs
+
+# float rounding: a vmap-ped convolution sums in another order, and a max-pool may then pick the
+# other of two near-equal values
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+def _cfg(**kw):
+    return SimpleNamespace(optimizer="sgd", momentum=0.9, weight_decay=1e-3, **kw)
+
+
+def _prefix():
+    from raysfl.data import load_dataset
+    from raysfl.models import build_model
+
+    ds = load_dataset("digits")
+    return build_model("cnn", ds.input_shape, ds.num_classes, seed=0).part(0, 2), ds.input_shape
+
+
+def test_bank_steps_each_row_as_its_own_optimiser_would():
+    """Three clients with different start states, three steps with SGD (momentum, weight decay):
+    the bank's rows equal each client's own module and optimiser. In step 2 client 1's gradient
+    never comes: its row is left as it was, and its next step is its optimiser's first."""
+    prefix, shape = _prefix()
+    torch.manual_seed(0)
+    states = []
+    for k in range(3):
+        m = copy.deepcopy(prefix)
+        with torch.no_grad():
+            for p in m.parameters():
+                p.add_(0.05 * k * torch.randn_like(p))
+        states.append({n: p.detach().numpy().copy() for n, p in m.named_parameters()})
+    cfg, lr = _cfg(), 0.05
+    members = [SimpleNamespace(client=10 + k, part=copy.deepcopy(prefix)) for k in range(3)]
+    bank = BankGroup(members, states, cfg, lr, "cpu")
+    own = []
+    for s in states:
+        m = copy.deepcopy(prefix)
+        m.load_state_dict({n: torch.from_numpy(v) for n, v in s.items()})
+        own.append((m, torch.optim.SGD(m.parameters(), lr=lr, momentum=0.9, weight_decay=1e-3)))
+    for step, answered in enumerate([[0, 1, 2], [0, 2], [0, 1, 2]]):
+        xs = [torch.randn(7, *shape) for _ in range(3)]
+        acts = bank.forward([0, 1, 2], xs)
+        grads = [torch.randn_like(a) for a in acts]
+        before_1 = [p.detach().clone() for p in members[1].part.parameters()]
+        for k in answered:
+            bank.receive(10 + k, grads[k])
+            m, opt = own[k]
+            torch.testing.assert_close(acts[k], m(xs[k]), **TOL)
+            m(xs[k]).backward(grads[k])
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        bank.step()
+        if 1 not in answered:
+            for p, b in zip(members[1].part.parameters(), before_1):
+                assert torch.equal(p, b)
+        for k in range(3):  # each client's part reads its row of the bank
+            for p, q in zip(members[k].part.parameters(), own[k][0].parameters()):
+                torch.testing.assert_close(p.detach(), q.detach(), **TOL)
+    moved = [(p.detach() - torch.from_numpy(states[0][n])).abs().max().item()
+             for n, p in members[0].part.named_parameters()]
+    assert max(moved) > 1e-3  # it did step
+
+
+def test_rows_with_batches_of_two_sizes():
+    """Clients whose batches differ in size (the end of an epoch) step in one group."""
+    prefix, shape = _prefix()
+    states = [{n: p.detach().numpy().copy() for n, p in prefix.named_parameters()} for _ in range(2)]
+    members = [SimpleNamespace(client=k, part=copy.deepcopy(prefix)) for k in range(2)]
+    bank = BankGroup(members, states, _cfg(), 0.1, "cpu")
+    xs = [torch.randn(5, *shape), torch.randn(3, *shape)]
+    acts = bank.forward([0, 1], xs)
+    ref = copy.deepcopy(prefix)
+    for x, a in zip(xs, acts):
+        torch.testing.assert_close(a, ref(x), **TOL)
+    for k, a in enumerate(acts):
+        bank.receive(k, torch.ones_like(a))
+    bank.step()
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+    ref(xs[1]).backward(torch.ones_like(acts[1]))
+    opt.step()
+    for p, q in zip(members[1].part.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach(), q.detach(), **TOL)
+
+
+def test_which_clients_a_bank_serves():
+    """SplitFed's plain client (and PSL's, which only keeps its model) steps in a bank; a role
+    with a hook of its own, a part with buffers or dropout, and a model vmap cannot run do not."""
+    from raysfl.algorithms.baselines.fedavg import ProximalClient
+    from raysfl.algorithms.baselines.splitfed import KeepsOwnModel
+    from raysfl.algorithms.roles import ClientSide
+
+    plain = SimpleNamespace(algo_params=None)
+    ctx = SimpleNamespace(num_classes=10, loss="cross_entropy")
+    for cls, expected in ((ClientSide, True), (KeepsOwnModel, True), (ProximalClient, False)):
+        role = cls.__new__(cls)
+        role.cfg, role.ctx, role.params = plain, ctx, None
+        assert role_is_plain(role) is expected, cls
+    prefix, shape = _prefix()
+    assert part_is_stackable(prefix) and vmap_runs(prefix, shape, "cpu")
+    assert not part_is_stackable(torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4)))
+    assert not part_is_stackable(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.1)))
+
+    class Branchy(torch.nn.Module):  # data-dependent control flow: vmap cannot run it
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.lin(x) if x.sum() > 0 else -self.lin(x)
+
+    assert not vmap_runs(Branchy(), (4,), "cpu")
+
+
+@pytest.mark.parametrize("algo", ["psl", "splitfed_v2"])
+def test_a_run_with_the_bank_matches_one_without(quick, algo):
+    """The same run with the bank on and off: every metric equal within float rounding
+    (that the bank serves such a run: test_client_actor_banks_its_plain_clients)."""
+    import raysfl
+    from raysfl.metrics import TIMING_COLUMNS
+
+    rows = {}
+    for bank in ("on", "off"):
+        res = raysfl.run(quick(algo=algo, clients=6, rounds=2, local_steps=3, model="cnn",
+                               resources={"client_actors": 2, "client_bank": bank}))
+        rows[bank] = res.metrics
+    for a, b in zip(rows["on"], rows["off"]):
+        assert set(a) == set(b)
+        for k in sorted(set(a) - set(TIMING_COLUMNS)):
+            if isinstance(a[k], float) and a[k] == a[k]:
+                assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-7), (k, a[k], b[k])
+            else:
+                assert a[k] == b[k] or a[k] != a[k] and b[k] != b[k], (k, a[k], b[k])
+        assert a["test_accuracy"] > 0 and a["train_loss"] == a["train_loss"]
+
+
+def test_client_actor_banks_its_plain_clients(ray_session):
+    """A client actor with --client-bank on puts its psl clients in one group and sends the
+    smashed data and updates the actor with it off sends, within float rounding."""
+    import ray
+
+    import raysfl
+    from raysfl.algorithms import get_algorithm
+    from raysfl.algorithms.roles import FederationContext
+    from raysfl.data import load_dataset
+    from raysfl.models import build_model
+    from raysfl.resolve import validate
+    from raysfl.runtime.client_actor import ClientActor
+    from raysfl.runtime.planning import ClientPlan
+    from raysfl.transport import GradReply, pack, state_to_wire, unpack
+
+    ds = load_dataset("digits")
+    model = build_model("cnn", ds.input_shape, ds.num_classes, seed=0)
+    ctx = FederationContext(3, model.num_blocks, model.valid_cuts(), np.array([40, 40, 40]), np.zeros((3, 10)), [],
+                            model.block_flops(), num_classes=ds.num_classes)
+    parts = {c: np.arange(40 * c, 40 * (c + 1)) for c in range(3)}
+    out = {}
+    for bank in ("on", "off"):
+        cfg = validate(raysfl.config_from_kwargs(algo="psl", clients=3, model="cnn", batch_size=8,
+                                                resources={"client_bank": bank}))
+        actor = ClientActor(0)
+        actor.setup("test", cfg, get_algorithm("psl"), ctx, None, ds, parts)
+        plans = {c: ClientPlan(cut=2, steps=2, batch=8, stream_pos=0, lr=0.05, blocks=2, round=1) for c in range(3)}
+        actor.begin_round(plans, {"global": state_to_wire(model.state_dict()), "own": {}, "charged": []})
+        assert (len({id(g) for g in actor.bank_of.values()}) == 1) is (bank == "on")
+        sent, grads = [], []
+        for s in range(2):
+            payload = actor.step(s, [0], {c: 0 for c in range(3)}, grads)
+            sent.append({c: unpack(m.activations) for c, m in payload.items()})
+            grads = [ray.put({c: GradReply(pack(torch.full_like(unpack(m.activations), 0.01 * (c + 1))))
+                              for c, m in payload.items()})]
+        updates, stats = actor.end_round(grads)
+        out[bank] = (sent, {u.client: u.state for u in updates}, [st.samples for st in stats])
+    (sent_on, up_on, n_on), (sent_off, up_off, n_off) = out["on"], out["off"]
+    assert n_on == n_off == [16, 16, 16]
+    for a, b in zip(sent_on, sent_off):
+        for c in range(3):
+            torch.testing.assert_close(a[c], b[c], **TOL)
+    for c in range(3):
+        for k in up_off[c]:
+            torch.testing.assert_close(torch.from_numpy(up_on[c][k]), torch.from_numpy(up_off[c][k]), **TOL)
