@@ -96,9 +96,59 @@ def test_rows_with_batches_of_two_sizes():
         torch.testing.assert_close(p.detach(), q.detach(), **TOL)
 
 
+def test_batch_norm_statistics_have_a_row_per_client():
+    """ResNet-18's client side (BatchNorm): each client's running statistics and parameters in
+    the bank equal its own module's after two steps, one of them without client 0."""
+    from raysfl.data import load_dataset
+    from raysfl.models import build_model
+
+    ds = load_dataset("digits")
+    prefix = build_model("resnet18", ds.input_shape, ds.num_classes, seed=0).part(0, 2)
+    assert any(True for _ in prefix.buffers())
+    before = [b.clone() for b in prefix.buffers()]
+    assert part_is_stackable(prefix) and vmap_runs(prefix, ds.input_shape, "cpu")
+    assert all(torch.equal(a, b) for a, b in zip(prefix.buffers(), before))  # the trial left the part alone
+    torch.manual_seed(1)
+    states = []
+    for k in range(2):
+        m = copy.deepcopy(prefix)
+        with torch.no_grad():
+            for b in m.buffers():
+                if b.is_floating_point():
+                    b.add_(0.1 * (k + 1))
+        states.append({n: v.detach().numpy().copy() for n, v in m.state_dict().items()})
+    members = [SimpleNamespace(client=k, part=copy.deepcopy(prefix).train()) for k in range(2)]
+    bank = BankGroup(members, states, _cfg(), 0.05, "cpu")
+    own = []
+    for st in states:
+        m = copy.deepcopy(prefix).train()
+        m.load_state_dict({n: torch.from_numpy(v) for n, v in st.items()})
+        own.append((m, torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)))
+    for rows in ([0, 1], [1]):
+        xs = [torch.randn(6, *ds.input_shape) for _ in rows]
+        acts = bank.forward(rows, xs)
+        for r, x, a in zip(rows, xs, acts):
+            m, opt = own[r]
+            ref = m(x)
+            torch.testing.assert_close(a, ref, **TOL)
+            g = torch.randn_like(a)
+            bank.receive(r, g)
+            ref.backward(g)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        bank.step()
+    for k in range(2):
+        mine = dict(members[k].part.state_dict())
+        for n, v in own[k][0].state_dict().items():
+            torch.testing.assert_close(mine[n], v, **TOL)
+    assert int(members[0].part.state_dict()["blocks.0.1.num_batches_tracked"]) == 1
+    assert int(members[1].part.state_dict()["blocks.0.1.num_batches_tracked"]) == 2
+
+
 def test_which_clients_a_bank_serves():
-    """SplitFed's plain client (and PSL's, which only keeps its model) steps in a bank; a role
-    with a hook of its own, a part with buffers or dropout, and a model vmap cannot run do not."""
+    """SplitFed's plain client (and PSL's, which only keeps its model) steps in a bank, BatchNorm
+    included; a role with a hook of its own, a part with dropout, and a model vmap cannot run
+    do not."""
     from raysfl.algorithms.baselines.fedavg import ProximalClient
     from raysfl.algorithms.baselines.splitfed import KeepsOwnModel
     from raysfl.algorithms.roles import ClientSide
@@ -111,7 +161,7 @@ def test_which_clients_a_bank_serves():
         assert role_is_plain(role) is expected, cls
     prefix, shape = _prefix()
     assert part_is_stackable(prefix) and vmap_runs(prefix, shape, "cpu")
-    assert not part_is_stackable(torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4)))
+    assert part_is_stackable(torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4)))
     assert not part_is_stackable(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.1)))
 
     class Branchy(torch.nn.Module):  # data-dependent control flow: vmap cannot run it

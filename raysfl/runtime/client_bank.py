@@ -20,12 +20,15 @@ same values as the client's own module up to float rounding (``vmap`` turns a co
 stacked weights into a grouped one, which sums in another order): ``scripts/same_results.py``
 compares within a relative 1e-5.
 
+Buffers are stacked too: a BatchNorm's running statistics have a row per client, updated by
+the ``vmap``-ped forward as each client's own module would update them.
+
 What stays one client at a time, with results exactly as before: a client that holds the whole
-model (FedAvg's local training), a role with a hook of its own
-(FedProx's regulariser, SuperSFL's TPGF, FedPairing, own modules), AdamW (its step counter is
-one per tensor, not per row), parts with buffers (BatchNorm) or random modules (dropout), a
-client whose server is away (``local``), a group of one, and a model ``vmap`` cannot run
-(tried once per run and block count on a one-sample batch).
+model (FedAvg's local training), a role with a hook of its own (FedProx's regulariser,
+SuperSFL's TPGF, FedPairing, own modules), AdamW (its step counter is one per tensor, not per
+row), parts with random modules (dropout), a client whose server is away (``local``), a group
+of one, and a model ``vmap`` cannot run (tried once per run and block count on two rows of two
+samples).
 """
 
 from __future__ import annotations
@@ -47,11 +50,9 @@ def role_is_plain(role) -> bool:
 
 
 def part_is_stackable(part: torch.nn.Module) -> bool:
-    """A part whose rows can be stepped together: no buffers (BatchNorm's running statistics
-    would need a row each), no random modules (a row's dropout mask would come from another
-    stream than its client's), float32 parameters."""
-    if any(True for _ in part.buffers()):
-        return False
+    """A part whose rows can be stepped together: no random modules (a row's dropout mask would
+    come from another stream than its client's), float32 parameters. Buffers (BatchNorm's
+    running statistics) are stacked too, a row per client."""
     if any(isinstance(m, torch.nn.modules.dropout._DropoutNd) for m in part.modules()):
         return False
     return all(p.dtype == torch.float32 and p.requires_grad for p in part.parameters())
@@ -71,7 +72,8 @@ def vmap_runs(part: torch.nn.Module, input_shape: tuple, device) -> bool:
 
     try:
         params = {n: torch.stack([p.detach(), p.detach()]).requires_grad_(True) for n, p in part.named_parameters()}
-        x = torch.zeros((2, 1, *input_shape), device=device)
+        params.update({n: torch.stack([b, b]) for n, b in part.named_buffers()})  # copies: the part's stay
+        x = torch.randn((2, 2, *input_shape), device=device)
         out = vmap(_call(part))(params, x)
         out.sum().backward()
         return True
@@ -90,11 +92,14 @@ class BankGroup:
         self.members = members
         self.row = {a.client: k for k, a in enumerate(members)}
         template = members[0].part
-        self.params = {n: torch.from_numpy(np.stack([np.asarray(s[n]) for s in states])).to(device).requires_grad_(True)
-                       for n, _ in template.named_parameters()}
+        stacked = lambda n: torch.from_numpy(np.stack([np.asarray(s[n]) for s in states])).to(device)  # noqa: E731
+        self.params = {n: stacked(n).requires_grad_(True) for n, _ in template.named_parameters()}
+        self.buffers = {n: stacked(n) for n, _ in template.named_buffers()}  # BatchNorm's statistics: a row each
         for k, a in enumerate(members):  # each part holds views of its rows
             for n, p in a.part.named_parameters():
                 p.data = self.params[n].detach()[k]
+            for n, b in a.part.named_buffers():
+                b.data = self.buffers[n][k]
         self.forward_of = _call(template)
         self.opt = build_optimizer(list(self.params.values()), cfg, lr)
         self.pending: list[tuple[list[int], torch.Tensor]] = []  # (rows, their stacked activations)
@@ -113,11 +118,15 @@ class BankGroup:
         for js in by_shape.values():
             sub = [rows[j] for j in js]
             if everyone and len(js) == len(rows):
-                params = self.params
+                idx, params, buffers = None, self.params, self.buffers  # updated in place
             else:
                 idx = torch.tensor(sub, device=next(iter(self.params.values())).device)
                 params = {n: t.index_select(0, idx) for n, t in self.params.items()}
-            acts = vmap(self.forward_of)(params, torch.stack([xs[j] for j in js]))
+                buffers = {n: t.index_select(0, idx) for n, t in self.buffers.items()}
+            acts = vmap(self.forward_of)({**params, **buffers}, torch.stack([xs[j] for j in js]))
+            if idx is not None:  # the rows' running statistics, updated in their copies, written back
+                for n, t in buffers.items():
+                    self.buffers[n].index_copy_(0, idx, t)
             self.pending.append((sub, acts))
             for i, j in enumerate(js):
                 out[j] = acts[i]
