@@ -217,14 +217,19 @@ def test_client_actor_banks_its_plain_clients(ray_session):
     ctx = FederationContext(3, model.num_blocks, model.valid_cuts(), np.array([40, 40, 40]), np.zeros((3, 10)), [],
                             model.block_flops(), num_classes=ds.num_classes)
     parts = {c: np.arange(40 * c, 40 * (c + 1)) for c in range(3)}
-    out = {}
-    for bank in ("on", "off"):
-        cfg = validate(raysfl.config_from_kwargs(algo="psl", clients=3, model="cnn", batch_size=8,
-                                                resources={"client_bank": bank}))
+
+    def started(**settings):
+        cfg = validate(raysfl.config_from_kwargs(algo="psl", clients=3, model="cnn", batch_size=8, **settings))
         actor = ClientActor(0)
         actor.setup("test", cfg, get_algorithm("psl"), ctx, None, ds, parts)
         plans = {c: ClientPlan(cut=2, steps=2, batch=8, stream_pos=0, lr=0.05, blocks=2, round=1) for c in range(3)}
         actor.begin_round(plans, {"global": state_to_wire(model.state_dict()), "own": {}, "charged": []})
+        return actor
+
+    assert not started(optimizer="adamw").bank_of  # AdamW's clients step one by one
+    out = {}
+    for bank in ("on", "off"):
+        actor = started(resources={"client_bank": bank})
         assert (len({id(g) for g in actor.bank_of.values()}) == 1) is (bank == "on")
         sent, grads = [], []
         for s in range(2):

@@ -67,7 +67,7 @@ def _call(template: torch.nn.Module):
 
 def vmap_runs(part: torch.nn.Module, input_shape: tuple, device) -> bool:
     """Whether ``vmap`` runs this part's forward and backward (a custom model may use an op
-    without a batching rule, or data-dependent control flow): tried on two rows of one sample."""
+    without a batching rule, or data-dependent control flow): tried on two rows of two samples."""
     from torch.func import vmap
 
     try:
