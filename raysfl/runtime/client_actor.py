@@ -143,15 +143,13 @@ class ClientActor(RunActor):
             keys = set(part.state_dict().keys())
             arrays = {k: v for k, v in src.items() if k in keys}
             in_bank = not p.local and self._bankable(p.blocks, part) and len(arrays) == len(keys)
-            if not in_bank:
-                part.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}, strict=True)
             part.train()
             stats = ClientRoundStats(client=c, cut=p.cut, samples=0)
             if c in models["charged"]:
                 stats.traffic.params_down += state_nbytes(arrays)
                 stats.traffic.messages += 1
             a = ClientRound(c, p.cut, p.steps, p.batch, p.stream_pos, part,
-                            None if in_bank else build_optimizer(part.parameters(), self.cfg, p.lr), {}, stats,
+                            None, {}, stats,  # its optimiser: _load_alone, or its bank group's
                             round=p.round, local=p.local, plan=p.role, fwd_flops=float(sum(self.flops[:p.cut])),
                             device=self.device,
                             extra_state={k: v for k, v in src.items() if k not in keys and not k.startswith("blocks.")},
@@ -159,25 +157,28 @@ class ClientActor(RunActor):
             if in_bank:
                 banked.setdefault((p.blocks, p.lr), []).append((a, arrays))
             else:
-                self._begin(a, part)
+                self._load_alone(a, arrays, p.lr)
         for (_, lr), rows in banked.items():
             if len(rows) == 1:  # a group of one: its own module and optimiser, as without a bank
-                (a, arrays), = rows
-                a.part.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}, strict=True)
-                a.opt = build_optimizer(a.part.parameters(), self.cfg, lr)
-                self._begin(a, a.part)
+                self._load_alone(*rows[0], lr)
                 continue
             group = BankGroup([a for a, _ in rows], [s for _, s in rows], self.cfg, lr, self.device)
             for a, _ in rows:
                 self.bank_of[a.client] = group
-                self._begin(a, a.part)
+                self._begin(a)
         self.active = dict(sorted(self.active.items()))
 
-    def _begin(self, a: ClientRound, part: torch.nn.Module) -> None:
+    def _load_alone(self, a: ClientRound, arrays: dict, lr: float) -> None:
+        """Client ``a`` outside a bank: its start state loaded into its part, its own optimiser."""
+        a.part.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}, strict=True)
+        a.opt = build_optimizer(a.part.parameters(), self.cfg, lr)
+        self._begin(a)
+
+    def _begin(self, a: ClientRound) -> None:
         """Client ``a`` (its part loaded) starts its round: its role's ``begin``, anchor and scratch."""
         self.role.begin(a, self.model)
         if self.role.needs_anchor:
-            a.anchor = {k: v.detach().clone() for k, v in part.named_parameters()}
+            a.anchor = {k: v.detach().clone() for k, v in a.part.named_parameters()}
         a.state = self.role.new_state(a)
         self.active[a.client] = a
 

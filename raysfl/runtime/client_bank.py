@@ -114,7 +114,7 @@ class BankGroup:
         by_shape: dict[tuple, list[int]] = {}
         for j, x in enumerate(xs):
             by_shape.setdefault(tuple(x.shape), []).append(j)
-        everyone = len(rows) == len(self.members) and rows == sorted(rows)
+        everyone = rows == list(range(len(self.members)))
         for js in by_shape.values():
             sub = [rows[j] for j in js]
             if everyone and len(js) == len(rows):
