@@ -110,6 +110,7 @@ class OwnStates(MutableMapping):
         self._on_disk: set[int] = set()           # clients whose state's file is written
         self._pinned: set[str] = set()            # files the last manifest names
         self._inlined: dict[int, str] = {}        # states the last manifest carried by value
+        self._token: dict[int, str] = {}          # states their client actor keeps too, by its name for them
 
     # ----------------------------------------------------------------- the mapping
     def __getitem__(self, client: int) -> dict:
@@ -123,6 +124,7 @@ class OwnStates(MutableMapping):
 
     def __setitem__(self, client: int, state: dict) -> None:
         self._forget(client)
+        self._token.pop(client, None)
         self._name[client] = f"c{client}-{uuid.uuid4().hex[:16]}.npz"
         self._cache(client, state)
 
@@ -130,6 +132,7 @@ class OwnStates(MutableMapping):
         if client not in self._name:
             raise KeyError(client)
         self._forget(client)
+        self._token.pop(client, None)
         del self._name[client]
 
     def __contains__(self, client) -> bool:
@@ -140,6 +143,19 @@ class OwnStates(MutableMapping):
 
     def __len__(self) -> int:
         return len(self._name)
+
+    # ----------------------------------------------------------------- resident states
+    def tag(self, client: int, state: dict, token: str) -> None:
+        """Note that ``client``'s client actor keeps ``state`` under ``token``, if ``state`` is the
+        object stored for it (raysfl.runtime.resident); replacing, deleting or loading states
+        forgets it."""
+        if self._mem.get(client) is state:
+            self._token[client] = token
+
+    def token(self, client: int, state: dict) -> str | None:
+        """The name ``client``'s client actor keeps ``state`` under, if ``state`` is the object
+        stored for it (not a copy of it, nor a state built from it) and was tagged."""
+        return self._token.get(client) if self._mem.get(client) is state else None
 
     # ----------------------------------------------------------------- snapshots
     def manifest(self) -> OwnManifest:
@@ -165,6 +181,7 @@ class OwnStates(MutableMapping):
         back, a state built by hand)."""
         self._mem.clear()
         self._mem_bytes = 0
+        self._token = {}  # a state rolled back to may not be what the client actors keep
         if isinstance(source, OwnManifest):
             stored = {c: n for c, n in source.files.items() if c not in source.inline}
             if stored:
@@ -192,7 +209,7 @@ class OwnStates(MutableMapping):
         """Delete the directory (the run is over)."""
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
-        self._name, self._on_disk, self._pinned = {}, set(), set()
+        self._name, self._on_disk, self._pinned, self._token = {}, set(), set(), {}
         self._mem.clear()
         self._mem_bytes = 0
 

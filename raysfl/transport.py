@@ -205,6 +205,7 @@ class ClientRoundStats:
     agg_weight: float = float("nan")  # its server-side aggregation weight, for algorithms that
                                       # set one (BESplit's EA, eq. 10); NaN otherwise
     metrics: dict[str, list[float]] = field(default_factory=dict)  # client-side figures (``record``)
+    kept: str = ""  # the name its client actor keeps its update under (resident states), or ""
 
     def record(self, name: str, value: float) -> None:
         """Note a client-side figure of this round (an algorithm's client hook does, e.g. TPGF's
@@ -217,6 +218,7 @@ class ClientRoundStats:
         self.failed = self.failed or other.failed
         self.past_deadline = self.past_deadline or other.past_deadline
         self.missed_step = self.missed_step or other.missed_step
+        self.kept = self.kept or other.kept
         self.samples = max(self.samples, other.samples)
         self.steps = max(self.steps, other.steps)
         self.fallback_steps += other.fallback_steps

@@ -60,6 +60,11 @@ CASES: dict[str, dict] = {
     "gapsl+second_order": dict(algo="gapsl", rounds=2, gapsl={"gda_regularizer": "second_order"}),
     "splitfed_v2+kill": dict(algo="splitfed_v2", faults="kill:client:round=2", rounds=3),
     "psl+sim_deadline": dict(algo="psl", sim_deadline_s=0.8),
+    # every client every round: each starts from the state its client actor kept (resident
+    # states), through a killed client actor, a killed fed server and a killed server (retries)
+    "psl+everyone": dict(algo="psl", clients_per_round=None, rounds=4),
+    "psl+everyone+faults": dict(algo="psl", clients_per_round=None, rounds=5,
+                                faults="kill:client:round=2:index=1,kill:fed:round=3:step=1,kill:server:round=4:step=1"),
     "fed_pairing+sim_deadline": dict(algo="fed_pairing", model="cnn", sim_deadline_s=0.05,
                                      faults="delay:client:p=0.3:seconds=1"),
 }

@@ -30,6 +30,7 @@ from raysfl.runtime.actor_base import RunActor
 from raysfl.runtime.client_bank import BankGroup, part_is_stackable, role_is_plain, vmap_runs
 from raysfl.runtime.placement import configure_torch
 from raysfl.runtime.refs import fetch, hand_off, require_run, unwrap
+from raysfl.runtime.resident import KeptStates, new_token
 from raysfl.transport import ClientRoundStats, Smashed, pack, state_nbytes, unpack
 
 
@@ -61,7 +62,7 @@ class ClientActor(RunActor):
     (:mod:`raysfl.runtime.pool`: a warm federation's next run reuses it)."""
 
     run_fields = ("cfg", "ds", "parts", "model", "flops", "role", "_spare", "_perms", "direct", "bank_of",
-                  "_bank_blocks")
+                  "_bank_blocks", "kept", "_round")
 
     def __init__(self, index: int, gpus: float = 0.0):
         super().__init__(gpus, f"client actor {index}")
@@ -88,6 +89,9 @@ class ClientActor(RunActor):
         self._perms: dict = {}  # each client's permutation per epoch of its stream
         self.bank_of: dict[int, BankGroup] = {}  # the round's clients that step in a bank: their group
         self._bank_blocks: dict[int, bool] = {}  # block count -> whether its clients may (client_bank.py)
+        # the updates it sent, kept to start their clients' next round from (raysfl.runtime.resident)
+        self.kept = KeptStates() if cfg.resources.client_bank == "on" and spec.aggregator.keeps_updates else None
+        self._round = 0
         return self.incarnation
 
     def teardown(self) -> None:
@@ -117,9 +121,11 @@ class ClientActor(RunActor):
     def begin_round(self, plans: dict, models: dict) -> None:
         """Materialise the round's clients (``plans``: {client: ClientPlan}).
 
-        ``models`` = {"global": state, "own": {client: state}, "charged": [client, ...]}: a
-        client loads its own start state when it has one (e.g. PSL, FLEX-SFL), otherwise the
-        global one; receiving it counts as a download for the clients in "charged" (the
+        ``models`` = {"global": state, "own": {client: state}, "resident": {client: name},
+        "charged": [client, ...]}: a client loads its own start state when it has one (e.g. PSL,
+        FLEX-SFL), sent or, under "resident", the update this actor sent and kept under that name
+        (:mod:`raysfl.runtime.resident`), otherwise the global one; receiving it counts as a
+        download for the clients in "charged" (the
         client-side part only: a module of the client's own, ``head.*`` keys, never travels).
         A plan's ``delay_s`` makes its client a real straggler: the actor sleeps (the longest
         delay of its clients) before any of them starts -- until the round's deadline at the
@@ -130,6 +136,7 @@ class ClientActor(RunActor):
         require_run(self)
         models = unwrap(models)
         self.active, self.bank_of = {}, {}
+        self._round = max((p.round for p in plans.values()), default=0)
         self.deadline = max((p.deadline or 0.0 for p in plans.values()), default=0.0) or None
         delay = max((p.delay_s for p in plans.values()), default=0.0)
         if delay > 0 and self.deadline is not None:
@@ -138,7 +145,10 @@ class ClientActor(RunActor):
             time.sleep(delay)
         banked: dict[tuple, list] = {}  # (blocks, lr) -> [(ClientRound, its start state)]: see client_bank.py
         for c, p in sorted(plans.items()):
-            src = models["own"].get(c, models["global"])
+            src = models["own"].get(c)
+            if src is None:
+                token = models.get("resident", {}).get(c)
+                src = models["global"] if token is None else self.kept.take(c, token, f"client actor {self.index}")
             part = self._part(p.blocks)
             keys = set(part.state_dict().keys())
             arrays = {k: v for k, v in src.items() if k in keys}
@@ -367,7 +377,10 @@ class ClientActor(RunActor):
     def end_round(self, grad_refs: list):
         """Apply the last gradients; return (updates for the fed server, stats for the driver).
 
-        Clients that lost their server mid-round report stats (``failed``) but no update.
+        Clients that lost their server mid-round report stats (``failed``) but no update. Where
+        the fed server keeps updates as they came (``Aggregator.keeps_updates``, ``--client-bank
+        on``), this actor keeps each update too, named in it and in its stats, so that the
+        client's next round can start from it here (:mod:`raysfl.runtime.resident`).
         """
         require_run(self)
         self.role.finish_steps(self, grad_refs)
@@ -375,9 +388,28 @@ class ClientActor(RunActor):
         for c, a in sorted(self.active.items()):
             if not a.failed:
                 updates.append(self.role.update(a))
+                if self.kept is not None:
+                    self._keep(a, updates[-1])
+            elif self.kept is not None:
+                self.kept.drop(c)
             stats.append(a.stats)
+        if self.kept is not None:
+            self.kept.end_round(self._round)
         for a in self.active.values():  # the parts serve the next round's clients (Ray has serialised
             a.part.eval()               # the updates, views of them, once this call returns)
             self._spare.setdefault(len(a.part.blocks), []).append(a.part)
         self.active, self.bank_of = {}, {}
         return hand_off([updates], self.direct)[0], stats
+
+    def _keep(self, a: ClientRound, u) -> None:
+        """Keep client ``a``'s update ``u`` (views of its part's tensors) under a new name. The part
+        serves later rounds: a banked part's tensors are views of its group's rows, which no later
+        round writes, so it gets new storage and the views are kept; another's are copied."""
+        if a.client in self.bank_of:
+            for t in [*a.part.parameters(), *a.part.buffers()]:
+                t.data = torch.empty_like(t.data)
+            state = u.state
+        else:
+            state = {k: np.array(v) for k, v in u.state.items()}
+        u.token = a.stats.kept = new_token()
+        self.kept.keep(self._round, a.client, u.token, state)

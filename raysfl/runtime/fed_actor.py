@@ -85,24 +85,32 @@ class FedActor(RunActor):
                 out[name] = f.read()
         return out
 
-    def dispatch(self, actor_plans: list[dict[int, int]]):
+    def dispatch(self, actor_plans: list[dict[int, int]], held: dict[int, str] | None = None):
         """Models for each client actor (``actor_plans``: {client: blocks it holds}): {"global":
         the blocks its clients need, "own": {client: state} for clients that start from a state
-        of their own, "charged": clients whose start state is a download}."""
+        of their own, "resident": {client: name} for those whose client actor keeps that very
+        state (``held``: what the driver knows it keeps, raysfl.runtime.resident), "charged":
+        clients whose start state is a download}."""
         require_run(self)
+        held = held or {}
+        kept = self.role.own if isinstance(self.role.own, OwnStates) else None
         out = []
         for plan in actor_plans:
-            own, charged = {}, []
+            own, resident, charged = {}, {}, []
             for c in sorted(plan):
                 state, download = self.role.client_start(c, plan[c])
                 if state is not None:
-                    own[c] = state
+                    token = kept.token(c, state) if kept is not None and c in held else None
+                    if token is not None and token == held[c]:
+                        resident[c] = token
+                    else:
+                        own[c] = state
                 if download:
                     charged.append(c)
-            need = [plan[c] for c in plan if c not in own]
+            need = [plan[c] for c in plan if c not in own and c not in resident]
             top = max(need) if need else 0
             out.append({"global": {k: v for k, v in self.role.global_state.items() if block_of(k) < top},
-                        "own": own, "charged": charged})
+                        "own": own, "resident": resident, "charged": charged})
         out = hand_off(out, self.cfg.resources.direct_payloads == "on")
         return out if len(out) != 1 else out[0]
 
@@ -136,6 +144,10 @@ class FedActor(RunActor):
         role.last_clients = [u.client for u in updates]
         role.take_records()  # what a rolled-back attempt recorded is not this round's
         merged = role.aggregate(rnd, server_states, updates, dict(failures or {}))
+        if isinstance(role.own, OwnStates):  # updates kept as they came: their client actors keep them too
+            for u in updates:
+                if u.token is not None:
+                    role.own.tag(u.client, u.state, u.token)
         if merged is not None and servers:  # e.g. FLEX-SFL's w_e to every edge server (eq. 26)
             fetch([srv.load_shared.remote(merged) for srv in servers])  # a dead one is restored next round
         return len(late), self.incarnation, role.take_records()

@@ -39,6 +39,7 @@ from raysfl.runtime.placement import actor_options, host_resources, reserve, rol
 from raysfl.runtime.pool import ActorSet
 from raysfl.runtime.planning import ClientPlan
 from raysfl.runtime.refs import DEAD, LATE, alive_within, fetch, is_death, ping_all, ping_until_alive
+from raysfl.runtime.resident import KeptMirror
 from raysfl.runtime.role_host import FED, RoleHandle, RoleHost, concurrency_groups, server_role
 from raysfl.runtime.server_actor import ServerActor
 from raysfl.transport import ClientRoundStats
@@ -252,6 +253,7 @@ class Federation:
         self.late_applied = 0
         self._deferred: int | None = None  # a round whose evaluation waits for the next round's dispatch (--eval-overlap)
         self._deferred_ref = None  # ... its evaluation, once submitted
+        self.kept = KeptMirror(self.actor_of)  # what each client actor keeps of its clients' updates (resident.py)
 
     def warm_up(self) -> None:
         """Every actor's first forward/backward, before round 1 (all at once)."""
@@ -322,6 +324,7 @@ class Federation:
     def _set_up_again(self, indices: list[int]) -> None:
         """Actors Ray restarted come back bare: set them up for this run again (indices into
         clients + servers + [fed])."""
+        self.kept.forget([i for i in indices if i < len(self.clients)])
         if indices:
             set_up([self._setup_calls[i] for i in indices])
 
@@ -562,7 +565,7 @@ class Federation:
                 {c: (self.actor_of(c), p.steps) for c, p in mine.items()}, window))
         stats_refs, stats_actor, markers = [], [], []
         for turn in self.exchange.turns(list(plans)):  # SL: one client at a time
-            u, st, actors, m = self._run_group(w, {c: plans[c] for c in turn}, server_of)
+            u, st, actors, m = self._run_group(w, {c: plans[c] for c in turn}, server_of, rnd)
             stats_refs += st
             stats_actor += actors
             markers += m
@@ -596,6 +599,8 @@ class Federation:
         result.dead_clients = {a for a, out in zip(stats_actor, client_out) if out is DEAD}
         result.late_actors = {a for a, out in zip(stats_actor, client_out) if out is LATE}
         self.died |= result.dead_clients
+        self.kept.observe(rnd, [st for out in client_out if out and out is not DEAD and out is not LATE for st in out],
+                          result.dead_clients | result.late_actors | self.died)
         result.dead_servers = {j for j, out in enumerate(server_out) if out is DEAD}
         for out in client_out + server_out:
             if not out:
@@ -713,7 +718,7 @@ class Federation:
         """Late updates of earlier rounds wait to be aggregated (the aggregator's ``late_updates``)."""
         return bool(self._carry)
 
-    def _run_group(self, w: Wiring, plans: dict[int, ClientPlan], server_of: dict[int, int]):
+    def _run_group(self, w: Wiring, plans: dict[int, ClientPlan], server_of: dict[int, int], rnd: int):
         """Dispatch the group's start states, let the exchange wire its steps, and end its round
         on every client actor: (update refs, stats refs, client actors, step markers)."""
         by_actor: dict[int, dict[int, ClientPlan]] = {}
@@ -721,7 +726,8 @@ class Federation:
             by_actor.setdefault(self.actor_of(c), {})[c] = p
         actors = sorted(by_actor)
         dispatch = [{c: p.blocks for c, p in by_actor[i].items()} for i in actors]
-        models = _as_list(self.fed.dispatch.options(num_returns=len(actors)).remote(dispatch), len(actors))
+        held = self.kept.claims(rnd, plans)
+        models = _as_list(self.fed.dispatch.options(num_returns=len(actors)).remote(dispatch, held), len(actors))
         self._submit_deferred()  # the round before's evaluation, behind this dispatch and before anything that changes the models
         for i, m in zip(actors, models):
             w.aux.append(self.clients[i].begin_round.remote(by_actor[i], m))

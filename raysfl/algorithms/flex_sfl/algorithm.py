@@ -61,6 +61,7 @@ class HiLoAggregator(Aggregator):
     every tau_e rounds (eq. 26) and sent back to the edge servers; W_global (eq. 28) is evaluated."""
 
     state_cls = HiLoState
+    keeps_updates = True  # w_c^k, as it came, until the next intra-cluster aggregation
 
     def __init__(self, cfg, ctx, shared, global_state):
         super().__init__(cfg, ctx, shared, global_state)

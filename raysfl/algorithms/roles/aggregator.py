@@ -44,6 +44,9 @@ class Aggregator(Recorder):
     state_cls: ClassVar[type | None] = None  # the role's own state (a dataclass; None: none)
     late_updates: ClassVar[bool] = False  # updates that miss the real-time deadline join the next round's
                                           # aggregation (False: they are dropped)
+    keeps_updates: ClassVar[bool] = False  # a client's update is kept as it came (``own[c] = u.state``) and is
+                                           # its next start state: its client actor may keep it resident
+                                           # (--client-bank; raysfl.runtime.resident)
 
     def __init__(self, cfg, ctx: FederationContext | None, shared, global_state: dict[str, np.ndarray]):
         self.cfg, self.ctx, self.shared, self.params = cfg, ctx, shared, cfg.algo_params
@@ -137,6 +140,8 @@ class Aggregator(Recorder):
 
 class OwnModels(Aggregator):
     """Every client keeps its own client-side model (PSL, EPSL, GAPSL)."""
+
+    keeps_updates = True
 
     @classmethod
     def columns(cls, cfg) -> list[str]:

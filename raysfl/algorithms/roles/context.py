@@ -43,3 +43,4 @@ class ClientUpdate:
     weight: float                  # its sample count this round
     late: bool = False             # missed its round's deadline; aggregated one round later
     report: dict = field(default_factory=dict)  # the client role's ``report`` (e.g. losses, depth)
+    token: str | None = None       # its client actor keeps ``state`` under this name (resident states)
