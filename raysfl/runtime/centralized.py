@@ -110,7 +110,7 @@ def run_centralized(exp, state: dict | None) -> None:
                 logger.flush()
                 checkpoint.save(exp.run_dir, rnd, cfg_dict=cfg.to_dict(), state={"round": rnd, "counters": counters,
                                                "model": state_to_wire(model.state_dict()), "opt": opt.state_dict()})
-                prune_checkpoints(exp)
+                prune_checkpoints(exp, logger.rows)
         if stop:
             exp.stopped = True
             break

@@ -496,6 +496,7 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
                    f"clients, {num_servers} server{'s' * (num_servers != 1)} and 1 fed server{shared}) in "
                    f"{stages.seconds['actors']:.1f} s")
         fed.run_dir = exp.run_dir  # its checkpoints' kept states, should a restarted fed server need them
+        fed.checkpoints_written = lambda: exp.writer.wait(quiet=True)  # ... once the one under way is written
         placed = fed.placement()
         (exp.run_dir / "placement.json").write_text(json.dumps(placed, indent=1))
         check_node_faults(cfg, placed)  # kill:node needs a worker node holding actors
@@ -541,6 +542,7 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
             raise RunFailed(f"round {rnd} failed ({type(e).__name__}: {first}); metrics of rounds 1..{done} "
                             f"are in {exp.run_dir}; {resume_hint(exp)}") from e
     finally:
+        exp.writer.wait(quiet=not ok)  # the last checkpoint on disk before the run ends
         if fed is not None:
             fed.release(keep=ok)
         else:
@@ -560,6 +562,8 @@ def checkpoint_finished(exp, fed) -> None:
     rows = exp.logger.rows
     if not rows or not exp.cfg.checkpoint_every:
         return
+    with interrupts.held():
+        exp.writer.wait(quiet=True)  # the one under way is on disk, or said lost
     done = rows[-1]["round"]
     if done in checkpoint.rounds_saved(exp.run_dir) or fed.snapshot_round != done:
         return

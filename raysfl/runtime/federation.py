@@ -217,6 +217,7 @@ class Federation:
         self.cfg, self.spec, self.planner, self.num_actors = cfg, spec, planner, num_actors
         self.run_name = run_name
         self.run_dir = None  # where the run's checkpoints are (the driver sets it): kept states to fall back on
+        self.checkpoints_written = lambda: None  # waits for a checkpoint being written (the driver sets it)
         self.exchange = planner.exchange
         self.num_blocks = ctx.num_blocks
         self.actors = actors or start_actors(cfg, num_actors, planner.servers, run_name)
@@ -766,6 +767,7 @@ class Federation:
                 raise
             # the fed server came back on another node than its kept states' files: the
             # checkpoint of the same round has them (--checkpoint-every 1, the default)
+            self.checkpoints_written()
             own = states_in_checkpoints(self.run_dir, state["fed"]["own"]) if self.run_dir else None
             if own is None:
                 raise SnapshotLost(f"{getattr(e, 'cause', e)}; no checkpoint of round {state.get('round', '?')} holds them "

@@ -4,8 +4,9 @@ down each round (issue 44, item 1; ours, with ``--client-bank on``).
 Where the aggregator keeps a client's update as it came and starts the client's next round
 from it (``Aggregator.keeps_updates``: PSL, EPSL, GAPSL, FLEX-SFL between its intra-cluster
 aggregations), the fed server used to send that state back down to the client actor that had
-just sent it up: at 100 PSL clients on the digits CNN about 21 MB into Ray's object store per
-round, a quarter of a 100-client round's time on a 2-core machine. The fed server still gets
+just sent it up: at 100 PSL clients on the digits CNN about 21 MB a round into Ray's object
+store and out again (on one machine a few per cent of a core; between nodes, 21 MB over the
+network before any client can start; docs/performance.md, section 11). The fed server still gets
 every update (it evaluates the clients' models, snapshots and checkpoints them, and rebuilds a
 client actor that was lost); only the way down goes, where it is safe to skip:
 

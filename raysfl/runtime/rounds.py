@@ -13,6 +13,7 @@ shown to the callbacks once that training is in, before its aggregation (:func:`
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import sys
@@ -25,6 +26,7 @@ from raysfl.algorithms.roles import FederationContext, Planner
 from raysfl.errors import Diverged, RunFailed
 from raysfl.faults import plan_faults, unavailable_clients
 from raysfl.runtime import interrupts
+from raysfl.runtime.checkpoint_writer import CheckpointWriter
 from raysfl.runtime.federation import Federation, FedServerLost, RoundInFlight, RoundResult
 from raysfl.runtime.planning import plan_round
 from raysfl.runtime.rows import EVENT_COLUMNS, TRAFFIC_COLUMNS, client_row, round_row
@@ -56,6 +58,7 @@ class Experiment:
     callbacks: "object" = None    # raysfl.callbacks.Callbacks, called after every round
     stopped: bool = False         # a callback ended the run early
     pending: "PendingRow | None" = None  # a round whose row waits for its evaluation (--eval-overlap)
+    writer: CheckpointWriter = field(default_factory=CheckpointWriter)  # checkpoints, written beside the next round
 
     def due(self, rnd: int, every: int) -> bool:
         """Whether something done every ``every`` rounds (and at the last) happens in ``rnd``."""
@@ -305,23 +308,30 @@ def classify(exp: Experiment, fed: Federation, plans: dict, server_of: dict[int,
 
 def save_checkpoint(exp: Experiment, fed: Federation, rnd: int) -> None:
     """Round ``rnd``'s checkpoint (the federation's snapshot, the driver's counters), then
-    keep only the newest ``--keep-checkpoints`` (and the best with ``--keep-best``)."""
-    exp.logger.flush()  # the rounds this checkpoint covers are on disk before it is
+    keep only the newest ``--keep-checkpoints`` (and the best with ``--keep-best``). What it
+    holds is fixed here; it is written on the checkpoint writer's thread while the next round
+    trains (:mod:`raysfl.runtime.checkpoint_writer`)."""
     state = fed.snapshot
     if fed.snapshot_round != rnd or state is None or state.get("round", rnd) != rnd:
         raise RunFailed(f"round {rnd}'s checkpoint: the state at hand is round {fed.snapshot_round}'s, not round "
                         f"{rnd}'s; nothing written. Metrics of rounds 1..{rnd} are in {exp.run_dir}; "
                         f"{resume_hint(exp)}")
-    state = own_state_files.for_checkpoint(exp.run_dir, rnd, state, fed.fed)  # kept states: their files, once each
-    checkpoint.save(exp.run_dir, rnd, {"round": rnd, "counters": exp.counters, "federation": state},
-                    exp.cfg.to_dict(), metrics_rows=exp.logger.rows)
-    prune_checkpoints(exp)
+    counters, rows, cfg_dict, fed_actor = copy.deepcopy(exp.counters), list(exp.logger.rows), exp.cfg.to_dict(), fed.fed
+
+    def write() -> None:
+        exp.logger.flush()  # the rounds this checkpoint covers are on disk before it is
+        federation = own_state_files.for_checkpoint(exp.run_dir, rnd, state, fed_actor)  # kept states: files, once each
+        checkpoint.save(exp.run_dir, rnd, {"round": rnd, "counters": counters, "federation": federation},
+                        cfg_dict, metrics_rows=rows)
+        prune_checkpoints(exp, rows)
+
+    exp.writer.submit(write, f"round {rnd}'s checkpoint")
 
 
-def prune_checkpoints(exp: Experiment) -> None:
+def prune_checkpoints(exp: Experiment, rows: list[dict]) -> None:
     """Keep the newest ``--keep-checkpoints`` checkpoints and, with ``--keep-best``, the one of
-    the highest test accuracy among those saved."""
-    best = (checkpoint.best_round(exp.logger.rows, checkpoint.rounds_saved(exp.run_dir))
+    the highest test accuracy among those saved (``rows``: the run's metrics rows so far)."""
+    best = (checkpoint.best_round(rows, checkpoint.rounds_saved(exp.run_dir))
             if exp.cfg.keep_best else None)
     checkpoint.prune(exp.run_dir, exp.cfg.keep_checkpoints, best)
 
@@ -333,7 +343,9 @@ def deadlines(cfg) -> bool:
 
 
 def resume_hint(exp: Experiment, flags: str = "") -> str:
-    """The command that continues a stopped run, or what to do when nothing can be resumed."""
+    """The command that continues a stopped run, or what to do when nothing can be resumed
+    (once the checkpoint being written is on disk)."""
+    exp.writer.wait(quiet=True)
     return checkpoint.resume_hint(exp.run_dir, exp.cfg.checkpoint_every, flags)
 
 

@@ -44,8 +44,7 @@ class Aggregator(Recorder):
     state_cls: ClassVar[type | None] = None  # the role's own state (a dataclass; None: none)
     late_updates: ClassVar[bool] = False  # updates that miss the real-time deadline join the next round's
                                           # aggregation (False: they are dropped)
-    keeps_updates: ClassVar[bool] = False  # a client's update is kept as it came (``own[c] = u.state``) and is
-                                           # its next start state: its client actor may keep it resident
+    keeps_updates: ClassVar[bool] = False  # own[c] = u.state, the next start: its client actor may keep it too
                                            # (--client-bank; raysfl.runtime.resident)
 
     def __init__(self, cfg, ctx: FederationContext | None, shared, global_state: dict[str, np.ndarray]):

@@ -1,0 +1,51 @@
+"""The checkpoint writer (runtime/checkpoint_writer.py): a round's checkpoint is written on a
+thread while the next round trains, one at a time and in order; a failed write is raised at the
+next checkpoint or the run's end, or said in one line on a run failing already."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from raysfl.runtime.checkpoint_writer import CheckpointWriter
+
+
+def test_writes_run_one_at_a_time_in_order_beside_the_caller():
+    writer, done, running = CheckpointWriter(), [], []
+    release = threading.Event()
+
+    def write(k):
+        def go():
+            running.append(k)
+            assert len(running) - len(done) == 1  # never two at once
+            if k == 1:
+                release.wait(5)
+            done.append(k)
+        return go
+
+    writer.submit(write(1), "round 1's checkpoint")
+    time.sleep(0.05)
+    assert running == [1] and done == []  # the caller goes on while round 1's is written
+    release.set()
+    writer.submit(write(2), "round 2's checkpoint")  # waits for round 1's first
+    writer.submit(write(3), "round 3's checkpoint")
+    writer.wait()
+    assert done == [1, 2, 3]
+
+
+def test_a_failed_write_is_raised_later_or_said_in_one_line(capsys):
+    writer = CheckpointWriter()
+
+    def full():
+        raise OSError(28, "No space left on device")
+
+    writer.submit(full, "round 4's checkpoint")
+    with pytest.raises(OSError, match="No space left"):
+        writer.submit(lambda: None, "round 5's checkpoint")
+    writer.wait()  # raised once
+    writer.submit(full, "round 6's checkpoint")
+    writer.wait(quiet=True)
+    assert capsys.readouterr().err.strip() == ("raysfl: warning: round 6's checkpoint could not be written "
+                                               "(OSError: [Errno 28] No space left on device)")
