@@ -496,7 +496,7 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
                    f"clients, {num_servers} server{'s' * (num_servers != 1)} and 1 fed server{shared}) in "
                    f"{stages.seconds['actors']:.1f} s")
         fed.run_dir = exp.run_dir  # its checkpoints' kept states, should a restarted fed server need them
-        fed.checkpoints_written = lambda: exp.writer.wait(quiet=True)  # ... once the one under way is written
+        fed.checkpoints_written = exp.writer.wait  # ... and before a manifest changes the files one is linking
         placed = fed.placement()
         (exp.run_dir / "placement.json").write_text(json.dumps(placed, indent=1))
         check_node_faults(cfg, placed)  # kill:node needs a worker node holding actors

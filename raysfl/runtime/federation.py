@@ -217,7 +217,8 @@ class Federation:
         self.cfg, self.spec, self.planner, self.num_actors = cfg, spec, planner, num_actors
         self.run_name = run_name
         self.run_dir = None  # where the run's checkpoints are (the driver sets it): kept states to fall back on
-        self.checkpoints_written = lambda: None  # waits for a checkpoint being written (the driver sets it)
+        self.checkpoints_written = lambda: None  # waits for a checkpoint being written (the driver sets it;
+        # runtime/checkpoint_writer.py): before anything changes the kept-state files it may be linking
         self.exchange = planner.exchange
         self.num_blocks = ctx.num_blocks
         self.actors = actors or start_actors(cfg, num_actors, planner.servers, run_name)
@@ -335,7 +336,10 @@ class Federation:
         is not fetched: the actors return it into Ray's object store (each after the round's
         calls it has queued, before the next round's), and the driver holds the refs; it is
         fetched only when needed (a checkpoint, a restore). Each actor also returns a small
-        stamp, which :meth:`confirm_snapshot` fetches: a snapshot is that round's or none."""
+        stamp, which :meth:`confirm_snapshot` fetches: a snapshot is that round's or none. A
+        checkpoint being written is waited for first: the fed server's new manifest lets go of
+        kept-state files the one before named, which that checkpoint may still be linking."""
+        self.checkpoints_written()
         calls = [a.stamped_state.options(num_returns=2).remote() for a in [self.fed] + self.servers]
         self._snap_refs = {"stamps": [stamp for stamp, _ in calls], "fed": calls[0][1],
                            "servers": [state for _, state in calls[1:]]}
@@ -437,6 +441,7 @@ class Federation:
                 j = i - n_clients
                 loads.append(self.servers[j].load_state.remote(self.snapshot["servers"][j]))
             elif i == n_clients + n_servers and self.snapshot is not None:
+                self.checkpoints_written()  # loading a manifest deletes the files it does not name
                 loads.append(self.fed.load_state.remote(self.snapshot["fed"]))
         ray.get(loads)
         return {"restarts": len(restarted)}
@@ -756,6 +761,7 @@ class Federation:
     def load_state(self, state: dict) -> None:
         import ray
 
+        self.checkpoints_written()  # loading a manifest deletes the kept-state files it does not name
         servers = [s.load_state.remote(st) for s, st in zip(self.servers, state["servers"])]
         try:
             ray.get(self.fed.load_state.remote(state["fed"]))
@@ -767,7 +773,6 @@ class Federation:
                 raise
             # the fed server came back on another node than its kept states' files: the
             # checkpoint of the same round has them (--checkpoint-every 1, the default)
-            self.checkpoints_written()
             own = states_in_checkpoints(self.run_dir, state["fed"]["own"]) if self.run_dir else None
             if own is None:
                 raise SnapshotLost(f"{getattr(e, 'cause', e)}; no checkpoint of round {state.get('round', '?')} holds them "
