@@ -18,7 +18,7 @@ per round after it, and the median round time. A population effect shows as grow
 (a state per client that was trained, such as PSL's client-side models) or as a start that
 grows with the population.
 
-Writes docs/results/population.md (+ .csv, .parquet).
+Writes docs/results/population.md (+ .csv, .parquet), or where ``--table`` says.
 """
 
 from __future__ import annotations
@@ -137,7 +137,9 @@ def main() -> None:
     ap.add_argument("--checkpoint-every", type=int, default=1, help="as users run: a checkpoint every round")
     ap.add_argument("--algos", nargs="+", default=["psl", "splitfed_v2"])
     ap.add_argument("--one", help=argparse.SUPPRESS)
-    ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)  # the runs' own directory (a child process's)
+    ap.add_argument("--table", default=str(ROOT / "docs" / "results" / "population.md"),
+                    help="where the table goes (default: docs/results/population.md)")
     ns = ap.parse_args()
     if ns.one:
         ns.clients = ns.clients[0]
@@ -157,7 +159,7 @@ def main() -> None:
     for r in rows:
         lines.append(f"| {r['algo']} | {r['clients']:,} | {r['per_round']} | {r['rounds']} | {r['checkpoint_every']} | {r['peak_rss_gb']:.2f} | "
                      f"{r['peak_pss_gb']:.2f} | {r['after_round_1_gb']:.2f} | {r['growth_per_round_mb']:.1f} | {r['median_round_s']:.2f} |")
-    write_tables(rows, ROOT / "docs" / "results" / "population.md", "Memory against the size of the population",
+    write_tables(rows, ns.table, "Memory against the size of the population",
                  " ".join(__doc__.split("\n\n")[0].split()), "\n".join(lines))
 
 

@@ -98,7 +98,9 @@ class ResourceConfig:
                                 # but for wall_time_s)
     client_bank: str = "on"  # on: a client actor steps its round's clients that share blocks, learning rate and
                              # SplitFed's plain role (SGD) as one vmap-ped program, their parameters stacked
-                             # (ours; runtime/client_bank.py; the same rows within float rounding); off: one by one
+                             # (ours; runtime/client_bank.py; the same rows within float rounding), and keeps the
+                             # updates it sent where the fed server keeps them as they came (runtime/resident.py);
+                             # off: one by one
     own_state_memory_mb: int = 256  # the clients' kept states (PSL's own models, ...) the fed server holds in
                                     # memory; older ones wait in files of its node (ours)
     num_cpus: int | None = None  # local Ray cluster size; default: what the actors need

@@ -167,7 +167,9 @@ SETTINGS: dict[str, tuple[str, str]] = {
     "client_bank": ("resources", "a client actor steps its round's clients that share their client-side blocks, "
                                  "learning rate and SplitFed's plain client role (SGD) as one vmap-ped program, "
                                  "their parameters stacked (on), or one client at a time (off); the same rows "
-                                 "within float rounding (ours)"),
+                                 "within float rounding; on also keeps in a client actor the updates it sent "
+                                 "where the fed server keeps them as they came (PSL's own models), so they do "
+                                 "not travel back down (ours)"),
     "own_state_memory_mb": ("resources", "MiB of the clients' kept states (PSL's own client-side models, ...) the "
                                          "fed server holds in memory; the least recently used wait in files of its "
                                          "node beyond it (ours)"),
