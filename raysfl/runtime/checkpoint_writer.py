@@ -10,10 +10,12 @@ next round trains. One checkpoint is written at a time, in round order: the next
 it. Every write still goes to a temporary name and is renamed (:mod:`raysfl.whole_files`), so a
 process killed mid-write leaves the checkpoint before it to resume from, as before.
 
-Whatever reads the checkpoints waits for the one being written first (:meth:`wait`): the
-resume hint of a failed run, the end of a run, a checkpoint on the way out of an interrupted
-run, a restarted fed server that reads kept states back from them. An error of a write is
-raised by the next :meth:`wait` (the next checkpoint, or the run's end).
+Whatever reads the checkpoints, or changes what one being written reads, waits for it first
+(:meth:`wait`): the resume hint of a failed run, the end of a run, a checkpoint on the way out
+of an interrupted run, and the federation's next snapshot or any load of the clients' kept
+states (the fed server then lets go of kept-state files the checkpoint may still be linking;
+:meth:`raysfl.runtime.federation.Federation.snapshot_at`). An error of a write is raised by the
+next :meth:`wait` (the next checkpoint or snapshot, or the run's end).
 """
 
 from __future__ import annotations
