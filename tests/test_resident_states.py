@@ -97,6 +97,7 @@ def test_psl_clients_start_from_what_their_client_actor_kept(ray_session):
     def train(rnd: int, clients: list[int], models: dict):
         plans = {c: ClientPlan(cut=2, steps=2, batch=8, stream_pos=0, lr=0.05, blocks=2, round=rnd) for c in clients}
         actor.begin_round(plans, models)
+        groups.append(len({id(g) for g in actor.bank_of.values()}))
         start = {c: {k: v.detach().clone() for k, v in actor.active[c].part.state_dict().items()} for c in clients}
         grads = []
         for s in range(2):
@@ -106,7 +107,7 @@ def test_psl_clients_start_from_what_their_client_actor_kept(ray_session):
         updates, stats = actor.end_round(grads)
         return start, updates, stats
 
-    plan = {c: 2 for c in range(3)}
+    plan, groups = {c: 2 for c in range(3)}, []
     _, updates, stats = train(1, [0, 1, 2], fed.dispatch([plan]))
     assert all(u.token and u.token == st.kept for u, st in zip(updates, stats))
     fed.aggregate(1, None, [], [ray.put(updates)])
@@ -116,7 +117,7 @@ def test_psl_clients_start_from_what_their_client_actor_kept(ray_session):
     whole = fed.dispatch([plan])
     assert whole["resident"] == {} and sorted(whole["own"]) == [0, 1, 2]
     start, updates, stats = train(2, [0, 1, 2], sent)
-    assert len({id(g) for g in actor.bank_of.values()}) <= 1
+    assert groups == [1, 1]  # the three clients stepped in one bank group, rounds 1 and 2
     for c in range(3):  # the states kept here are the ones the fed server would have sent
         for k, v in whole["own"][c].items():
             assert torch.equal(start[c][k], torch.from_numpy(np.array(v))), (c, k)
@@ -124,7 +125,10 @@ def test_psl_clients_start_from_what_their_client_actor_kept(ray_session):
     claims = {st.client: st.kept for st in stats}
     kept = {c: {k: np.array(v) for k, v in actor.kept.take(c, claims[c], "test").items()} for c in (1, 2)}
     # round 3: client 0 alone (a group of one), in a part the bank's rows were views in
-    start, _, _ = train(3, [0], fed.dispatch([{0: 2}], claims))
+    alone = fed.dispatch([{0: 2}], claims)
+    assert alone["resident"] == {0: claims[0]} and alone["own"] == {}
+    start, _, _ = train(3, [0], alone)
+    assert groups[-1] == 0  # a group of one: its own module
     assert all(torch.equal(start[0][k], torch.from_numpy(np.array(v))) for k, v in updates[0].state.items())
     for c in (1, 2):  # what was kept of the others is as it was
         for k, v in actor.kept.take(c, claims[c], "test").items():
