@@ -1,16 +1,19 @@
-"""What the client bank (``--client-bank``) buys a whole round, against stepping clients one by one.
+"""What the client bank (``--client-bank``) buys a whole round, against stepping clients one by one
+-- or, with ``--setting server_stream``, what a streamed server step (``--server-stream``) buys.
 
-    .venv/bin/python benchmarks/client_bank_rounds.py [--clients 10 100] [--algos psl splitfed_v2]
-        [--eval off default] [--rounds 12] [--runs 3]
+    .venv/bin/python benchmarks/client_bank_rounds.py [--setting client_bank] [--clients 10 100]
+        [--algos psl splitfed_v2] [--eval off default] [--rounds 12] [--runs 3]
+        [--model cnn --cut 2 --optimizer sgd --lr LR]
 
-The settings of ``benchmarks/overhead.py`` (digits, the CNN at cut 2, IID, batch 32, one local
-epoch, seed 0, raysfl's default actors), every client every round, for each algorithm with the
-bank on and off, and the centralised loop on the same work for the ratio. Evaluation off means
-only after the last round (the bank does not touch the evaluation), ``default`` every round as
+The settings of ``benchmarks/overhead.py`` (digits, the CNN at cut 2 unless ``--model``/``--cut``
+say otherwise, IID, batch 32, one local epoch, seed 0, raysfl's default actors), every client
+every round, for each algorithm with the
+setting on and off, and the centralised loop on the same work for the ratio. Evaluation off means
+only after the last round (neither setting touches the evaluation), ``default`` every round as
 users run. Each figure is the median round (rounds 2..R-1) and the median over ``--runs``, the
 settings taken in turn within each run so that drift of the machine falls on all alike. The
-rows of a run are the same with the bank on and off within float rounding
-(``tests/test_client_bank.py``, ``scripts/same_results.py --rel-tol 1e-5``).
+rows of a run are the same with either setting on and off within float rounding
+(``tests/test_client_bank.py``, ``tests/test_server_stream.py``).
 """
 
 from __future__ import annotations
@@ -24,15 +27,29 @@ from overhead import COMMON, flops_per_round, steady
 from sweep import ROOT, run, write_tables
 
 
+# resources setting -> (its name in the table, the table's title)
+SETTINGS = {"client_bank": ("client bank", "The client bank against stepping clients one by one, per round"),
+            "server_stream": ("server stream", "A streamed server step against the whole group's step, per round")}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--setting", choices=list(SETTINGS), default="client_bank",
+                    help="the resources setting measured on against off")
     ap.add_argument("--clients", type=int, nargs="+", default=[10, 100])
     ap.add_argument("--algos", nargs="+", default=["psl", "splitfed_v2"])
     ap.add_argument("--eval", nargs="+", choices=["off", "default"], default=["off"])
     ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--model", default="cnn", help="model (vit with --optimizer adamw: GAPSL's ViT setting)")
+    ap.add_argument("--cut", type=int, default=2)
+    ap.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
+    ap.add_argument("--lr", type=float, default=None, help="learning rate (default: raysfl's)")
     ap.add_argument("--runs", type=int, default=3, help="repeat every measurement; round times are medians over them")
-    ap.add_argument("--out", default=str(ROOT / "docs/results/client_bank_rounds.md"))
+    ap.add_argument("--out", default=None, help="default: docs/results/client_bank_rounds.md, or "
+                                                "server_stream_rounds.md for --setting server_stream")
     args = ap.parse_args()
+    setting, (label, title) = args.setting, SETTINGS[args.setting]
+    args.out = args.out or str(ROOT / f"docs/results/{'client_bank' if setting == 'client_bank' else setting}_rounds.md")
     if args.rounds < 4 or args.runs < 1:
         ap.error(f"--rounds must be >= 4 and --runs >= 1, got {args.rounds} and {args.runs}")
     times: dict[tuple, list[float]] = {}
@@ -40,17 +57,18 @@ def main() -> None:
     for _ in range(args.runs):
         for n in args.clients:
             for evaluation in args.eval:
-                base = dict(COMMON, model="cnn", cut=2, clients=n, rounds=args.rounds,
-                            eval_every=1 if evaluation == "default" else 10**6)
+                base = dict(COMMON, model=args.model, cut=args.cut, optimizer=args.optimizer, clients=n,
+                            rounds=args.rounds, eval_every=1 if evaluation == "default" else 10**6,
+                            **({"lr": args.lr} if args.lr is not None else {}))
                 todo = [("centralized", None)] + [(a, b) for a in args.algos for b in ("off", "on")]
                 for algo, bank in todo:
-                    rows = run(algo=algo, **base, **({"resources": {"client_bank": bank}} if bank else {}))
+                    rows = run(algo=algo, **base, **({"resources": {setting: bank}} if bank else {}))
                     ms = 1000 * steady(rows)
                     key = (n, evaluation, algo, bank)
                     times.setdefault(key, []).append(ms)
                     flops[key] = flops_per_round(rows)
                     print(f"{n} clients, evaluation {evaluation}, {algo}"
-                          f"{'' if bank is None else f', bank {bank}'}: {ms:.1f} ms/round", flush=True)
+                          f"{'' if bank is None else f', {label} {bank}'}: {ms:.1f} ms/round", flush=True)
     out = []
     for n in args.clients:
         for evaluation in args.eval:
@@ -61,18 +79,20 @@ def main() -> None:
                 for bank in ("off", "on"):
                     key = (n, evaluation, algo, bank)
                     ms = statistics.median(times[key])
-                    out.append({"clients": n, "evaluation": evaluation, "algo": algo, "client_bank": bank,
-                                "round_ms": ms, "vs_bank_off": ms / off, "central_ms": central,
+                    out.append({"clients": n, "evaluation": evaluation, "algo": algo, setting: bank,
+                                "round_ms": ms, **{("vs_bank_off" if setting == "client_bank" else "vs_off"): ms / off}, "central_ms": central,
                                 "ratio_central": ms / central * flops[c_key] / flops[key]})
-    lines = ["| clients | evaluation | algorithm | client bank | ms / round | vs bank off | centralised ms "
+    short = "bank" if setting == "client_bank" else label
+    lines = [f"| clients | evaluation | algorithm | {label} | ms / round | vs {short} off | centralised ms "
              "| vs centralised |", "|---:|---|---|---|---:|---:|---:|---:|"]
     for r in out:
-        lines.append(f"| {r['clients']} | {r['evaluation']} | {r['algo']} | {r['client_bank']} | "
-                     f"{r['round_ms']:.1f} | {r['vs_bank_off']:.2f} | {r['central_ms']:.1f} | "
+        vs = r["vs_bank_off" if setting == "client_bank" else "vs_off"]
+        lines.append(f"| {r['clients']} | {r['evaluation']} | {r['algo']} | {r[setting]} | "
+                     f"{r['round_ms']:.1f} | {vs:.2f} | {r['central_ms']:.1f} | "
                      f"{r['ratio_central']:.2f}x |")
     intro = (f"{args.rounds} rounds, round times the median over {args.runs} runs. "
              f"{__doc__.split(chr(10) + chr(10), 2)[2].strip()}")
-    write_tables(out, args.out, "The client bank against stepping clients one by one, per round",
+    write_tables(out, args.out, title,
                  intro, "\n".join(lines), doc=Path(args.out).resolve().parents[1] / "performance.md")
 
 

@@ -97,10 +97,15 @@ class ResourceConfig:
                                 # training leaves idle, at least one (placement.resolve_eval_overlap; the same rows
                                 # but for wall_time_s)
     client_bank: str = "on"  # on: a client actor steps its round's clients that share blocks, learning rate and
-                             # SplitFed's plain role (SGD) as one vmap-ped program, their parameters stacked
+                             # SplitFed's plain role (SGD or AdamW) as one vmap-ped program, their parameters stacked
                              # (ours; runtime/client_bank.py; the same rows within float rounding), and keeps the
                              # updates it sent where the fed server keeps them as they came (runtime/resident.py);
                              # off: one by one
+    server_stream: str = "off"  # on: a server takes a step's batches one client actor at a time, answering each at
+                                # once and updating its parameters after the last (ours; ServerActor.step_part;
+                                # where the server-side step allows it, without deadlines: the same rows within
+                                # float rounding); off: the whole group in one call. Off by default: it measured
+                                # no faster on 2 cores (docs/performance.md, section 14)
     own_state_memory_mb: int = 256  # the clients' kept states (PSL's own models, ...) the fed server holds in
                                     # memory; older ones wait in files of its node (ours)
     num_cpus: int | None = None  # local Ray cluster size; default: what the actors need
@@ -244,6 +249,7 @@ DEVICE_PAYLOADS = ("auto", "on", "off")
 CO_HOST = ("auto", "on", "off")
 EVAL_OVERLAP = ("auto", "on", "off")
 CLIENT_BANK = ("on", "off")
+SERVER_STREAM = ("off", "on")
 SECTIONS = {"devices": DeviceConfig, "resources": ResourceConfig}
 # What a config file may hold (ours): a real one is a few KB of about a hundred values, four levels deep
 # (a list of faults, a fault, its keys, their values). The bounds hold while the file is read -- its bytes before

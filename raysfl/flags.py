@@ -165,11 +165,16 @@ SETTINGS: dict[str, tuple[str, str]] = {
                                   "server has no GPU, evaluating on the cores the training leaves idle, at least one "
                                   "(ours)"),
     "client_bank": ("resources", "a client actor steps its round's clients that share their client-side blocks, "
-                                 "learning rate and SplitFed's plain client role (SGD) as one vmap-ped program, "
+                                 "learning rate and SplitFed's plain client role (SGD or AdamW) as one vmap-ped program, "
                                  "their parameters stacked (on), or one client at a time (off); the same rows "
                                  "within float rounding; on also keeps in a client actor the updates it sent "
                                  "where the fed server keeps them as they came (PSL's own models), so they do "
                                  "not travel back down (ours)"),
+    "server_stream": ("resources", "a server takes a step's smashed data one client actor at a time, each answered "
+                                   "at once, the server-side parameters updated after the last (on), or the whole "
+                                   "group in one call (off); on applies where the server's step allows it (SplitFed "
+                                   "V2's shared step, PSL's mean, no BatchNorm on the server side, no gradient "
+                                   "angles) and there are no deadlines; the same rows within float rounding (ours)"),
     "own_state_memory_mb": ("resources", "MiB of the clients' kept states (PSL's own client-side models, ...) the "
                                          "fed server holds in memory; the least recently used wait in files of its "
                                          "node beyond it (ours)"),

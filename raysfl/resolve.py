@@ -24,7 +24,8 @@ from raysfl.algorithms import ALGORITHMS, get_algorithm, load_recorded_plugins
 from raysfl.algorithms.knobs import check_knobs
 from raysfl.algorithms.spec import ResolvedAlgorithm, resolve_algorithm
 from raysfl.config import (AGGREGATION_WEIGHTS, CLIENT_BANK, CO_HOST, DEVICE_PAYLOADS, DIRECT_PAYLOADS, EPOCH_RULES,
-                           EVAL_OVERLAP, OPTIMIZERS, RUN_DEFAULTS, SECTIONS, STRATEGIES, TRANSFER_DTYPES, Config, coerce)
+                           EVAL_OVERLAP, OPTIMIZERS, RUN_DEFAULTS, SECTIONS, SERVER_STREAM, STRATEGIES, TRANSFER_DTYPES,
+                           Config, coerce)
 from raysfl.data import DATASETS, PARTITIONERS, check_dataset_args, dataset_info
 from raysfl.errors import ConfigError, excerpt
 from raysfl.data import custom as custom_data
@@ -438,6 +439,8 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
            f"unknown resources.eval_overlap {excerpt(r.eval_overlap)}; allowed: {', '.join(EVAL_OVERLAP)}")
     _check(r.client_bank in CLIENT_BANK,
            f"unknown resources.client_bank {excerpt(r.client_bank)}; allowed: {', '.join(CLIENT_BANK)}")
+    _check(r.server_stream in SERVER_STREAM,
+           f"unknown resources.server_stream {excerpt(r.server_stream)}; allowed: {', '.join(SERVER_STREAM)}")
     if r.co_host == "on":
         _check(not r.server_gpus and not r.fed_gpus,
                f"resources.co_host 'on' puts the servers and the fed server in one process, which takes no GPU "

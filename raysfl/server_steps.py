@@ -81,6 +81,60 @@ def shared_server_step(model: SplitModel, opt: torch.optim.Optimizer,
     return grads, dict(zip(order, values))
 
 
+def shared_server_part(model: SplitModel, batches: list[tuple[int, int, torch.Tensor, torch.Tensor]], loss=None,
+                       ) -> tuple[dict[int, torch.Tensor], dict[int, float], int]:
+    """One client actor's share of a streamed :func:`shared_server_step` (ours: ``--server-stream``).
+
+    Forward and backward of the *sum* of these batches' per-sample losses: the server-side
+    parameters' gradients accumulate over a step's parts, and :func:`finish_shared_step` divides
+    them by the step's rows and steps once -- the gradient of the mean over the whole group,
+    as the concatenated step takes it. Each client's gradient is that of its own mean loss, as
+    there: it does not depend on the other parts' rows (no layer of the server side mixes rows:
+    streaming is off where it has BatchNorm). Returns (gradients, mean losses, rows).
+    """
+    loss = _loss(loss)
+    by_cut: dict[int, list[int]] = {}
+    for i, (_, cut, _, _) in enumerate(batches):
+        by_cut.setdefault(cut, []).append(i)
+    inputs: dict[int, torch.Tensor] = {}
+    means: dict[int, list[torch.Tensor]] = {}
+    total = None
+    for cut, idx in sorted(by_cut.items()):
+        x = torch.cat([batches[i][2] for i in idx]).requires_grad_(True)
+        y = torch.cat([batches[i][3] for i in idx])
+        s, means[cut] = loss.group(_forward_from(model, x, cut), y, [int(batches[i][3].shape[0]) for i in idx])
+        inputs[cut] = x
+        total = s if total is None else total + s
+    if total is None:
+        return {}, {}, 0
+    total.backward()
+    grads: dict[int, torch.Tensor] = {}
+    order: list[int] = []
+    rows = 0
+    for cut, idx in sorted(by_cut.items()):
+        offset = 0
+        for i in idx:
+            client, n = batches[i][0], int(batches[i][3].shape[0])
+            grads[client] = inputs[cut].grad[offset:offset + n] / n
+            order.append(client)
+            offset += n
+            rows += n
+    values = torch.stack([m.detach() for cut in sorted(by_cut) for m in means[cut]]).tolist()  # one host sync
+    return grads, dict(zip(order, values)), rows
+
+
+def finish_shared_step(model: SplitModel, opt: torch.optim.Optimizer, rows: int) -> None:
+    """The optimiser step that ends a streamed shared step over ``rows`` rows in all: the
+    accumulated gradients (of the parts' summed losses) become those of the group's mean loss."""
+    if rows:
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.grad.div_(rows)
+        opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
 def per_client_server_step(models: dict[int, SplitModel], opts: dict[int, torch.optim.Optimizer],
                            batches: list[tuple[int, int, torch.Tensor, torch.Tensor]], loss=None,
                            ) -> tuple[dict[int, torch.Tensor], dict[int, float]]:

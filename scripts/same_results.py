@@ -58,6 +58,8 @@ CASES: dict[str, dict] = {
     "epsl": dict(algo="epsl"),
     "besplit+no_dtd": dict(algo="besplit", besplit={"dtd": False}),
     "gapsl+second_order": dict(algo="gapsl", rounds=2, gapsl={"gda_regularizer": "second_order"}),
+    # GAPSL's ViT setting (Sec. IV-4): AdamW, its clients stepped in a bank
+    "gapsl+vit+adamw": dict(algo="gapsl", model="vit", optimizer="adamw", lr=1e-3, rounds=3),
     "splitfed_v2+kill": dict(algo="splitfed_v2", faults="kill:client:round=2", rounds=3),
     "psl+sim_deadline": dict(algo="psl", sim_deadline_s=0.8),
     # every client every round: each starts from the state its client actor kept (resident

@@ -197,7 +197,7 @@ class ClientActor(RunActor):
         (:mod:`raysfl.runtime.client_bank`; decided once per run and block count)."""
         known = self._bank_blocks.get(blocks)
         if known is None:
-            known = (self.cfg.resources.client_bank == "on" and self.cfg.optimizer == "sgd"
+            known = (self.cfg.resources.client_bank == "on"
                      and blocks < self.model.num_blocks  # a split client (a whole model trains locally: FedAvg)
                      and role_is_plain(self.role) and part_is_stackable(part)
                      and vmap_runs(part, self.ds.input_shape, self.device))

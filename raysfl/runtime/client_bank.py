@@ -4,7 +4,7 @@
 Without it a client actor loads each of its round's clients into a module of its own, builds
 each an optimiser, and runs one forward, one backward and one optimiser step per client and
 step. With it, the clients that can share a program -- the same client-side blocks and
-learning rate, SplitFed's plain client role, SGD -- form a :class:`BankGroup`:
+learning rate, SplitFed's plain client role, SGD or AdamW -- form a :class:`BankGroup`:
 
 - their parameters are stacked, one tensor per parameter name with a row per client, loaded
   with one copy per name (no module per client is loaded; each client's part holds views of
@@ -13,22 +13,22 @@ learning rate, SplitFed's plain client role, SGD -- form a :class:`BankGroup`:
   batches (``functional_call``), per batch size, and once the gradients at the cut are back,
   one backward of the group's activations and ONE optimiser step over the stacked rows.
 
-SGD's update is elementwise (momentum, weight decay), so a row steps exactly as its client's
-own optimiser would; a row that does not step (its client failed, its batches ran out) is
-put back as it was, its momentum buffer with it. The forward and backward of a row give the
-same values as the client's own module up to float rounding (``vmap`` turns a convolution over
-stacked weights into a grouped one, which sums in another order): ``scripts/same_results.py``
-compares within a relative 1e-5.
+SGD's and AdamW's updates are elementwise (momentum, weight decay, AdamW's moments), so a row
+steps as its client's own optimiser would; AdamW's step counter (one per tensor in torch) is
+set to the rows' own count for their step. A row that does not step (its client failed, its
+batches ran out) is put back as it was, its optimiser state with it. The forward and backward
+of a row give the same values as the client's own module up to float rounding (``vmap`` turns
+a convolution over stacked weights into a grouped one, which sums in another order):
+``scripts/same_results.py`` compares within a relative 1e-5.
 
 Buffers are stacked too: a BatchNorm's running statistics have a row per client, updated by
 the ``vmap``-ped forward as each client's own module would update them.
 
 What stays one client at a time, with results exactly as before: a client that holds the whole
 model (FedAvg's local training), a role with a hook of its own (FedProx's regulariser,
-SuperSFL's TPGF, FedPairing, own modules), AdamW (its step counter is one per tensor, not per
-row), parts with random modules (dropout), a client whose server is away (``local``), a group
-of one, and a model ``vmap`` cannot run (tried once per run and block count on two rows of two
-samples).
+SuperSFL's TPGF, FedPairing, own modules), parts with random modules (dropout), a client whose
+server is away (``local``), a group of one, and a model ``vmap`` cannot run (tried once per run
+and block count on two rows of two samples).
 """
 
 from __future__ import annotations
@@ -102,6 +102,7 @@ class BankGroup:
                 b.data = self.buffers[n][k]
         self.forward_of = _call(template)
         self.opt = build_optimizer(list(self.params.values()), cfg, lr)
+        self.steps = [0] * len(members)  # optimiser steps each row has taken this round
         self.pending: list[tuple[list[int], torch.Tensor]] = []  # (rows, their stacked activations)
         self.grads: dict[int, torch.Tensor] = {}  # row -> the gradient at the cut that came back
 
@@ -149,20 +150,37 @@ class BankGroup:
         self._step_rows(sorted(grads))
 
     def _step_rows(self, rows: list[int]) -> None:
-        """The optimiser's step for ``rows`` only: the others are put back as they were."""
+        """The optimiser's step for ``rows`` only: each row takes the step its own optimiser
+        would, the others are put back as they were. Rows that have stepped a different number
+        of times (one missed a gradient and came back) step in passes of their own, so that
+        AdamW's bias correction counts each row's own steps."""
+        counts = {r: self.steps[r] + 1 for r in rows}
+        for count in sorted(set(counts.values())):  # one pass, unless the rows' counts differ
+            self._step_only([r for r in rows if counts[r] == count], count)
+        for r in rows:
+            self.steps[r] += 1
+        self.opt.zero_grad(set_to_none=True)
+
+    def _step_only(self, rows: list[int], count: int) -> None:
+        """One optimiser step over the stacked tensors, as the ``count``-th step of ``rows``;
+        every other row's parameters and per-element state (SGD's momentum, AdamW's moments)
+        put back. A row that has not stepped has no state yet: zero is the same (SGD's first
+        step sets its momentum to the gradient, AdamW's moments start at zero)."""
         tensors = list(self.params.values())
         still = sorted(set(range(len(self.members))) - set(rows))
+        idx = torch.tensor(still, device=tensors[0].device) if still else None
         saved = []
-        if still:
-            idx = torch.tensor(still, device=tensors[0].device)
-            for t in tensors:
-                buf = self.opt.state.get(t, {}).get("momentum_buffer")
-                saved.append((t, t.detach().index_select(0, idx),
-                              None if buf is None else buf.index_select(0, idx)))
+        for t in tensors:
+            state = self.opt.state.get(t, {})
+            if "step" in state:  # AdamW's counter, one per tensor: this pass's rows' count before it
+                state["step"].fill_(count - 1)
+            if idx is not None:
+                rows_state = {k: v.index_select(0, idx) for k, v in state.items()
+                              if torch.is_tensor(v) and v.shape == t.shape}
+                saved.append((t, t.detach().index_select(0, idx), rows_state))
         self.opt.step()
-        for t, rows_before, buf_before in saved:
+        for t, rows_before, state_before in saved:
             t.data.index_copy_(0, idx, rows_before)
-            buf = self.opt.state.get(t, {}).get("momentum_buffer")
-            if buf is not None:  # a row that has not stepped has no momentum yet: zero is the same
-                buf.index_copy_(0, idx, buf_before if buf_before is not None else torch.zeros_like(rows_before))
-        self.opt.zero_grad(set_to_none=True)
+            for k, v in self.opt.state.get(t, {}).items():
+                if torch.is_tensor(v) and v.shape == t.shape:
+                    v.index_copy_(0, idx, state_before[k] if k in state_before else torch.zeros_like(rows_before))

@@ -256,6 +256,9 @@ class Federation:
         self._deferred: int | None = None  # a round whose evaluation waits for the next round's dispatch (--eval-overlap)
         self._deferred_ref = None  # ... its evaluation, once submitted
         self.kept = KeptMirror(self.actor_of)  # what each client actor keeps of its clients' updates (resident.py)
+        # --server-stream: whether every server's step may take its senders one at a time (asked once)
+        self.streams = (cfg.resources.server_stream == "on" and bool(self.servers)
+                        and all(ray.get([s.streams.remote() for s in self.servers])))
 
     def warm_up(self) -> None:
         """Every actor's first forward/backward, before round 1 (all at once)."""
@@ -560,7 +563,7 @@ class Federation:
         window = step_window(self.cfg) if timed else None
         deadline = deadline if timed else None
         flight = RoundInFlight(rnd, RoundResult(stats={}))
-        w = Wiring(self.clients, self.servers)
+        w = Wiring(self.clients, self.servers, stream=self.streams and window is None and deadline is None)
         for p in plans.values():  # clients whose late updates are taken finish their work
             p.deadline = None if self.late_updates else deadline
         weights = {c: float(p.samples if p.weight is None else p.weight) for c, p in plans.items()}

@@ -3,7 +3,9 @@
 It hosts the algorithm's server role (:mod:`raysfl.algorithms.roles.server`), which owns the
 server-side model(s), their optimiser and the algorithm's server state across rounds. Each
 group step is ONE call carrying every smashed batch routed to it (:meth:`ServerActor.step`);
-it returns one gradient payload per source client actor. This actor bounds how long a step
+it returns one gradient payload per source client actor. With ``--server-stream on`` (ours)
+and a step that allows it, a step is one call per source client actor instead
+(:meth:`ServerActor.step_part`), each answered at once. This actor bounds how long a step
 waits for its senders, unpacks and packs the tensors, and counts each client's server FLOPs.
 """
 
@@ -102,7 +104,29 @@ class ServerActor(RunActor):
         of {client: Smashed}) from client actor ``sources[i]`` of the group. A dead or late
         sender's clients get no gradient (they drop out of the round); everyone else goes on."""
         require_run(self)
-        payloads = self._receive(step, payload_refs, sources)
+        return self._answer(self._receive(step, payload_refs, sources), self.role.step)
+
+    def streams(self) -> bool:
+        """Whether this run's steps may come one sender at a time (:meth:`step_part`)."""
+        require_run(self)
+        return self.role.streams()
+
+    def step_part(self, step: int, payload_refs: list, last: bool):
+        """One sender's share of a streamed step (``--server-stream``, ours): its gradients go back
+        at once, while the next sender's batches are still on their way; the parameters take
+        the step's one update after its ``last`` part. Calls come in the order the driver
+        submitted them, so a step's parts are never mixed with another step's. A dead sender
+        gives an empty part (its clients get no gradient, as in :meth:`step`)."""
+        require_run(self)
+        try:
+            return self._answer(fetch(payload_refs), self.role.step_part)
+        finally:
+            if last:
+                self.role.finish_step()
+
+    def _answer(self, payloads: list, step_fn):
+        """``step_fn`` over the batches of ``payloads`` (sorted by client), packed as one gradient
+        payload per payload; each client's server FLOPs and loss counted."""
         device = self.role.device
         batches, owner = [], {}
         for i, payload in enumerate(payloads):
@@ -120,7 +144,7 @@ class ServerActor(RunActor):
         if not batches:
             out = hand_off(out, self.direct)
             return out if len(out) != 1 else out[0]
-        res = self.role.step(batches)
+        res = step_fn(batches)
         passes = self.role.updates_per_step()
         for c, cut, _, y in batches:
             extra = {k: float(v) if isinstance(v, (float, int)) else pack(v, self.cfg.transfer_dtype, self.on_device)

@@ -36,6 +36,10 @@ class PSLServer(ServerSide):
     ``sum``: each client's gradient of the server side (batched), summed -- GAPSL's server step
     with every client selected. Every client gets the gradient of its own loss."""
 
+    def streams(self) -> bool:
+        """``mean`` is SplitFed V2's step, which may stream (``sum`` needs the whole group)."""
+        return self.params.server_reduction == "mean" and self.shared_step_streams()
+
     def step(self, batches):
         if self.params.server_reduction == "mean":
             return super().step(batches)

@@ -9,7 +9,8 @@ clients. The driver submits a whole round without waiting.
 * :class:`SplitExchange` (SplitFed and every split algorithm): per step, ONE call per client
   actor (apply the previous step's gradients, forward the next batch of all its active
   clients; one payload per destination server) and ONE call per server (the group's smashed
-  batches; one gradient payload per source actor).
+  batches; one gradient payload per source actor) -- or, with ``--server-stream on`` where the
+  server's step allows it (``Wiring.stream``), one call per source actor, each answered at once.
 * :class:`SequentialExchange` (vanilla SL): the same, one client at a time, each starting
   from the previous one's model.
 * :class:`LocalExchange` (FedAvg, FedProx): one call per client actor that runs every local
@@ -41,6 +42,7 @@ class Wiring:
     clients: list                 # client actor handles (client k lives on actor k % len(clients))
     servers: list                 # server actor handles
     aux: list = field(default_factory=list)  # refs whose values are not needed but whose errors must surface
+    stream: bool = False  # servers take a step one sender at a time (ServerActor.step_part; --server-stream)
 
 
 class Exchange:
@@ -105,6 +107,10 @@ class SplitExchange(Exchange):
                     sends[(i, d)] = ref
             for d in sorted({d for _, d in sends}):
                 srcs = sorted(i for (i, dd) in sends if dd == d)
+                if w.stream and len(srcs) > 1:  # each sender answered as soon as its batches are in
+                    for k, i in enumerate(srcs):
+                        prev[i].append(w.servers[d].step_part.remote(s, [sends[(i, d)]], k == len(srcs) - 1))
+                    continue
                 grads = w.servers[d].step.options(num_returns=len(srcs)).remote(
                     s, [sends[(i, d)] for i in srcs], srcs)
                 for i, g in zip(srcs, as_list(grads, len(srcs))):

@@ -3,7 +3,9 @@
 
 The server actor (``raysfl.runtime.server_actor``) receives each step's smashed batches in one
 call, unpacks them and hands them here as a list of (client, cut, activations, labels); it
-packs the answers, counts each client's server FLOPs and bounds how long a step waits.
+packs the answers, counts each client's server FLOPs and bounds how long a step waits. Where
+:meth:`ServerSide.streams` allows it and ``--server-stream`` is on, a step comes one client
+actor's batches at a time (:meth:`ServerSide.step_part`, then :meth:`ServerSide.finish_step`).
 This role owns the model, its optimiser and the algorithm's server-side state
 (``self.state``: a dataclass of its own, kept across rounds and checkpointed).
 
@@ -29,8 +31,8 @@ from raysfl.algorithms.roles.records import Recorder
 from raysfl.objective import objective_of
 from raysfl.optim import build_optimizer
 from raysfl.state_shapes import check_server_state
-from raysfl.server_steps import (StackedCopies, per_client_gradients, per_client_server_step, shared_server_step,
-                                 stackable)
+from raysfl.server_steps import (StackedCopies, finish_shared_step, per_client_gradients, per_client_server_step,
+                                 shared_server_part, shared_server_step, stackable)
 from raysfl.transport import load_optimizer_state, optimizer_state_to_wire, state_to_wire, wire_to_state
 
 
@@ -70,6 +72,7 @@ class ServerSide(Recorder):
         self.round = 0  # the round being trained (1-based)
         self.metrics: dict[str, list[float]] = {}  # this round's figures (``record``)
         self.state = self.state_cls() if self.state_cls is not None else None
+        self._part_rows: int | None = None  # rows of the streamed step under way (None: none open)
 
     def optimizer(self, params) -> torch.optim.Optimizer:
         return build_optimizer(params, self.cfg, self.lr)
@@ -84,7 +87,7 @@ class ServerSide(Recorder):
     # ----------------------------------------------------------------- a round
     def begin_round(self, rnd: int, cuts: dict[int, int], lr: float | None) -> None:
         """The round's clients and cuts, and its learning rate (``--lr-decay``)."""
-        self.round, self.metrics = rnd, {}
+        self.round, self.metrics, self._part_rows = rnd, {}, None
         if lr is not None:
             self.lr = lr
             for group in self.opt.param_groups:
@@ -99,6 +102,36 @@ class ServerSide(Recorder):
         for _ in range(self.updates_per_step() - 1):  # more updates on the same batch: the clients have theirs
             shared_server_step(self.model, self.opt, batches, self.objective)
         return out
+
+    def streams(self) -> bool:
+        """Whether a step may take its group one client actor at a time (``--server-stream``,
+        ours): :meth:`step_part` per sender, each answered at once, then :meth:`finish_step`. True
+        where that is the concatenated step of :meth:`step` up to float rounding: this class's
+        step (a subclass that overrides it says so itself), one update per batch, no gradient
+        angles (they need the whole group), and no BatchNorm on the server side (it would
+        normalise each part by its own statistics)."""
+        return type(self).step is ServerSide.step and self.shared_step_streams()
+
+    def shared_step_streams(self) -> bool:
+        """Whether this run's shared step (:meth:`step` of this class) may stream: the rest of
+        :meth:`streams`, for a subclass whose own step falls back on it."""
+        return (self.updates_per_step() == 1 and not self.cfg.grad_angles
+                and not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in self.model.modules()))
+
+    def step_part(self, batches: list[tuple[int, int, torch.Tensor, torch.Tensor]]) -> StepResult:
+        """One sender's batches of a streamed step (:func:`raysfl.server_steps.shared_server_part`):
+        their gradients and losses now; the parameters step in :meth:`finish_step`."""
+        if self._part_rows is None:
+            self.opt.zero_grad(set_to_none=True)
+            self._part_rows = 0
+        grads, losses, rows = shared_server_part(self.model, batches, self.objective)
+        self._part_rows += rows
+        return StepResult(grads, losses)
+
+    def finish_step(self) -> None:
+        """The end of a streamed step: one optimiser update on the mean over its parts' rows."""
+        finish_shared_step(self.model, self.opt, self._part_rows or 0)
+        self._part_rows = None
 
     def updates_per_step(self) -> int:
         """Optimiser updates per received batch (FLEX-SFL's tau_r; SplitFed's ``server_updates``,
@@ -133,6 +166,8 @@ class ServerSide(Recorder):
     def load_state(self, state: dict) -> None:
         check_server_state(state, self.model, self.opt)  # one plain line for a checkpoint that does not fit
         self.model.load_state_dict(wire_to_state(state["model"], self.device))
+        self.opt.zero_grad(set_to_none=True)  # nor half a streamed step
+        self._part_rows = None
         load_optimizer_state(self.opt, state["opt"])
         if self.state_cls is not None:
             self.state = self.state_cls(**(state.get("extra") or {}))
