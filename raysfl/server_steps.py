@@ -41,21 +41,13 @@ def _loss(loss):
     return loss
 
 
-def shared_server_step(model: SplitModel, opt: torch.optim.Optimizer,
-                       batches: list[tuple[int, int, torch.Tensor, torch.Tensor]], loss=None,
-                       ) -> tuple[dict[int, torch.Tensor], dict[int, float]]:
-    """One optimizer step of a shared server-side model on a group.
-
-    ``batches``: (client, cut, smashed activations, labels); ``loss``: the run's
-    :class:`raysfl.objective.Loss` (cross-entropy by default). Returns the gradient of each
-    client's own mean loss w.r.t. its activations, and each client's mean loss.
-    """
-    loss = _loss(loss)
-    opt.zero_grad(set_to_none=True)
+def _group_forward(model: SplitModel, batches: list[tuple[int, int, torch.Tensor, torch.Tensor]], loss):
+    """The concatenated forward of a group (per cut: clients with different cuts enter the network
+    at different blocks): ({cut: batch indices}, {cut: its input, requiring grad}, {cut: each
+    segment's mean loss}, the sum of every sample's loss; None for an empty group)."""
     by_cut: dict[int, list[int]] = {}
     for i, (_, cut, _, _) in enumerate(batches):
         by_cut.setdefault(cut, []).append(i)
-    n_total = sum(int(b[3].shape[0]) for b in batches)
     inputs: dict[int, torch.Tensor] = {}
     means: dict[int, list[torch.Tensor]] = {}
     total = None
@@ -65,20 +57,40 @@ def shared_server_step(model: SplitModel, opt: torch.optim.Optimizer,
         s, means[cut] = loss.group(_forward_from(model, x, cut), y, [int(batches[i][3].shape[0]) for i in idx])
         inputs[cut] = x
         total = s if total is None else total + s
-    (total / n_total).backward()
-    opt.step()
+    return by_cut, inputs, means, total
+
+
+def _per_client(batches, by_cut, inputs, means, client_grad) -> tuple[dict[int, torch.Tensor], dict[int, float]]:
+    """Each client's gradient at its cut (``client_grad(its rows of the input's gradient, its
+    rows)``) and mean loss, after the group's backward."""
     grads: dict[int, torch.Tensor] = {}
     order: list[int] = []
     for cut, idx in by_cut.items():
         offset = 0
         for i in idx:
             client, n = batches[i][0], int(batches[i][3].shape[0])
-            g = inputs[cut].grad[offset:offset + n]
-            grads[client] = g * (n_total / n)
+            grads[client] = client_grad(inputs[cut].grad[offset:offset + n], n)
             order.append(client)
             offset += n
     values = torch.stack([m.detach() for cut in by_cut for m in means[cut]]).tolist()  # one host sync
     return grads, dict(zip(order, values))
+
+
+def shared_server_step(model: SplitModel, opt: torch.optim.Optimizer,
+                       batches: list[tuple[int, int, torch.Tensor, torch.Tensor]], loss=None,
+                       ) -> tuple[dict[int, torch.Tensor], dict[int, float]]:
+    """One optimizer step of a shared server-side model on a group.
+
+    ``batches``: (client, cut, smashed activations, labels); ``loss``: the run's
+    :class:`raysfl.objective.Loss` (cross-entropy by default). Returns the gradient of each
+    client's own mean loss w.r.t. its activations, and each client's mean loss.
+    """
+    opt.zero_grad(set_to_none=True)
+    n_total = sum(int(b[3].shape[0]) for b in batches)
+    by_cut, inputs, means, total = _group_forward(model, batches, _loss(loss))
+    (total / n_total).backward()
+    opt.step()
+    return _per_client(batches, by_cut, inputs, means, lambda g, n: g * (n_total / n))
 
 
 def shared_server_part(model: SplitModel, batches: list[tuple[int, int, torch.Tensor, torch.Tensor]], loss=None,
@@ -92,35 +104,12 @@ def shared_server_part(model: SplitModel, batches: list[tuple[int, int, torch.Te
     there: it does not depend on the other parts' rows (no layer of the server side mixes rows:
     streaming is off where it has BatchNorm). Returns (gradients, mean losses, rows).
     """
-    loss = _loss(loss)
-    by_cut: dict[int, list[int]] = {}
-    for i, (_, cut, _, _) in enumerate(batches):
-        by_cut.setdefault(cut, []).append(i)
-    inputs: dict[int, torch.Tensor] = {}
-    means: dict[int, list[torch.Tensor]] = {}
-    total = None
-    for cut, idx in sorted(by_cut.items()):
-        x = torch.cat([batches[i][2] for i in idx]).requires_grad_(True)
-        y = torch.cat([batches[i][3] for i in idx])
-        s, means[cut] = loss.group(_forward_from(model, x, cut), y, [int(batches[i][3].shape[0]) for i in idx])
-        inputs[cut] = x
-        total = s if total is None else total + s
+    by_cut, inputs, means, total = _group_forward(model, batches, _loss(loss))
     if total is None:
         return {}, {}, 0
     total.backward()
-    grads: dict[int, torch.Tensor] = {}
-    order: list[int] = []
-    rows = 0
-    for cut, idx in sorted(by_cut.items()):
-        offset = 0
-        for i in idx:
-            client, n = batches[i][0], int(batches[i][3].shape[0])
-            grads[client] = inputs[cut].grad[offset:offset + n] / n
-            order.append(client)
-            offset += n
-            rows += n
-    values = torch.stack([m.detach() for cut in sorted(by_cut) for m in means[cut]]).tolist()  # one host sync
-    return grads, dict(zip(order, values)), rows
+    grads, losses = _per_client(batches, by_cut, inputs, means, lambda g, n: g / n)
+    return grads, losses, sum(int(b[3].shape[0]) for b in batches)
 
 
 def finish_shared_step(model: SplitModel, opt: torch.optim.Optimizer, rows: int) -> None:
