@@ -1,5 +1,6 @@
 """What the client bank (``--client-bank``) buys a whole round, against stepping clients one by one
--- or, with ``--setting server_stream``, what a streamed server step (``--server-stream``) buys.
+-- or, with ``--setting server_stream``, what a streamed server step (``--server-stream``) buys,
+with ``--setting update_sums`` what the client actors' summed updates (``--update-sums``) buy.
 
     .venv/bin/python benchmarks/client_bank_rounds.py [--setting client_bank] [--clients 10 100]
         [--algos psl splitfed_v2] [--eval off default] [--rounds 12] [--runs 3]
@@ -13,7 +14,7 @@ only after the last round (neither setting touches the evaluation), ``default`` 
 users run. Each figure is the median round (rounds 2..R-1) and the median over ``--runs``, the
 settings taken in turn within each run so that drift of the machine falls on all alike. The
 rows of a run are the same with either setting on and off within float rounding
-(``tests/test_client_bank.py``, ``tests/test_server_stream.py``).
+(``tests/test_client_bank.py``, ``tests/test_server_stream.py``, ``tests/test_update_sums.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from sweep import ROOT, run, write_tables
 
 # resources setting -> (its name in the table, the table's title)
 SETTINGS = {"client_bank": ("client bank", "The client bank against stepping clients one by one, per round"),
-            "server_stream": ("server stream", "A streamed server step against the whole group's step, per round")}
+            "server_stream": ("server stream", "A streamed server step against the whole group's step, per round"),
+            "update_sums": ("update sums", "Updates summed by their client actor against every client's, per round")}
 
 
 def main() -> None:
@@ -45,8 +47,7 @@ def main() -> None:
     ap.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
     ap.add_argument("--lr", type=float, default=None, help="learning rate (default: raysfl's)")
     ap.add_argument("--runs", type=int, default=3, help="repeat every measurement; round times are medians over them")
-    ap.add_argument("--out", default=None, help="default: docs/results/client_bank_rounds.md, or "
-                                                "server_stream_rounds.md for --setting server_stream")
+    ap.add_argument("--out", default=None, help="default: docs/results/<setting>_rounds.md")
     args = ap.parse_args()
     setting, (label, title) = args.setting, SETTINGS[args.setting]
     args.out = args.out or str(ROOT / f"docs/results/{'client_bank' if setting == 'client_bank' else setting}_rounds.md")

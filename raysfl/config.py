@@ -106,6 +106,10 @@ class ResourceConfig:
                                 # where the server-side step allows it, without deadlines: the same rows within
                                 # float rounding); off: the whole group in one call. Off by default: it measured
                                 # no faster on 2 cores (docs/performance.md, section 14)
+    update_sums: str = "on"  # on: where the aggregation is FedAvg as it stands (Aggregator.takes_sums) and there are
+                             # no real-time deadlines, a client actor sends its clients' updates of one server as one weighted
+                             # sum, not one state each (ours; raysfl.aggregation.UpdateSum; the same rows within
+                             # float64 rounding); off: every client's update
     own_state_memory_mb: int = 256  # the clients' kept states (PSL's own models, ...) the fed server holds in
                                     # memory; older ones wait in files of its node (ours)
     num_cpus: int | None = None  # local Ray cluster size; default: what the actors need
@@ -250,6 +254,7 @@ CO_HOST = ("auto", "on", "off")
 EVAL_OVERLAP = ("auto", "on", "off")
 CLIENT_BANK = ("on", "off")
 SERVER_STREAM = ("off", "on")
+UPDATE_SUMS = ("on", "off")
 SECTIONS = {"devices": DeviceConfig, "resources": ResourceConfig}
 # What a config file may hold (ours): a real one is a few KB of about a hundred values, four levels deep
 # (a list of faults, a fault, its keys, their values). The bounds hold while the file is read -- its bytes before

@@ -25,7 +25,7 @@ from raysfl.algorithms.knobs import check_knobs
 from raysfl.algorithms.spec import ResolvedAlgorithm, resolve_algorithm
 from raysfl.config import (AGGREGATION_WEIGHTS, CLIENT_BANK, CO_HOST, DEVICE_PAYLOADS, DIRECT_PAYLOADS, EPOCH_RULES,
                            EVAL_OVERLAP, OPTIMIZERS, RUN_DEFAULTS, SECTIONS, SERVER_STREAM, STRATEGIES, TRANSFER_DTYPES,
-                           Config, coerce)
+                           UPDATE_SUMS, Config, coerce)
 from raysfl.data import DATASETS, PARTITIONERS, check_dataset_args, dataset_info
 from raysfl.errors import ConfigError, excerpt
 from raysfl.data import custom as custom_data
@@ -441,6 +441,8 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
            f"unknown resources.client_bank {excerpt(r.client_bank)}; allowed: {', '.join(CLIENT_BANK)}")
     _check(r.server_stream in SERVER_STREAM,
            f"unknown resources.server_stream {excerpt(r.server_stream)}; allowed: {', '.join(SERVER_STREAM)}")
+    _check(r.update_sums in UPDATE_SUMS,
+           f"unknown resources.update_sums {excerpt(r.update_sums)}; allowed: {', '.join(UPDATE_SUMS)}")
     if r.co_host == "on":
         _check(not r.server_gpus and not r.fed_gpus,
                f"resources.co_host 'on' puts the servers and the fed server in one process, which takes no GPU "

@@ -23,6 +23,7 @@ import time
 import numpy as np
 import torch
 
+from raysfl.aggregation import sum_updates
 from raysfl.algorithms.roles import ClientRound, Reply
 from raysfl.data.landing import on_this_node
 from raysfl.optim import build_optimizer
@@ -374,10 +375,12 @@ class ClientActor(RunActor):
         sent = hand_off(out if isinstance(out, list) else [out], self.direct)
         return sent if isinstance(out, list) else sent[0]
 
-    def end_round(self, grad_refs: list):
+    def end_round(self, grad_refs: list, sum_by: dict[int, int] | None = None):
         """Apply the last gradients; return (updates for the fed server, stats for the driver).
 
-        Clients that lost their server mid-round report stats (``failed``) but no update. Where
+        Clients that lost their server mid-round report stats (``failed``) but no update.
+        ``sum_by`` ({client: group}, where the aggregator takes sums: ``--update-sums``, ours):
+        the updates of a group's clients go as one weighted sum (:func:`raysfl.aggregation.sum_updates`). Where
         the fed server keeps updates as they came (``Aggregator.keeps_updates``, ``--client-bank
         on``), this actor keeps each update too, named in it and in its stats, so that the
         client's next round can start from it here (:mod:`raysfl.runtime.resident`).
@@ -395,6 +398,8 @@ class ClientActor(RunActor):
             stats.append(a.stats)
         if self.kept is not None:
             self.kept.end_round(self._round)
+        if sum_by:
+            updates = sum_updates(updates, sum_by)
         for a in self.active.values():  # the parts serve the next round's clients (Ray has serialised
             a.part.eval()               # the updates, views of them, once this call returns)
             self._spare.setdefault(len(a.part.blocks), []).append(a.part)

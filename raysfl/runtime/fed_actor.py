@@ -17,6 +17,7 @@ import os
 import numpy as np
 import torch
 
+from raysfl.aggregation import UpdateSum
 from raysfl.errors import ConfigError
 from raysfl.evaluation import evaluate_by_class, evaluate_predictions, mix_weighted_accuracy, test_shares
 from raysfl.evaluation import held as evaluation_held
@@ -29,6 +30,18 @@ from raysfl.runtime.placement import configure_torch, threads_for
 from raysfl.runtime.refs import fetch, hand_off, require_run
 from raysfl.user_metrics import METRIC_ERROR
 from raysfl.transport import state_to_wire, wire_to_state, writable
+
+
+def counted(s: UpdateSum, keep: set[int] | None) -> bool:
+    """Whether a client actor's sum of updates is aggregated: all its clients are (``keep``: the
+    aggregated clients, None: all) or none is. The driver sums together only clients it drops
+    together (one server's), so a sum split by the driver's verdict is a bug, said as one."""
+    if keep is None or keep.issuperset(s.clients):
+        return True
+    if keep.isdisjoint(s.clients):
+        return False
+    raise RuntimeError(f"the summed updates of clients {s.clients} are aggregated only in part "
+                       f"({sorted(keep.intersection(s.clients))}): a sum cannot be split (raysfl's bug)")
 
 
 class ClientViews:
@@ -135,15 +148,17 @@ class FedActor(RunActor):
         role.round_weights = dict(weights or {})
         server_states = [s if s else {} for s in fetch(server_state_refs)]
         keep = None if aggregated is None else set(aggregated)
-        updates = sorted((u for res in fetch(update_refs) if res for u in res
-                          if keep is None or u.client in keep), key=lambda u: u.client)
+        came = [u for res in fetch(update_refs) if res for u in res]
+        sums = [s for s in came if isinstance(s, UpdateSum) and counted(s, keep)]
+        updates = sorted((u for u in came if not isinstance(u, UpdateSum) and (keep is None or u.client in keep)),
+                         key=lambda u: u.client)
         late = [u for res in fetch(list(late_refs)) if res for u in res]
         for u in late:
             u.late = True
         updates = sorted(updates + late, key=lambda u: (u.client, u.late))
-        role.last_clients = [u.client for u in updates]
+        role.last_clients = sorted([u.client for u in updates] + [c for s in sums for c in s.clients])
         role.take_records()  # what a rolled-back attempt recorded is not this round's
-        merged = role.aggregate(rnd, server_states, updates, dict(failures or {}))
+        merged = role.aggregate(rnd, server_states, updates + sums, dict(failures or {}))
         if isinstance(role.own, OwnStates):  # updates kept as they came: their client actors keep them too
             for u in updates:
                 if u.token is not None:

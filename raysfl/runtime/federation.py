@@ -259,6 +259,10 @@ class Federation:
         # --server-stream: whether every server's step may take its senders one at a time (asked once)
         self.streams = (cfg.resources.server_stream == "on" and bool(self.servers)
                         and all(ray.get([s.streams.remote() for s in self.servers])))
+        # --update-sums: whether client actors may send their clients' updates summed (rounds without real-time
+        # deadlines; the simulated one is fine: the pass it aggregates includes every client that ran and did not
+        # fail, rounds.without_sim_stragglers)
+        self.sums = cfg.resources.update_sums == "on" and spec.aggregator.takes_sums()
 
     def warm_up(self) -> None:
         """Every actor's first forward/backward, before round 1 (all at once)."""
@@ -573,8 +577,11 @@ class Federation:
                 {c: p.cut for c, p in mine.items()}, self.cfg.server_lr_at(rnd), deadline, rnd,
                 {c: (self.actor_of(c), p.steps) for c, p in mine.items()}, window))
         stats_refs, stats_actor, markers = [], [], []
+        # updates summed by server: the driver's verdict drops a dead server's clients together (rounds.classify)
+        sum_by = ({c: -1 if p.local else server_of.get(c, -1) for c, p in plans.items()}
+                  if self.sums and window is None and deadline is None else None)
         for turn in self.exchange.turns(list(plans)):  # SL: one client at a time
-            u, st, actors, m = self._run_group(w, {c: plans[c] for c in turn}, server_of, rnd)
+            u, st, actors, m = self._run_group(w, {c: plans[c] for c in turn}, server_of, rnd, sum_by)
             stats_refs += st
             stats_actor += actors
             markers += m
@@ -727,9 +734,11 @@ class Federation:
         """Late updates of earlier rounds wait to be aggregated (the aggregator's ``late_updates``)."""
         return bool(self._carry)
 
-    def _run_group(self, w: Wiring, plans: dict[int, ClientPlan], server_of: dict[int, int], rnd: int):
+    def _run_group(self, w: Wiring, plans: dict[int, ClientPlan], server_of: dict[int, int], rnd: int,
+                   sum_by: dict[int, int] | None = None):
         """Dispatch the group's start states, let the exchange wire its steps, and end its round
-        on every client actor: (update refs, stats refs, client actors, step markers)."""
+        on every client actor: (update refs, stats refs, client actors, step markers). ``sum_by``:
+        {client: group} whose updates a client actor sums (``--update-sums``), or None."""
         by_actor: dict[int, dict[int, ClientPlan]] = {}
         for c, p in plans.items():
             by_actor.setdefault(self.actor_of(c), {})[c] = p
@@ -744,7 +753,8 @@ class Federation:
         markers = self.exchange.steps(w, by_actor, server_of, prev)
         update_refs, stats_refs = [], []
         for i in actors:
-            u, st = self.clients[i].end_round.options(num_returns=2).remote(prev[i])
+            mine = None if sum_by is None else {c: sum_by[c] for c in by_actor[i]}
+            u, st = self.clients[i].end_round.options(num_returns=2).remote(prev[i], mine)
             update_refs.append(u)
             stats_refs.append(st)
         if not markers:

@@ -19,7 +19,7 @@ from typing import ClassVar
 import numpy as np
 
 from raysfl import objective
-from raysfl.aggregation import weighted_average
+from raysfl.aggregation import UpdateSum, weighted_average
 from raysfl.algorithms.roles.context import ClientUpdate, FederationContext
 from raysfl.own_states import OwnStates
 from raysfl.algorithms.roles.records import Recorder
@@ -75,6 +75,15 @@ class Aggregator(Recorder):
         state.update(self.own.get(client, {}))
         return state
 
+    @classmethod
+    def takes_sums(cls) -> bool:
+        """Whether the round's updates may come summed by their client actors (``UpdateSum``,
+        ``--update-sums``, ours): where the aggregation is this class's FedAvg unchanged -- a
+        role that overrides :meth:`aggregate` or :meth:`average`, keeps updates or takes late
+        ones sees every client's :class:`ClientUpdate`."""
+        return (cls.aggregate is Aggregator.aggregate and cls.average is Aggregator.average
+                and not cls.keeps_updates and not cls.late_updates)
+
     def aggregate(self, rnd: int, server_states: list[dict[str, np.ndarray]], updates: list[ClientUpdate],
                   failures: dict[int, str]) -> dict[str, np.ndarray] | None:
         """Merge round ``rnd``'s client updates and server-side states. ``failures``: the
@@ -88,10 +97,12 @@ class Aggregator(Recorder):
         return None
 
     def average(self, global_state: dict[str, np.ndarray], updates: list[ClientUpdate]) -> dict[str, np.ndarray]:
-        """New global client-side state from the updates (FedAvg: weighted by their samples)."""
+        """New global client-side state from the updates (FedAvg: weighted by their samples; an
+        :class:`UpdateSum` is several clients' updates summed, where :meth:`takes_sums`)."""
         if not updates:
             return global_state
-        return weighted_average([(u.state, u.weight) for u in updates], base=global_state)
+        return weighted_average([u if isinstance(u, UpdateSum) else (u.state, u.weight) for u in updates],
+                                base=global_state)
 
     def evaluate(self, ev) -> tuple[float, float, dict[str, float]]:
         """(test accuracy, test loss, extra columns) of what the paper evaluates: the global model.
