@@ -2,7 +2,7 @@
 two rounds (aggregation, snapshot, the row), timed in the driver itself.
 
     .venv/bin/python benchmarks/driver_phases.py [--algo psl] [--clients 10] [--rounds 14]
-        [--eval off] [--checkpoint-every 0]
+        [--eval off] [--checkpoint-every 0] [--resource update_sums=off ...]
 
 One run with the settings of ``benchmarks/overhead.py`` (digits, the CNN at cut 2, IID, batch
 32, one local epoch, seed 0, every client every round); the driver's phases are wrapped with
@@ -57,7 +57,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=14)
     ap.add_argument("--eval", choices=["off", "default"], default="off")
     ap.add_argument("--checkpoint-every", type=int, default=0, help="0: none, as benchmarks/overhead.py runs")
+    ap.add_argument("--resource", action="append", default=[], metavar="KEY=VALUE",
+                    help="a resources setting for the run (e.g. update_sums=off); repeatable")
     args = ap.parse_args()
+    resources = dict(kv.split("=", 1) for kv in args.resource if "=" in kv)
+    if len(resources) != len(args.resource):
+        ap.error(f"--resource takes KEY=VALUE, got {args.resource}")
     if args.rounds < 5:
         ap.error(f"--rounds must be >= 5, got {args.rounds}")
     times: dict[str, list[float]] = collections.defaultdict(list)
@@ -67,9 +72,11 @@ def main() -> None:
         label = f"{owner or module.rsplit('.', 1)[1]}.{name}"
         setattr(target, name, timed(times, label, getattr(target, name)))
     rows = run(algo=args.algo, clients=args.clients, rounds=args.rounds, model="cnn", cut=2,
-               eval_every=1 if args.eval == "default" else 10**6, checkpoint_every=args.checkpoint_every, **COMMON)
+               eval_every=1 if args.eval == "default" else 10**6, checkpoint_every=args.checkpoint_every, **COMMON,
+               **({"resources": resources} if resources else {}))
     wall = statistics.median(r["wall_time_s"] for r in rows[2:-1]) * 1000
-    print(f"\nMachine: {machine()}\n{args.algo}, {args.clients} clients, evaluation {args.eval}: "
+    print(f"\nMachine: {machine()}\n{args.algo}, {args.clients} clients, evaluation {args.eval}"
+          f"{''.join(f', {k} {v}' for k, v in resources.items())}: "
           f"round (wall_time_s) {wall:.1f} ms\n")
     print("| phase | ms per round (median) |\n|---|---:|")
     for module, owner, name in PHASES:
