@@ -8,8 +8,8 @@ A client actor may send its clients' updates already summed (:class:`UpdateSum`,
 ``--update-sums``): FedAvg is a weighted sum divided by the total weight, so the fed server
 adds the client actors' partial sums instead of every client's state -- one state per client
 actor and server crosses the object store instead of one per client. The sums are kept in
-float64, as the average is, so the result differs from summing client by client only in
-float64 rounding.
+float64, as the average is: the result differs from summing client by client only in the order
+of float64 additions, which can move an average's float32 by one unit in the last place.
 """
 
 from __future__ import annotations
@@ -60,15 +60,17 @@ def weighted_average(updates: list[tuple[dict[str, np.ndarray], float] | UpdateS
     return out
 
 
-def sum_updates(updates: list, group_of: dict[int, object]) -> list:
+def sum_updates(updates: list, group_of: dict[int, object], weight_of=lambda u: u.weight) -> list:
     """A client actor's round updates (objects with ``client``, ``state``, ``weight``), with those
     of each group's clients that hold the same keys replaced by one :class:`UpdateSum`
     (``group_of``: {client: group}; the driver groups the clients it would drop together, by
-    server). An update alone in its set, or of weight <= 0 (the average's fallback counts such
-    updates once each), is left as it is."""
+    server), each weighted by ``weight_of(update)`` (the aggregator's ``update_weight``). An
+    update alone in its set, or of weight <= 0 (the average's fallback counts such updates once
+    each), is left as it is."""
+    weights = {id(u): float(weight_of(u)) for u in updates}
     sets: dict[tuple, list] = {}
     for u in updates:
-        if u.client in group_of and u.weight > 0:
+        if u.client in group_of and weights[id(u)] > 0:
             sets.setdefault((group_of[u.client], tuple(u.state)), []).append(u)
     summed = {id(u) for members in sets.values() if len(members) > 1 for u in members}
     out = [u for u in updates if id(u) not in summed]
@@ -78,8 +80,8 @@ def sum_updates(updates: list, group_of: dict[int, object]) -> list:
             for k, v in first.items():
                 acc = np.zeros(v.shape, dtype=np.float64)
                 for u in members:
-                    acc += u.state[k].astype(np.float64) * float(u.weight)
+                    acc += u.state[k].astype(np.float64) * weights[id(u)]
                 weighted[k] = acc
-            out.append(UpdateSum([u.client for u in members], weighted, float(sum(u.weight for u in members)),
+            out.append(UpdateSum([u.client for u in members], weighted, sum(weights[id(u)] for u in members),
                                  {k: v.dtype for k, v in first.items()}))
     return out

@@ -107,9 +107,9 @@ class ResourceConfig:
                                 # float rounding); off: the whole group in one call. Off by default: it measured
                                 # no faster on 2 cores (docs/performance.md, section 14)
     update_sums: str = "on"  # on: where the aggregation is FedAvg as it stands (Aggregator.takes_sums) and there are
-                             # no real-time deadlines, a client actor sends its clients' updates of one server as one weighted
-                             # sum, not one state each (ours; raysfl.aggregation.UpdateSum; the same rows within
-                             # float64 rounding); off: every client's update
+                             # no real-time deadlines, a client actor sends its clients' updates of one server as
+                             # one weighted sum, not one state each (ours; raysfl.aggregation.UpdateSum; the same
+                             # rows within float rounding); off: every client's update
     own_state_memory_mb: int = 256  # the clients' kept states (PSL's own models, ...) the fed server holds in
                                     # memory; older ones wait in files of its node (ours)
     num_cpus: int | None = None  # local Ray cluster size; default: what the actors need

@@ -177,8 +177,8 @@ SETTINGS: dict[str, tuple[str, str]] = {
                                    "angles) and there are no deadlines; the same rows within float rounding (ours)"),
     "update_sums": ("resources", "a client actor sends its clients' updates (those of one server) as one weighted "
                                  "sum (on), or one state each (off); on applies where the aggregation is FedAvg as "
-                                 "it stands (SplitFed V1/V2, SL, FedAvg, FedProx) and there are no real-time deadlines; the "
-                                 "same rows within float64 rounding (ours)"),
+                                 "it stands (SplitFed V1/V2, SL, FedAvg, FedProx, FedPairing) and there are no "
+                                 "real-time deadlines; the same rows within float rounding (ours)"),
     "own_state_memory_mb": ("resources", "MiB of the clients' kept states (PSL's own client-side models, ...) the "
                                          "fed server holds in memory; the least recently used wait in files of its "
                                          "node beyond it (ours)"),

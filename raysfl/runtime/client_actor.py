@@ -63,7 +63,7 @@ class ClientActor(RunActor):
     (:mod:`raysfl.runtime.pool`: a warm federation's next run reuses it)."""
 
     run_fields = ("cfg", "ds", "parts", "model", "flops", "role", "_spare", "_perms", "direct", "bank_of",
-                  "_bank_blocks", "kept", "_round")
+                  "_bank_blocks", "kept", "update_weight", "_round")
 
     def __init__(self, index: int, gpus: float = 0.0):
         super().__init__(gpus, f"client actor {index}")
@@ -92,6 +92,7 @@ class ClientActor(RunActor):
         self._bank_blocks: dict[int, bool] = {}  # block count -> whether its clients may (client_bank.py)
         # the updates it sent, kept to start their clients' next round from (raysfl.runtime.resident)
         self.kept = KeptStates() if cfg.resources.client_bank == "on" and spec.aggregator.keeps_updates else None
+        self.update_weight = spec.aggregator.update_weight  # what an update weighs in a sum (--update-sums)
         self._round = 0
         return self.incarnation
 
@@ -380,7 +381,7 @@ class ClientActor(RunActor):
 
         Clients that lost their server mid-round report stats (``failed``) but no update.
         ``sum_by`` ({client: group}, where the aggregator takes sums: ``--update-sums``, ours):
-        the updates of a group's clients go as one weighted sum (:func:`raysfl.aggregation.sum_updates`). Where
+        the updates of a group's clients go as one weighted sum (``aggregation.sum_updates``). Where
         the fed server keeps updates as they came (``Aggregator.keeps_updates``, ``--client-bank
         on``), this actor keeps each update too, named in it and in its stats, so that the
         client's next round can start from it here (:mod:`raysfl.runtime.resident`).
@@ -399,7 +400,7 @@ class ClientActor(RunActor):
         if self.kept is not None:
             self.kept.end_round(self._round)
         if sum_by:
-            updates = sum_updates(updates, sum_by)
+            updates = sum_updates(updates, sum_by, self.update_weight)
         for a in self.active.values():  # the parts serve the next round's clients (Ray has serialised
             a.part.eval()               # the updates, views of them, once this call returns)
             self._spare.setdefault(len(a.part.blocks), []).append(a.part)

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from raysfl.aggregation import weighted_average
 from raysfl.algorithms.roles import Aggregator, ClientRound, ClientSide, ClientUpdate
 from raysfl.algorithms.roles.client import backprop
 from raysfl.transport import GradReply, Smashed, pack, unpack
@@ -204,7 +203,6 @@ class PlainAverage(Aggregator):
     """The plain average of the client models: the weights are already in their gradients
     (Sec. II-A.3; :mod:`raysfl.algorithms.fed_pairing.weighting`)."""
 
-    def average(self, global_state, updates: list[ClientUpdate]):
-        if not updates:
-            return global_state
-        return weighted_average([(u.state, 1.0) for u in updates], base=global_state)
+    @classmethod
+    def update_weight(cls, u: ClientUpdate) -> float:
+        return 1.0

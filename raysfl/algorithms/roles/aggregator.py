@@ -84,6 +84,12 @@ class Aggregator(Recorder):
         return (cls.aggregate is Aggregator.aggregate and cls.average is Aggregator.average
                 and not cls.keeps_updates and not cls.late_updates)
 
+    @classmethod
+    def update_weight(cls, u: ClientUpdate) -> float:
+        """An update's weight in :meth:`average`'s FedAvg: its samples (or ``--aggregation-weights``);
+        client actors that sum updates weight them with it too."""
+        return u.weight
+
     def aggregate(self, rnd: int, server_states: list[dict[str, np.ndarray]], updates: list[ClientUpdate],
                   failures: dict[int, str]) -> dict[str, np.ndarray] | None:
         """Merge round ``rnd``'s client updates and server-side states. ``failures``: the
@@ -97,11 +103,11 @@ class Aggregator(Recorder):
         return None
 
     def average(self, global_state: dict[str, np.ndarray], updates: list[ClientUpdate]) -> dict[str, np.ndarray]:
-        """New global client-side state from the updates (FedAvg: weighted by their samples; an
-        :class:`UpdateSum` is several clients' updates summed, where :meth:`takes_sums`)."""
+        """New global client-side state from the updates (FedAvg: weighted by :meth:`update_weight`;
+        an :class:`UpdateSum` is several clients' updates summed, where :meth:`takes_sums`)."""
         if not updates:
             return global_state
-        return weighted_average([u if isinstance(u, UpdateSum) else (u.state, u.weight) for u in updates],
+        return weighted_average([u if isinstance(u, UpdateSum) else (u.state, self.update_weight(u)) for u in updates],
                                 base=global_state)
 
     def evaluate(self, ev) -> tuple[float, float, dict[str, float]]:
