@@ -43,6 +43,20 @@ def test_sums_give_the_average_of_the_states_they_sum():
     np.testing.assert_array_equal(summed["blocks.2.w"], base["blocks.2.w"])  # held by nobody
 
 
+def test_the_average_adds_as_it_did_before_sums():
+    """Unsummed states average to the very bits of ``sum(v.astype(float64) * (w / total))``, the
+    average before sums (``add_scaled`` only drops its temporaries)."""
+    ups = [_update(c, w, c) for c, w in enumerate([14.0, 3.0, 32.0, 7.0])]
+    out = weighted_average([(u.state, u.weight) for u in ups])
+    total = sum(u.weight for u in ups)
+    for k in ("blocks.0.w", "blocks.0.n"):
+        acc = np.zeros(np.shape(ups[0].state[k]))
+        for u in ups:
+            acc += u.state[k].astype(np.float64) * (u.weight / total)
+        ref = np.rint(acc).astype(np.int64) if k.endswith(".n") else acc.astype(np.float32)
+        assert out[k].dtype == ref.dtype and np.array_equal(out[k], ref)
+
+
 def test_only_clients_of_one_group_with_positive_weights_are_summed():
     ups = [_update(0, 2.0, 0), _update(1, 2.0, 1), _update(2, 5.0, 2), _update(3, 0.0, 3), _update(4, 1.0, 4)]
     out = sum_updates(ups, {0: 0, 1: 1, 2: 0, 3: 0, 4: 1})  # clients 0 and 2 on server 0, 1 and 4 on server 1
