@@ -1,6 +1,7 @@
 """What the client bank (``--client-bank``) buys a whole round, against stepping clients one by one
 -- or, with ``--setting server_stream``, what a streamed server step (``--server-stream``) buys,
-with ``--setting update_sums`` what the client actors' summed updates (``--update-sums``) buy.
+with ``--setting update_sums`` what the client actors' summed updates (``--update-sums``) buy,
+with ``--setting snapshot_refs`` what a snapshot by reference (``--snapshot-refs``) buys.
 
     .venv/bin/python benchmarks/client_bank_rounds.py [--setting client_bank] [--clients 10 100]
         [--algos psl splitfed_v2] [--eval off default] [--rounds 12] [--runs 3]
@@ -14,7 +15,8 @@ only after the last round (neither setting touches the evaluation), ``default`` 
 users run. Each figure is the median round (rounds 2..R-1) and the median over ``--runs``, the
 settings taken in turn within each run so that drift of the machine falls on all alike. The
 rows of a run are the same with either setting on and off within float rounding
-(``tests/test_client_bank.py``, ``tests/test_server_stream.py``, ``tests/test_update_sums.py``).
+(``tests/test_client_bank.py``, ``tests/test_server_stream.py``, ``tests/test_update_sums.py``,
+``tests/test_snapshot_refs.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from sweep import ROOT, run, write_tables
 # resources setting -> (its name in the table, the table's title)
 SETTINGS = {"client_bank": ("client bank", "The client bank against stepping clients one by one, per round"),
             "server_stream": ("server stream", "A streamed server step against the whole group's step, per round"),
-            "update_sums": ("update sums", "Updates summed by their client actor against every client's, per round")}
+            "update_sums": ("update sums", "Updates summed by their client actor against every client's, per round"),
+            "snapshot_refs": ("snapshot refs", "A snapshot naming the kept states by reference against copying them, per round")}
 
 
 def main() -> None:

@@ -110,6 +110,11 @@ class ResourceConfig:
                              # no real-time deadlines, a client actor sends its clients' updates of one server as
                              # one weighted sum, not one state each (ours; raysfl.aggregation.UpdateSum; the same
                              # rows within float rounding); off: every client's update
+    snapshot_refs: str = "auto"  # on: a round's snapshot names the clients' kept states that came as this round's
+                                 # updates by the object they came in (a client actor's results, owned by the driver)
+                                 # instead of copying them into the object store again (ours; raysfl.own_states; the
+                                 # same rows); off: copied; auto: on on one node where the updates come back through
+                                 # the driver (direct_payloads off), since the objects live on the client actors' nodes
     own_state_memory_mb: int = 256  # the clients' kept states (PSL's own models, ...) the fed server holds in
                                     # memory; older ones wait in files of its node (ours)
     num_cpus: int | None = None  # local Ray cluster size; default: what the actors need
@@ -255,6 +260,7 @@ EVAL_OVERLAP = ("auto", "on", "off")
 CLIENT_BANK = ("on", "off")
 SERVER_STREAM = ("off", "on")
 UPDATE_SUMS = ("on", "off")
+SNAPSHOT_REFS = ("auto", "on", "off")
 SECTIONS = {"devices": DeviceConfig, "resources": ResourceConfig}
 # What a config file may hold (ours): a real one is a few KB of about a hundred values, four levels deep
 # (a list of faults, a fault, its keys, their values). The bounds hold while the file is read -- its bytes before

@@ -179,6 +179,10 @@ SETTINGS: dict[str, tuple[str, str]] = {
                                  "sum (on), or one state each (off); on applies where the aggregation is FedAvg as "
                                  "it stands (SplitFed V1/V2, SL, FedAvg, FedProx, FedPairing) and there are no "
                                  "real-time deadlines; the same rows within float rounding (ours)"),
+    "snapshot_refs": ("resources", "a round's snapshot names the clients' kept states (PSL's, GAPSL's, EPSL's own "
+                                   "models) that came as the round's updates by the objects they came in (on), or "
+                                   "copies them into the object store (off); auto: on on one node where the updates "
+                                   "come back through the driver (not --direct-payloads on); the same rows (ours)"),
     "own_state_memory_mb": ("resources", "MiB of the clients' kept states (PSL's own client-side models, ...) the "
                                          "fed server holds in memory; the least recently used wait in files of its "
                                          "node beyond it (ours)"),

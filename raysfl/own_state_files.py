@@ -6,7 +6,8 @@ A snapshot names each client's kept state by a file on the fed server's node
 listed in ``checkpoints/own/round_NNNN.json`` so that pruning knows which files a kept
 checkpoint still needs. A file is never changed once written and its name is never reused,
 so a checkpoint adds only the states that changed since the one before: written from the
-snapshot where it holds them by value (in the fed server's memory), otherwise on one machine
+snapshot where it holds them by value (in the fed server's memory) or by reference (the client
+actors' results, fetched), otherwise on one machine
 a hard link (or a copy where the fed server's directory is on another file system), from
 another node the bytes the fed server sends. Read back (:func:`resolve`), a checkpoint holds
 the states themselves again, as before kept states had files.
@@ -39,6 +40,7 @@ def for_checkpoint(run_dir: Path, rnd: int, federation: dict, fed_actor=None) ->
     own = fed.get("own")
     if not isinstance(own, OwnManifest):
         return federation
+    own = own.by_value()  # states named by reference: fetched, to be written below
     d = own_dir(run_dir)
     d.mkdir(parents=True, exist_ok=True)
     remote = []
@@ -107,6 +109,7 @@ def states_in_checkpoints(run_dir: Path, manifest: OwnManifest) -> dict | None:
     """The states ``manifest`` names, read from ``checkpoints/own/`` (None where one is not
     there): a fed server restarted on another node than its files goes on from them."""
     d = own_dir(run_dir)
+    manifest = manifest.by_value()
     if not all(c in manifest.inline or (d / n).is_file() for c, n in manifest.files.items()):
         return None
     return {c: manifest.inline[c] if c in manifest.inline else read_state(str(d / n))

@@ -15,7 +15,11 @@ used twice, and is never changed: a client's new state is a new file.
 A snapshot (:meth:`OwnStates.manifest`) returns an :class:`OwnManifest`: every client's
 state by name (a few bytes each), and the states changed since the last snapshot also by
 value, copied into the object store as a snapshot always was -- so a run whose clients all
-train every round writes no file and costs what it did. A state carried by value once and
+train every round writes no file. Where a state in memory is the very one a client actor's update brought
+(:meth:`OwnStates.came_from`; ``--snapshot-refs``, on one node by default), the manifest names
+it by that object -- the client actor's results, owned by the driver and already in the object
+store -- instead of copying it there again (issue 44: a snapshot by reference; 21 MB a round
+for PSL at 100 clients). A state carried by value (or by reference) once and
 not changed by the next snapshot is written to its file then, so none is copied twice. The
 files a manifest names are kept until the next manifest (the round before may be rolled
 back to); loading a manifest
@@ -74,11 +78,26 @@ class OwnStatesMissing(RuntimeError):
 class OwnManifest:
     """Every client's kept state: ``files[client]``, its name, a file in ``directory`` (on the
     node of the fed server that wrote it) unless the state is in ``inline``, by value (it is
-    in the fed server's memory and was never written)."""
+    in the fed server's memory and was never written) or in ``refs``, by reference: (an ObjectRef
+    of a client actor's list of updates, the index of the client's update in it); :meth:`by_value`
+    fetches those."""
 
     directory: str | None
     files: dict[int, str] = field(default_factory=dict)
     inline: dict[int, dict] = field(default_factory=dict)
+    refs: dict[int, tuple] = field(default_factory=dict)
+
+    def by_value(self) -> OwnManifest:
+        """This manifest with the states it names by reference fetched into ``inline`` (one fetch
+        per object; Ray keeps an object alive while a manifest names it)."""
+        if not self.refs:
+            return self
+        import ray
+
+        objects = list({r: None for r, _ in self.refs.values()})
+        lists = dict(zip(objects, ray.get(objects)))
+        inline = {**self.inline, **{c: lists[r][j].state for c, (r, j) in self.refs.items()}}
+        return OwnManifest(self.directory, dict(self.files), inline)
 
 
 def state_bytes(state: dict) -> int:
@@ -111,6 +130,7 @@ class OwnStates(MutableMapping):
         self._pinned: set[str] = set()            # files the last manifest names
         self._inlined: dict[int, str] = {}        # states the last manifest carried by value
         self._token: dict[int, str] = {}          # states their client actor keeps too, by its name for them
+        self._from: dict[int, tuple] = {}         # states in memory as a client actor's update brought them: (ref, index)
 
     # ----------------------------------------------------------------- the mapping
     def __getitem__(self, client: int) -> dict:
@@ -125,6 +145,7 @@ class OwnStates(MutableMapping):
     def __setitem__(self, client: int, state: dict) -> None:
         self._forget(client)
         self._token.pop(client, None)
+        self._from.pop(client, None)
         self._name[client] = f"c{client}-{uuid.uuid4().hex[:16]}.npz"
         self._cache(client, state)
 
@@ -133,6 +154,7 @@ class OwnStates(MutableMapping):
             raise KeyError(client)
         self._forget(client)
         self._token.pop(client, None)
+        self._from.pop(client, None)
         del self._name[client]
 
     def __contains__(self, client) -> bool:
@@ -157,12 +179,22 @@ class OwnStates(MutableMapping):
         stored for it (not a copy of it, nor a state built from it) and was tagged."""
         return self._token.get(client) if self._mem.get(client) is state else None
 
+    def came_from(self, client: int, state: dict, where: tuple) -> None:
+        """Note that ``state`` is the object a client actor's update brought (``where``: the ObjectRef
+        of that actor's list of updates, the update's index in it), if it is the object stored for
+        ``client``: a manifest then names it by reference (module docstring). Replacing, deleting,
+        writing or loading states forgets it."""
+        if self._mem.get(client) is state:
+            self._from[client] = where
+
     # ----------------------------------------------------------------- snapshots
     def manifest(self) -> OwnManifest:
         """Every client's state by name; those changed since the last manifest and in memory
-        also by value (a copy into the object store: a round's changes). A state the last
-        manifest carried by value and that has not changed since is written now, so that no
-        state is copied twice. Files only the manifest before named are deleted."""
+        also by value (a copy into the object store: a round's changes), or by reference where a
+        client actor's update brought them (:meth:`came_from`). A state the last manifest carried
+        by value or reference and that has not changed since is written now, so that no state is
+        copied twice nor keeps a round's objects alive. Files only the manifest before named are
+        deleted."""
         for c, name in self._inlined.items():
             if self._name.get(c) == name and c not in self._on_disk and c in self._mem:
                 self._write(c)
@@ -171,9 +203,10 @@ class OwnStates(MutableMapping):
         for name in self._pinned - now:
             self._unlink(name)
         self._pinned = now
-        inline = {c: self._mem[c] for c in names if c not in self._on_disk}
-        self._inlined = {c: names[c] for c in inline}
-        return OwnManifest(self.directory, names, inline)
+        carried = [c for c in names if c not in self._on_disk]
+        self._inlined = {c: names[c] for c in carried}
+        refs = {c: self._from[c] for c in carried if c in self._from}
+        return OwnManifest(self.directory, names, {c: self._mem[c] for c in carried if c not in refs}, refs)
 
     def load(self, source: OwnManifest | dict) -> None:
         """Become ``source``: a manifest (a round rolled back, a restarted fed server: every
@@ -182,7 +215,9 @@ class OwnStates(MutableMapping):
         self._mem.clear()
         self._mem_bytes = 0
         self._token = {}  # a state rolled back to may not be what the client actors keep
+        self._from = {}
         if isinstance(source, OwnManifest):
+            source = source.by_value()  # states named by reference: fetched (then written at the next manifest)
             stored = {c: n for c, n in source.files.items() if c not in source.inline}
             if stored:
                 missing = [n for n in stored.values()
@@ -209,7 +244,7 @@ class OwnStates(MutableMapping):
         """Delete the directory (the run is over)."""
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
-        self._name, self._on_disk, self._pinned, self._token = {}, set(), set(), {}
+        self._name, self._on_disk, self._pinned, self._token, self._from = {}, set(), set(), {}, {}
         self._mem.clear()
         self._mem_bytes = 0
 
@@ -246,6 +281,7 @@ class OwnStates(MutableMapping):
             os.makedirs(self.directory, exist_ok=True)
         write_state(os.path.join(self.directory, self._name[client]), self._mem[client])
         self._on_disk.add(client)
+        self._from.pop(client, None)  # named by its file now: the round's object may go
 
     def _unlink(self, name: str) -> None:
         try:

@@ -444,7 +444,7 @@ def launch_actors(cfg, num_servers: int, run_name: str, stages: "StartupClock") 
     from raysfl.models import custom
     from raysfl.runtime.placement import (alive_nodes, check_capacity, fit_resources, init_ray, resolve_co_host,
                                           resolve_device_payloads, resolve_direct_payloads, resolve_eval_cpus,
-                                          resolve_eval_overlap)
+                                          resolve_eval_overlap, resolve_snapshot_refs)
     from raysfl.runtime import pool
 
     num_actors = cfg.resources.num_client_actors(cfg.clients)
@@ -457,9 +457,10 @@ def launch_actors(cfg, num_servers: int, run_name: str, stages: "StartupClock") 
         stages.say(f"Ray up ({'started here' if started else 'joined'}, {cpus:g} CPUs) in {stages.seconds['ray']:.1f} s")
     # CPU shares the user left unset: sized to what the cluster has free (idle pooled actors' included)
     free = ray.available_resources().get("CPU", 0.0) + pool.held_cpus()
-    nodes = alive_nodes()  # counted once for the three choices that depend on it
+    nodes = alive_nodes()  # counted once for the choices that depend on it
     cfg = resolve_co_host(resolve_direct_payloads(fit_resources(cfg, num_actors, num_servers, free), nodes),
                           custom.is_custom(cfg.model), nodes)
+    cfg = resolve_snapshot_refs(cfg, nodes)  # after direct_payloads, which it depends on
     cfg = resolve_eval_overlap(cfg, num_actors, num_servers, nodes)  # before the evaluation's CPUs, which it decides
     cfg = resolve_device_payloads(resolve_eval_cpus(cfg, num_actors, num_servers, nodes), nodes)
     if not os.environ.get("RAY_ADDRESS"):  # a Ray of this process: it will not grow. A job on a

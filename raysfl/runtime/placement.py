@@ -409,6 +409,22 @@ def resolve_direct_payloads(cfg, nodes: int | None = None):
     return dataclasses.replace(cfg, resources=dataclasses.replace(r, direct_payloads=direct))
 
 
+def resolve_snapshot_refs(cfg, nodes: int | None = None):
+    """``cfg`` with ``resources.snapshot_refs`` "auto" made concrete (ours): "on" on one node where
+    the clients' updates come back through the driver (``direct_payloads`` resolved "off"), "off"
+    elsewhere. By reference, a snapshot of the clients' kept states is the very objects the client
+    actors returned (:class:`raysfl.own_states.OwnManifest`); they live in the object store of the
+    client actors' nodes, where a lost node would take the snapshot with it -- on one node the
+    snapshot goes with the node either way. ``nodes``: as :func:`resolve_direct_payloads`."""
+    import dataclasses
+
+    r = cfg.resources
+    if r.snapshot_refs != "auto":
+        return cfg
+    on = r.direct_payloads == "off" and (alive_nodes() if nodes is None else nodes) == 1
+    return dataclasses.replace(cfg, resources=dataclasses.replace(r, snapshot_refs="on" if on else "off"))
+
+
 def resolve_device_payloads(cfg, nodes: int | None = None):
     """``cfg`` with ``resources.device_payloads`` "auto" made concrete: "on" where the client
     actors and the servers all hold shares of one GPU -- a one-node cluster with one GPU, and a
