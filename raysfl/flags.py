@@ -180,7 +180,7 @@ SETTINGS: dict[str, tuple[str, str]] = {
                                  "it stands (SplitFed V1/V2, SL, FedAvg, FedProx, FedPairing) and there are no "
                                  "real-time deadlines; the same rows within float rounding (ours)"),
     "snapshot_refs": ("resources", "a round's snapshot names the clients' kept states (PSL's, GAPSL's, EPSL's own "
-                                   "models) that came as the round's updates by the objects they came in (on), or "
+                                   "models, FLEX-SFL's client submodels) that came as the round's updates by the objects they came in (on), or "
                                    "copies them into the object store (off); auto: on on one node where the updates "
                                    "come back through the driver (not --direct-payloads on); the same rows (ours)"),
     "own_state_memory_mb": ("resources", "MiB of the clients' kept states (PSL's own client-side models, ...) the "
