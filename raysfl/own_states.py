@@ -128,7 +128,7 @@ class OwnStates(MutableMapping):
         self._mem_bytes = 0
         self._on_disk: set[int] = set()           # clients whose state's file is written
         self._pinned: set[str] = set()            # files the last manifest names
-        self._inlined: dict[int, str] = {}        # states the last manifest carried by value
+        self._inlined: dict[int, str] = {}        # states the last manifest carried by value or reference
         self._token: dict[int, str] = {}          # states their client actor keeps too, by its name for them
         self._from: dict[int, tuple] = {}         # states in memory as a client actor's update brought them: (ref, index)
 

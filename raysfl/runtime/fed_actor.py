@@ -148,11 +148,14 @@ class FedActor(RunActor):
         role.round_weights = dict(weights or {})
         server_states = [s if s else {} for s in fetch(server_state_refs)]
         keep = None if aggregated is None else set(aggregated)
+        # --snapshot-refs: the snapshot names a kept update by the object it came in (raysfl.own_states)
+        by_ref = (isinstance(role.own, OwnStates) and self.cfg.resources.snapshot_refs == "on"
+                  and self.cfg.resources.direct_payloads != "on")
         came, where = [], {}  # where: id(update) -> (the ref of its client actor's list, its index)
         for ref, res in zip(update_refs, fetch(update_refs)):
-            for j, u in enumerate(res or ()):
-                came.append(u)
-                where[id(u)] = (ref, j)
+            came.extend(res or ())
+            if by_ref:
+                where.update((id(u), (ref, j)) for j, u in enumerate(res or ()))
         sums = [s for s in came if isinstance(s, UpdateSum) and counted(s, keep)]
         updates = sorted((u for u in came if not isinstance(u, UpdateSum) and (keep is None or u.client in keep)),
                          key=lambda u: u.client)
@@ -164,11 +167,10 @@ class FedActor(RunActor):
         role.take_records()  # what a rolled-back attempt recorded is not this round's
         merged = role.aggregate(rnd, server_states, updates + sums, dict(failures or {}))
         if isinstance(role.own, OwnStates):  # updates kept as they came: their client actors keep them too
-            by_ref = self.cfg.resources.snapshot_refs == "on" and self.cfg.resources.direct_payloads != "on"
             for u in updates:
                 if u.token is not None:
                     role.own.tag(u.client, u.state, u.token)
-                if by_ref and id(u) in where:  # the snapshot names it by the object it came in
+                if id(u) in where:
                     role.own.came_from(u.client, u.state, where[id(u)])
         if merged is not None and servers:  # e.g. FLEX-SFL's w_e to every edge server (eq. 26)
             fetch([srv.load_shared.remote(merged) for srv in servers])  # a dead one is restored next round
