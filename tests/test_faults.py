@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -644,3 +646,50 @@ def test_a_split_client_actor_killed_marks_its_clients_failed_though_the_server_
     assert lost == [1, 3]  # client k lives on actor k % 2
     assert res.metrics[1]["failed_clients"] == 2
     assert all(not r["failed"] for r in rows if r["round"] == 3)
+
+
+def test_crash_ends_the_actor_before_the_call_after_it(ray_session, tmp_path):
+    """``kill:ROLE:round=R`` (no step) asks the actor to end itself ahead of the round's calls:
+    the call sent right after it never runs, it fails as a death, and Ray restarts the actor.
+    (``ray.kill`` after the calls were sent raced with them.)"""
+    from raysfl.runtime.actor_base import RunActor
+    from raysfl.runtime.refs import DEAD, fetch
+
+    class Marker(RunActor):
+        def mark(self, path: str) -> str:
+            open(path, "w").close()
+            return self.incarnation
+
+    actor = ray_session.remote(Marker).options(max_restarts=1, max_task_retries=0).remote(0.0, "marker")
+    before = ray_session.get(actor.ping.remote())
+    crashed = actor.crash.remote()
+    marked = actor.mark.remote(str(tmp_path / "ran"))
+    assert fetch([crashed, marked]) == [DEAD, DEAD]
+    assert not (tmp_path / "ran").exists()
+    for _ in range(100):  # Ray restarts it: it serves calls again, a new incarnation
+        try:
+            after = ray_session.get(actor.mark.remote(str(tmp_path / "again")))
+            break
+        except ray_session.exceptions.ActorUnavailableError:  # still restarting
+            time.sleep(0.1)
+    assert after != before and (tmp_path / "again").exists()
+    ray_session.kill(actor, no_restart=True)
+
+
+def test_a_client_actor_killed_as_the_round_starts_does_none_of_its_work(quick):
+    """A client actor killed as round 2 starts dies before any of its clients' work: the
+    server trains on the other actor's clients alone (exactly half the server FLOPs of a full
+    round; when the kill raced with the round's calls, a killed client's first smashed data
+    sometimes reached the server), and a second run gives the same rows."""
+    from raysfl.metrics import TIMING_COLUMNS, read_rows
+
+    runs = [raysfl.run(quick(algo="psl", clients=4, clients_per_round=None, rounds=3, name=f"kill-at-start-{i}",
+                             faults="kill:client:round=2:index=1")) for i in range(2)]
+    rows = runs[0].metrics
+    assert rows[1]["server_flops"] * 2 == rows[0]["server_flops"] == rows[2]["server_flops"]
+    assert rows[1]["client_flops"] * 2 == rows[0]["client_flops"]
+    assert sorted(r["client"] for r in read_rows(runs[0].run_dir / "clients.parquet")
+                  if r["round"] == 2 and r["failed"]) == [1, 3]  # client k lives on actor k % 2
+    assert rows[2]["restarts"] == 1
+    strip = lambda rs: [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in rs]  # noqa: E731
+    assert strip(runs[1].metrics) == strip(rows)

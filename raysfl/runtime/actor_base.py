@@ -8,6 +8,8 @@ add their role's calls.
 
 from __future__ import annotations
 
+import os
+import time
 import uuid
 from typing import ClassVar
 
@@ -35,6 +37,21 @@ class RunActor:
 
     def ping(self) -> str:
         return self.incarnation
+
+    def crash(self) -> None:
+        """Fault injection (``kill:ROLE:round=R`` with no ``step``: as the round starts): end this
+        process at once, as a crash would; Ray restarts the actor (``--max-restarts``). The
+        driver asks for it before the round's first call to this actor, and an actor runs one
+        caller's calls in order, so the actor dies before any of the round's work whatever the
+        timing (``ray.kill`` after the calls were sent raced with them: docs/reliability.md).
+
+        It asks Ray to kill it (as the driver's ``ray.kill`` did: Ray reports an intended kill,
+        not a crash) and waits for it here, so that no later call starts in this process."""
+        import ray
+
+        ray.kill(ray.get_runtime_context().current_actor, no_restart=False)
+        time.sleep(60)
+        os._exit(1)  # not killed by then: end it anyway
 
     def serving(self) -> str | None:
         """The run this actor serves now (None: idle in the pool)."""

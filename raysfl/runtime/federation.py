@@ -528,10 +528,16 @@ class Federation:
             self.load_state(self.snapshot)
         return len(restarted)
 
-    def kill(self, role: str, index: int) -> None:
+    def kill(self, role: str, index: int, first: bool = False):
         """Fault injection: ``ray.kill`` one actor, letting Ray restart it; or, for role
         ``node``, remove the ``index``-th worker node holding the run's actors, every process on
-        it (``runtime/node_faults.py``; Ray restarts its actors on the nodes left)."""
+        it (``runtime/node_faults.py``; Ray restarts its actors on the nodes left).
+
+        ``first``: the round's calls are not sent yet. The actor is then asked to end its own
+        process (:meth:`RunActor.crash`) ahead of them, so that it dies before any of the round's
+        work; ``ray.kill`` at that point would race with the calls sent just after it (whether
+        a killed client actor's first smashed data reached its server depended on timing).
+        Returns that call's ref (None otherwise)."""
         import ray
 
         if role == "node":
@@ -546,7 +552,10 @@ class Federation:
             return
         actor = {"client": lambda: self.clients[index], "fed": lambda: self.fed,
                  "server": lambda: self.servers[0], "edge": lambda: self.servers[index]}[role]()
+        if first and not isinstance(actor, RoleHandle):  # co-hosted roles go together: ray.kill, as before
+            return actor.crash.remote()
         ray.kill(actor, no_restart=False)
+        return None
 
     # ------------------------------------------------------------------ one round
     def run_round(self, rnd: int, plans: dict[int, ClientPlan], server_of: dict[int, int],
@@ -560,9 +569,8 @@ class Federation:
         """
         import ray
 
-        at_start = [k for k in kills if k[0] == "node" and k[2] == 0]
-        for role, index, _ in at_start:  # a node lost as the round starts: before any of its calls
-            self.kill(role, index)
+        at_start = [k for k in kills if k[2] == 0]
+        crashed = [self.kill(role, index, first=True) for role, index, _ in at_start]  # before any of its calls
         later = [k for k in kills if k not in at_start]
         window = step_window(self.cfg) if timed else None
         deadline = deadline if timed else None
@@ -606,6 +614,7 @@ class Federation:
             if on_step:
                 on_step(k + 1, len(markers))
         result = flight.result
+        fetch([ref for ref in crashed if ref is not None])  # DEAD, as meant: fetched so Ray does not report it
         fetch(w.aux, deadline)  # re-raises a bug in begin_round & co (deaths/lateness are seen below)
         client_out = fetch(stats_refs, deadline)
         server_out = fetch(server_stats)  # servers stop waiting at the deadline themselves
