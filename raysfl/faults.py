@@ -4,10 +4,11 @@ A schedule is a list of items ``ACTION:ROLE[:key=value...]`` (``--faults`` takes
 comma-separated; a config file takes a list of such strings or of mappings):
 
 =============  ================================================================================
-kill           ``ray.kill`` an actor of ROLE (it restarts): ``round=R`` (or ``rounds=A-B``) and
+kill           Ray kills an actor of ROLE (it restarts): ``round=R`` (or ``rounds=A-B``) and
                optionally ``step=S`` (after that local step; default: as the round starts), or
                ``p=P`` (each round with probability P); ``index=I`` picks the actor (default:
-               drawn with the run's seed).
+               drawn with the run's seed). The actor dies at that point of its calls exactly
+               (docs/reliability.md says where the driver's clock decides instead).
 delay          make clients stragglers: each selected client with probability ``p`` (or every
                client in ``round``/``rounds``) is late by ``seconds=X`` or ``seconds=A-B``
                (uniform); ``clock=real`` sleeps in the client actor, ``clock=sim`` (default)

@@ -693,3 +693,57 @@ def test_a_client_actor_killed_as_the_round_starts_does_none_of_its_work(quick):
     assert rows[2]["restarts"] == 1
     strip = lambda rs: [{k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in rs]  # noqa: E731
     assert strip(runs[1].metrics) == strip(rows)
+
+
+def test_a_client_actor_killed_after_a_step_does_exactly_that_step(quick, monkeypatch):
+    """``step=S``: the killed client actor's clients take S steps of the round and no more, on
+    every run: with 2 local steps and a kill after step 1, the server trains on all 4 clients'
+    first step and on the other actor's 2 clients' second (3/4 of a full round's server FLOPs).
+    The kill goes among the round's calls, ahead of the actor's call for step 2 (when the driver
+    killed it after the step's gradients were out, the actor's next smashed data could reach the
+    server first)."""
+    from raysfl.algorithms.roles.exchange import Wiring
+
+    sent, before = [], Wiring.before
+
+    def recording(self, kind, index, step=None):
+        n = len(self.crashed)
+        before(self, kind, index, step)
+        sent.extend([(kind, index, step)] * (len(self.crashed) - n))
+
+    monkeypatch.setattr(Wiring, "before", recording)
+    res = raysfl.run(quick(algo="psl", clients=4, clients_per_round=None, rounds=3, name="kill-after-step",
+                           faults="kill:client:round=2:step=1:index=1"))
+    rows = res.metrics
+    assert rows[1]["server_flops"] * 4 == rows[0]["server_flops"] * 3 == rows[2]["server_flops"] * 3
+    assert rows[1]["failed_clients"] == 2 and rows[2]["restarts"] == 1
+    assert sent == [("client", 1, 1)]  # step index 1: the call for the second step
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_kill_after_a_step_goes_ahead_of_the_actors_next_call(stream):
+    """``step=S`` kills are wired among the round's calls: the crash call reaches the client
+    actor (or the server) right after its call for step S and before its call for step S + 1, so
+    it dies after exactly S steps; an actor whose clients end before step S gets it ahead of its
+    end of the round. Without such a kill no crash call is sent."""
+    from types import SimpleNamespace
+
+    from raysfl.algorithms.roles import Wiring
+    from raysfl.algorithms.roles.exchange import SplitExchange
+    from recording_handles import RecordingHandle
+
+    log = []
+    plan = lambda steps: SimpleNamespace(steps=steps, local=False)  # noqa: E731
+    plans = {0: {0: plan(3)}, 1: {1: plan(3)}, 2: {2: plan(1)}}
+    w = Wiring([RecordingHandle(f"client{i}", log) for i in range(3)], [RecordingHandle("server", log)],
+               stream=stream, crashes={("client", 1): 2, ("server", 0): 1, ("client", 2): 2})
+    SplitExchange.steps(w, plans, {0: 0, 1: 0, 2: 0}, {i: [] for i in plans})
+    calls = lambda name: [(m, a[0] if m.startswith("step") else None) for n, m, a in log if n == name]  # noqa: E731
+    assert calls("client1") == [("step", 0), ("step", 1), ("crash", None), ("step", 2)]
+    server = [c for i, c in enumerate(calls("server")) if i == 0 or c != calls("server")[i - 1]]
+    assert server == [("step_part" if stream else "step", 0), ("crash", None), ("step_part" if stream else "step", 1),
+                      ("step_part" if stream else "step", 2)]
+    assert ("crash", None) not in calls("client0") and len(w.crashed) == 2
+    assert calls("client2") == [("step", 0)]  # one step only: its crash waits for its end of the round
+    w.before("client", 2)
+    assert calls("client2")[-1] == ("crash", None) and not w.crashes and len(w.crashed) == 3

@@ -14,6 +14,8 @@ from raysfl.algorithms.roles import Wiring
 from raysfl.algorithms.roles.exchange import SplitExchange
 from raysfl.server_steps import finish_shared_step, shared_server_part, shared_server_step
 
+from recording_handles import RecordingHandle as _Handle
+
 
 def _server_side(model_name: str = "cnn", cut: int = 2):
     from raysfl.data import load_dataset
@@ -95,30 +97,6 @@ def test_only_a_step_that_parts_cannot_change_streams(algo, kw, streams):
     model_name = kw.pop("model", "cnn")
     kw.pop("dataset", None)
     assert _role(algo, model_name, **kw).streams() is streams
-
-
-class _Handle:
-    """A stand-in actor handle recording the calls an exchange submits."""
-
-    def __init__(self, name, log):
-        self.name, self.log = name, log
-
-    def __getattr__(self, method):
-        handle = self
-
-        class _Method:
-            def __init__(self, n=1):
-                self.n = n
-
-            def options(self, num_returns=1, **_):
-                return _Method(num_returns)
-
-            def remote(self, *args):
-                handle.log.append((handle.name, method, args))
-                refs = [f"{handle.name}.{method}#{len(handle.log)}.{k}" for k in range(self.n)]
-                return refs[0] if self.n == 1 else refs
-
-        return _Method()
 
 
 def _plans(steps):

@@ -557,6 +557,16 @@ class Federation:
         ray.kill(actor, no_restart=False)
         return None
 
+    def _crash_slot(self, role: str, index: int) -> tuple[str, int] | None:
+        """Where a kill after a local step goes among the round's calls (:class:`Wiring`'s
+        ``crashes``): ("client", actor) or ("server", index); None where the driver kills it
+        after waiting for the step instead (a node, the fed server, which has no calls in a
+        step, and a server that shares its process with other roles)."""
+        slot = {"client": ("client", index), "server": ("server", 0), "edge": ("server", index)}.get(role)
+        if slot is None or isinstance(self.clients[index] if role == "client" else self.servers[slot[1]], RoleHandle):
+            return None
+        return slot
+
     # ------------------------------------------------------------------ one round
     def run_round(self, rnd: int, plans: dict[int, ClientPlan], server_of: dict[int, int],
                   kills: list[tuple[str, int, int]] = (), deadline: float | None = None, on_step=None,
@@ -571,11 +581,20 @@ class Federation:
 
         at_start = [k for k in kills if k[2] == 0]
         crashed = [self.kill(role, index, first=True) for role, index, _ in at_start]  # before any of its calls
-        later = [k for k in kills if k not in at_start]
+        turns = self.exchange.turns(list(plans))
+        # after step S: sent among the round's calls, ahead of the actor's call for step S + 1
+        # (Wiring.before), where the steps run once (not vanilla SL's turns) and the actor is its own
+        exact: dict[tuple[str, int], tuple] = {}
+        for k in sorted(kills, key=lambda k: k[2]):
+            slot = self._crash_slot(k[0], k[1]) if k[2] > 0 and len(turns) == 1 else None
+            if slot is not None and slot not in exact:
+                exact[slot] = k
+        later = [k for k in kills if k not in at_start and k not in exact.values()]
         window = step_window(self.cfg) if timed else None
         deadline = deadline if timed else None
         flight = RoundInFlight(rnd, RoundResult(stats={}))
-        w = Wiring(self.clients, self.servers, stream=self.streams and window is None and deadline is None)
+        w = Wiring(self.clients, self.servers, stream=self.streams and window is None and deadline is None,
+                   crashes={slot: k[2] for slot, k in exact.items()})
         for p in plans.values():  # clients whose late updates are taken finish their work
             p.deadline = None if self.late_updates else deadline
         weights = {c: float(p.samples if p.weight is None else p.weight) for c, p in plans.items()}
@@ -588,17 +607,20 @@ class Federation:
         # updates summed by server: the driver's verdict drops a dead server's clients together (rounds.classify)
         sum_by = ({c: -1 if p.local else server_of.get(c, -1) for c, p in plans.items()}
                   if self.sums and window is None and deadline is None else None)
-        for turn in self.exchange.turns(list(plans)):  # SL: one client at a time
+        for turn in turns:  # SL: one client at a time
             u, st, actors, m = self._run_group(w, {c: plans[c] for c in turn}, server_of, rnd, sum_by)
             stats_refs += st
             stats_actor += actors
             markers += m
             if not self.exchange.hand_over(w, self.fed, rnd, u):
                 flight.updates += list(zip(actors, u))
+        for kind, i in [slot for slot in w.crashes if slot[0] == "client"]:  # an actor with no client this round
+            w.before(kind, i)
         self._submit_deferred()  # a round nobody trains in: the evaluation goes now
         flight.sync = self.planner.sync_servers(rnd)
         server_stats, server_metrics = [], []
-        for srv in self.servers:
+        for j, srv in enumerate(self.servers):
+            w.before("server", j)  # a kill after a step this server never reached: before its end of the round
             state_ref, st_ref, m_ref = srv.end_round.options(num_returns=3).remote(weights, flight.sync)
             flight.server_states.append(state_ref)
             server_stats.append(st_ref)
@@ -614,7 +636,7 @@ class Federation:
             if on_step:
                 on_step(k + 1, len(markers))
         result = flight.result
-        fetch([ref for ref in crashed if ref is not None])  # DEAD, as meant: fetched so Ray does not report it
+        fetch([ref for ref in crashed if ref is not None] + w.crashed)  # DEAD, as meant: fetched so Ray does not report it
         fetch(w.aux, deadline)  # re-raises a bug in begin_round & co (deaths/lateness are seen below)
         client_out = fetch(stats_refs, deadline)
         server_out = fetch(server_stats)  # servers stop waiting at the deadline themselves
@@ -763,6 +785,7 @@ class Federation:
         update_refs, stats_refs = [], []
         for i in actors:
             mine = None if sum_by is None else {c: sum_by[c] for c in by_actor[i]}
+            w.before("client", i)  # a kill after a step its clients never reached: before its end of the round
             u, st = self.clients[i].end_round.options(num_returns=2).remote(prev[i], mine)
             update_refs.append(u)
             stats_refs.append(st)

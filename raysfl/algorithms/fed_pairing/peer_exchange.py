@@ -74,6 +74,7 @@ class PeerExchange(Exchange):
             solo = []  # forward calls with nothing to route (solo or finished clients)
             for i in actors:
                 dests = sorted(set(routes[i].values()))
+                w.before("client", i, s)
                 refs = w.clients[i].call_role.options(num_returns=max(1, len(dests))).remote(
                     "pair_forward", s, dests, routes[i], prev[i])
                 prev[i] = []

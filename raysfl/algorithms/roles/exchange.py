@@ -43,6 +43,21 @@ class Wiring:
     servers: list                 # server actor handles
     aux: list = field(default_factory=list)  # refs whose values are not needed but whose errors must surface
     stream: bool = False  # servers take a step one sender at a time (ServerActor.step_part; --server-stream)
+    # kills after a local step (kill:ROLE:...:step=S): {("client", actor) or ("server", index): S}
+    crashes: dict = field(default_factory=dict)
+    crashed: list = field(default_factory=list)  # the refs of the crash calls sent (they fail, as meant)
+
+    def before(self, kind: str, index: int, step: int | None = None) -> None:
+        """Call it before sending client actor (``kind`` "client") or server ``index`` its call
+        for step ``step`` (0-based), and with ``step`` None before its end of the round. A kill
+        scheduled after local step S (:attr:`crashes`) is sent here, ahead of the call for step
+        S (or of the end of the round, where the actor has fewer steps): the actor asks Ray to
+        kill it (``RunActor.crash``) and runs its calls in order, so it dies after exactly S
+        steps of work, whatever the timing."""
+        if (kind, index) in self.crashes and (step is None or step == self.crashes[(kind, index)]):
+            del self.crashes[(kind, index)]
+            actor = self.clients[index] if kind == "client" else self.servers[index]
+            self.crashed.append(actor.crash.remote())
 
 
 class Exchange:
@@ -77,8 +92,10 @@ class Exchange:
     def steps(cls, w: Wiring, plans_by_actor: dict[int, dict], server_of: dict[int, int],
               prev: dict[int, list]) -> list[list]:
         """Submit the steps; leave in ``prev[i]`` the refs client actor i must still apply at the
-        end of the round. Returns, per step, the refs whose completion ends that step (the
-        driver waits on them for progress and for faults injected after a step)."""
+        end of the round. Call ``w.before("client", i, s)`` before client actor i's call for step
+        ``s`` and ``w.before("server", d, s)`` before server d's: a kill after a step goes there
+        (:meth:`Wiring.before`). Returns, per step, the refs whose completion ends that step (the
+        driver waits on them for progress and for the kills it injects itself after a step)."""
         raise NotImplementedError
 
 
@@ -96,6 +113,8 @@ class SplitExchange(Exchange):
                 mine = plans_by_actor[i]
                 routes = {c: server_of[c] for c, p in mine.items() if p.steps > s and not p.local}
                 dests = sorted(set(routes.values()))
+                if dests or any(p.local and p.steps > s for p in mine.values()):
+                    w.before("client", i, s)
                 if not dests:
                     if any(p.local and p.steps > s for p in mine.values()):  # only local work
                         local_refs.append(w.clients[i].step.remote(s, [], routes, prev[i]))
@@ -107,6 +126,7 @@ class SplitExchange(Exchange):
                     sends[(i, d)] = ref
             for d in sorted({d for _, d in sends}):
                 srcs = sorted(i for (i, dd) in sends if dd == d)
+                w.before("server", d, s)
                 if w.stream and len(srcs) > 1:  # each sender answered as soon as its batches are in
                     for k, i in enumerate(srcs):
                         prev[i].append(w.servers[d].step_part.remote(s, [sends[(i, d)]], k == len(srcs) - 1))
