@@ -39,11 +39,12 @@ class RunActor:
         return self.incarnation
 
     def crash(self) -> None:
-        """Fault injection (``kill:ROLE:round=R`` with no ``step``: as the round starts): end this
-        process at once, as a crash would; Ray restarts the actor (``--max-restarts``). The
-        driver asks for it before the round's first call to this actor, and an actor runs one
-        caller's calls in order, so the actor dies before any of the round's work whatever the
-        timing (``ray.kill`` after the calls were sent raced with them: docs/reliability.md).
+        """Fault injection (``kill:ROLE:round=R``): end this actor's process here; Ray restarts
+        the actor (``--max-restarts``). The driver sends it among the round's calls to this
+        actor -- ahead of them all (as the round starts), or ahead of its call for the step after
+        ``step=S`` (:meth:`raysfl.algorithms.roles.exchange.Wiring.before`) -- and an actor runs
+        one caller's calls in order, so the actor dies at exactly that point whatever the timing
+        (the driver's ``ray.kill`` raced with the calls: docs/reliability.md).
 
         It asks Ray to kill it (as the driver's ``ray.kill`` did: Ray reports an intended kill,
         not a crash) and waits for it here, so that no later call starts in this process."""
