@@ -22,6 +22,7 @@ Not raysfl's code: a measurement of whether the last way would pay (the best of 
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 import sweep  # noqa: F401  (puts the checkout on sys.path)
 import torch
@@ -29,6 +30,7 @@ import torch.nn.functional as F
 from per_client_grads import time_ms
 from sweep import machine
 
+from raysfl import evaluation
 from raysfl.data import load_dataset
 from raysfl.models.zoo import cnn
 
@@ -78,17 +80,11 @@ def main() -> None:
     base = models[0]
     stacked = torch.func.vmap(lambda p, b, xb: torch.func.functional_call(base, (p, b), (xb,)))
 
-    def channels_last():
-        for mod in models:
-            for p in mod.parameters():
-                if p.dim() == 4:
-                    p.data = p.data.contiguous(memory_format=torch.channels_last)
-        try:
-            return torch.stack([mod(xi) for mod, xi in zip(models, x_cl)])
-        finally:
+    def channels_last():  # each model's weights laid out as raysfl's evaluator does (evaluation.fast_layout)
+        with contextlib.ExitStack() as stack:
             for mod in models:
-                for p in mod.parameters():
-                    p.data = p.data.contiguous()
+                stack.enter_context(evaluation.fast_layout(mod, x[0].numpy(), "cpu"))
+            return torch.stack([mod(xi) for mod, xi in zip(models, x_cl)])
 
     ways = {"one model after another, default layout": lambda: torch.stack([mod(xi) for mod, xi in zip(models, x)]),
             "one model after another, channels-last (raysfl's evaluator)": channels_last,

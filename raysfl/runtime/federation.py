@@ -550,22 +550,31 @@ class Federation:
                 print(f"raysfl: fault: removed node {node} with {held}; Ray restarts them on the nodes left",
                       file=sys.stderr, flush=True)
             return
-        actor = {"client": lambda: self.clients[index], "fed": lambda: self.fed,
-                 "server": lambda: self.servers[0], "edge": lambda: self.servers[index]}[role]()
+        _, actor = self._fault_target(role, index)
         if first and not isinstance(actor, RoleHandle):  # co-hosted roles go together: ray.kill, as before
             return actor.crash.remote()
         ray.kill(actor, no_restart=False)
         return None
+
+    def _fault_target(self, role: str, index: int) -> tuple[tuple[str, int], object]:
+        """(slot, actor handle) a fault of ``role`` (not a node) with ``index`` names: the slot is
+        ("client", actor), ("server", index) -- the main server is server 0 -- or ("fed", 0)."""
+        if role == "fed":
+            return ("fed", 0), self.fed
+        if role == "client":
+            return ("client", index), self.clients[index]
+        j = 0 if role == "server" else index
+        return ("server", j), self.servers[j]
 
     def _crash_slot(self, role: str, index: int) -> tuple[str, int] | None:
         """Where a kill after a local step goes among the round's calls (:class:`Wiring`'s
         ``crashes``): ("client", actor) or ("server", index); None where the driver kills it
         after waiting for the step instead (a node, the fed server, which has no calls in a
         step, and a server that shares its process with other roles)."""
-        slot = {"client": ("client", index), "server": ("server", 0), "edge": ("server", index)}.get(role)
-        if slot is None or isinstance(self.clients[index] if role == "client" else self.servers[slot[1]], RoleHandle):
+        if role == "node":
             return None
-        return slot
+        slot, actor = self._fault_target(role, index)
+        return None if slot[0] == "fed" or isinstance(actor, RoleHandle) else slot
 
     # ------------------------------------------------------------------ one round
     def run_round(self, rnd: int, plans: dict[int, ClientPlan], server_of: dict[int, int],
