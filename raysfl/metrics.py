@@ -14,8 +14,10 @@ Both Parquet files are rewritten atomically (write to a temporary file, then ren
 crash never leaves a half-written file: after a round, at most every ``WRITE_EVERY_S``
 seconds (a file of thousands of client rows rewritten after every short round cost the
 driver more than the round), and at once when asked. The rewrite runs on a writer thread,
-off the round's critical path; :meth:`RunLogger.flush` writes and waits, and the run calls it
-before every checkpoint and at the end, so no round a checkpoint covers is lost.
+off the round's critical path, and converts each row to Arrow once (:class:`RowsTable`), so
+that its cost does not grow with the rounds so far; :meth:`RunLogger.flush` writes and waits,
+and the run calls it before every checkpoint and at the end, so no round a checkpoint covers
+is lost.
 On ``--resume`` rows after the checkpoint's round are dropped and ``tb/`` is written again
 from the rows kept, so a resumed run reads exactly like an uninterrupted one.
 
@@ -47,9 +49,43 @@ TIMING_COLUMNS = ("wall_time_s", "wall_time_total_s")
 WRITE_EVERY_S = 2.0  # the Parquet files follow the rounds at most this far behind (flush: at once)
 
 
-def _write_parquet(rows: list[dict], path: Path) -> None:
+def _write_parquet(rows: "list[dict] | pa.Table", path: Path) -> None:
     with replacing(path) as tmp:
-        pq.write_table(pa.Table.from_pylist(rows), tmp)
+        pq.write_table(rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows), tmp)
+
+
+class RowsTable:
+    """A growing list of rows as one Arrow table, each row converted once.
+
+    A Parquet file is rewritten whole (it is complete after every write), and converting Python
+    rows to Arrow is most of a rewrite (``Table.from_pylist``: 0.29 s of 0.30 s for 100,000
+    client rows, 100 clients for 1,000 rounds, on the 2-core AMD EPYC), so converting every row
+    at every write made the writer's cost grow with the rounds so far. Here only the rows logged
+    since the last write are converted; the table is the chunks concatenated (no copy). The
+    columns are the first row's, as ``Table.from_pylist`` takes them, and each column's type is
+    what it would infer over all the rows (chunks promoted: int64 with double is double, a
+    column of nulls takes the other chunks' type)."""
+
+    def __init__(self):
+        self.columns: list[str] | None = None
+        self.table: pa.Table | None = None
+        self.converted = 0  # rows in ``table``
+
+    def of(self, rows: list[dict]) -> pa.Table:
+        """The table of ``rows``, which extend the rows of the last call."""
+        if not rows:
+            return pa.table({})
+        if self.columns is None:
+            self.columns = list(rows[0])
+        new = rows[self.converted:]
+        if new:
+            chunk = pa.Table.from_pydict({k: [r.get(k) for r in new] for k in self.columns})
+            self.table = chunk if self.table is None else pa.concat_tables([self.table, chunk],
+                                                                          promote_options="permissive")
+            if self.columns and self.table.column(0).num_chunks > 64:
+                self.table = self.table.combine_chunks()  # a few large chunks write faster than many small
+            self.converted = len(rows)
+        return self.table
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -228,6 +264,7 @@ class RunLogger:
         self._closing = False
         self._urgent = False  # flush() asked: write now
         self._last_write = 0.0
+        self._tables = (RowsTable(), RowsTable())  # metrics.parquet's and clients.parquet's, converted once
         self._writer = threading.Thread(target=self._write_loop, name="raysfl-metrics-writer", daemon=True)
         self._writer.start()
 
@@ -251,8 +288,8 @@ class RunLogger:
                 target, rows, client_rows = self._logged, list(self.rows), list(self.client_rows)
                 self._urgent = False
             try:
-                _write_parquet(rows, self.metrics_path)
-                _write_parquet(client_rows, self.clients_path)
+                _write_parquet(self._tables[0].of(rows), self.metrics_path)
+                _write_parquet(self._tables[1].of(client_rows), self.clients_path)
             except BaseException as e:  # noqa: BLE001 - re-raised in the run's thread by flush()
                 with self._cv:
                     self._error, self._written = e, self._logged

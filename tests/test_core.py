@@ -161,6 +161,36 @@ def test_run_logger_writes_parquet_off_thread_and_flush_waits_for_it(tmp_path, m
     assert [x["round"] for x in pq.read_table(tmp_path / "metrics.parquet").to_pylist()] == [1, 2, 3]
 
 
+def test_rows_table_gives_the_table_of_all_rows_converting_each_row_once():
+    """The metrics writer converts only the rows logged since its last write (a rewrite's cost
+    would grow with the rounds so far), and the table is still the one ``Table.from_pylist`` makes
+    of all the rows: the first row's columns, a type per column over every row (an int column
+    that turns float, a chunk where a column is all null or its lists all empty, a key missing
+    from later rows, an extra key later: dropped, as from_pylist drops it)."""
+    import pyarrow as pa
+
+    from raysfl import metrics
+
+    reads: list[tuple[int, int]] = []  # (call, row) of every row read for conversion
+
+    class Row(dict):
+        def get(self, key, default=None):
+            reads.append((call, self["i"]))
+            return super().get(key, default)
+
+    rows = [Row(i=0, round=1, acc=0, note=None, cut=2, servers=[]), Row(i=1, round=1, acc=1, note=None, cut=2,
+                                                                       servers=[]),
+            Row(i=2, round=2, acc=0.5, note="a", servers=[0, 1]),
+            Row(i=3, round=3, acc=float("nan"), note=None, cut=3, servers=[], late=True)]
+    log = metrics.RowsTable()
+    assert log.of([]).num_rows == 0
+    for call, n in enumerate((2, 3, 3, 4)):
+        table, whole = log.of(rows[:n]), pa.Table.from_pylist([dict(r) for r in rows[:n]])
+        assert table.schema == whole.schema, (n, table.schema, whole.schema)
+        assert repr(table.to_pylist()) == repr(whole.to_pylist())  # repr: NaN as NaN
+    assert sorted({(c, r) for c, r in reads}) == [(0, 0), (0, 1), (1, 2), (3, 3)]  # each row in one call
+
+
 def test_eta_leaves_out_the_first_rounds_one_off_costs(tmp_path, capsys):
     """Issue 46: round 1 pays one-off costs (it took 100 s, the next 1 s): no ETA is said after
     it, and the ETA after round 2 comes from round 2 alone (8 rounds left at 1 s: 8 s), not 8m24s."""
