@@ -155,6 +155,70 @@ def test_batch_norm_statistics_have_a_row_per_client():
     assert int(members[1].part.state_dict()["blocks.0.1.num_batches_tracked"]) == 2
 
 
+def test_batch_order_makes_each_steps_batch_sizes_runs_of_rows():
+    """A client actor orders a group's members so that at every step the clients of one batch
+    size are a run of rows (stepped through views, not copies): whole epochs of 32 with last
+    batches of 15 and 16, clients with two and three steps."""
+    from raysfl.runtime.client_bank import batch_order
+
+    sizes = {5: [32, 15], 3: [32, 32, 16], 7: [32, 16], 1: [32, 15], 2: [32, 32], 9: [32, 32, 15], 4: [16]}
+    order = batch_order(sizes)
+    assert sorted(order) == sorted(sizes)
+    for step in range(3):
+        for size in {s[step] for s in sizes.values() if len(s) > step}:
+            rows = [k for k, c in enumerate(order) if len(sizes[c]) > step and sizes[c][step] == size]
+            assert rows == list(range(rows[0], rows[0] + len(rows))), (step, size, order)
+
+
+def test_a_run_of_rows_and_scattered_rows_step_as_their_own_modules():
+    """ResNet-18's client side (BatchNorm) in a bank of three: a step of rows 1 and 2 (a run:
+    views of the stacked tensors, statistics updated in place) and one of rows 0 and 2 with two
+    batch sizes (scattered: copies, statistics written back) leave each client's parameters and
+    running statistics as its own module's, and row 0's untouched by the first."""
+    from raysfl.data import load_dataset
+    from raysfl.models import build_model
+
+    ds = load_dataset("digits")
+    prefix = build_model("resnet18", ds.input_shape, ds.num_classes, seed=0).part(0, 2)
+    torch.manual_seed(2)
+    states = []
+    for k in range(3):
+        m = copy.deepcopy(prefix)
+        with torch.no_grad():
+            for b in m.buffers():
+                if b.is_floating_point():
+                    b.add_(0.1 * (k + 1))
+        states.append({n: v.detach().numpy().copy() for n, v in m.state_dict().items()})
+    members = [SimpleNamespace(client=k, part=copy.deepcopy(prefix).train()) for k in range(3)]
+    bank = BankGroup(members, states, _cfg(), 0.05, "cpu")
+    own = []
+    for st in states:
+        m = copy.deepcopy(prefix).train()
+        m.load_state_dict({n: torch.from_numpy(v) for n, v in st.items()})
+        own.append((m, torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)))
+    row0 = {n: v.clone() for n, v in members[0].part.state_dict().items()}
+    for rows, sizes in (([1, 2], [6, 6]), ([0, 2], [6, 4])):
+        xs = [torch.randn(n, *ds.input_shape) for n in sizes]
+        acts = bank.forward(rows, xs)
+        for r, x, a in zip(rows, xs, acts):
+            m, opt = own[r]
+            ref = m(x)
+            torch.testing.assert_close(a, ref, **TOL)
+            g = torch.randn_like(a)
+            bank.receive(r, g)
+            ref.backward(g)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        bank.step()
+        if rows == [1, 2]:
+            assert all(torch.equal(v, row0[n]) for n, v in members[0].part.state_dict().items())
+    for k in range(3):
+        mine = dict(members[k].part.state_dict())
+        for n, v in own[k][0].state_dict().items():
+            torch.testing.assert_close(mine[n], v, **TOL)
+    assert [int(members[k].part.state_dict()["blocks.0.1.num_batches_tracked"]) for k in range(3)] == [1, 1, 2]
+
+
 def test_which_clients_a_bank_serves():
     """SplitFed's plain client (and PSL's, which only keeps its model) steps in a bank, BatchNorm
     included; a role with a hook of its own, a part with dropout, and a model vmap cannot run

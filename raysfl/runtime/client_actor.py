@@ -28,7 +28,7 @@ from raysfl.algorithms.roles import ClientRound, Reply
 from raysfl.data.landing import on_this_node
 from raysfl.optim import build_optimizer
 from raysfl.runtime.actor_base import RunActor
-from raysfl.runtime.client_bank import BankGroup, part_is_stackable, role_is_plain, vmap_runs
+from raysfl.runtime.client_bank import BankGroup, batch_order, part_is_stackable, role_is_plain, vmap_runs
 from raysfl.runtime.placement import configure_torch
 from raysfl.runtime.refs import fetch, hand_off, require_run, unwrap
 from raysfl.runtime.resident import KeptStates, new_token
@@ -174,6 +174,8 @@ class ClientActor(RunActor):
             if len(rows) == 1:  # a group of one: its own module and optimiser, as without a bank
                 self._load_alone(*rows[0], lr)
                 continue
+            rank = {c: k for k, c in enumerate(batch_order({a.client: self._batch_sizes(a) for a, _ in rows}))}
+            rows = sorted(rows, key=lambda r: rank[r[0].client])  # each step's batch sizes in runs of rows
             group = BankGroup([a for a, _ in rows], [s for _, s in rows], self.cfg, lr, self.device)
             for a, _ in rows:
                 self.bank_of[a.client] = group
@@ -219,8 +221,7 @@ class ClientActor(RunActor):
         return copy.deepcopy(self.model.part(0, blocks)).to(self.device)
     def next_batch(self, a: ClientRound) -> tuple[torch.Tensor, torch.Tensor]:
         """Client ``a``'s next batch from its stream (counted in its samples)."""
-        n = len(self.parts[a.client])
-        count = min(a.batch, n - a.stream_pos % n) if a.bounded else a.batch  # --epoch pass: ends with the epoch
+        count = self._batch_size(a, a.stream_pos)
         idx = sample_stream(self.parts[a.client], a.client, self.cfg.seed, a.stream_pos, count, self._perms)
         a.stream_pos += count
         a.stats.samples += len(idx)
@@ -229,6 +230,20 @@ class ClientActor(RunActor):
         y = torch.from_numpy(labels).to(self.device)
         a.x, a.y, a.labels = x, y, labels
         return x, y
+
+    def _batch_size(self, a: ClientRound, pos: int) -> int:
+        """Client ``a``'s batch drawn at position ``pos`` of its stream: ``--epoch pass`` ends a
+        batch with the epoch."""
+        n = len(self.parts[a.client])
+        return min(a.batch, n - pos % n) if a.bounded else a.batch
+
+    def _batch_sizes(self, a: ClientRound) -> list[int]:
+        """Client ``a``'s batch sizes this round, step by step, as :meth:`next_batch` draws them."""
+        pos, out = a.stream_pos, []
+        for _ in range(a.steps):
+            out.append(self._batch_size(a, pos))
+            pos += out[-1]
+        return out
 
     def fetch(self, refs: list, deadline: float | None = None) -> list:
         """The values of ``refs`` (other actors' payloads): DEAD / LATE for a dead or late sender."""
