@@ -11,7 +11,9 @@ learning rate, SplitFed's plain client role, SGD or AdamW -- form a :class:`Bank
   its rows, so whatever reads a part -- its update, its state -- reads the bank);
 - a step is one ``torch.func.vmap``-ped forward over the stacked parameters and the clients'
   batches (``functional_call``), per batch size, and once the gradients at the cut are back,
-  one backward of the group's activations and ONE optimiser step over the stacked rows.
+  one backward of the group's activations and ONE optimiser step over the stacked rows. The
+  members are ordered by their batch sizes (:func:`batch_order`), so that a batch size's rows
+  are a run, passed as views of the stacked tensors rather than copied out.
 
 SGD's and AdamW's updates are elementwise (momentum, weight decay, AdamW's moments), so a row
 steps as its client's own optimiser would; AdamW's step counter (one per tensor in torch) is
