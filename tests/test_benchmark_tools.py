@@ -102,8 +102,9 @@ def test_tuning_margins_compares_the_choice_with_the_best_other_setting_run_to_t
     assert margin({"row": "r", "chosen": {"lr": 0.1}, "table": [trial(0.1, [0.9, 0.9])]}) is None
 
 
-def test_metrics_writer_benchmark_writes_the_same_file_both_ways():
-    """benchmarks/metrics_writer.py replays a run's writes both ways and fails if the files differ."""
+def test_metrics_writer_benchmark_writes_the_same_files_and_hashes_both_ways():
+    """benchmarks/metrics_writer.py replays a run's writes and checkpoint hashes both ways and fails
+    if the files or the hashes differ."""
     import subprocess
 
     root = Path(__file__).resolve().parents[1]
@@ -111,6 +112,7 @@ def test_metrics_writer_benchmark_writes_the_same_file_both_ways():
                           "--rounds", "7", "--write-every", "2"], capture_output=True, text=True, cwd=root, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "21 client rows, 4 writes; the same file both ways: yes" in out.stdout, out.stdout
+    assert "7 metrics rows; the same hashes both ways: yes" in out.stdout, out.stdout
     bad = subprocess.run([sys.executable, str(root / "benchmarks" / "metrics_writer.py"), "--rounds", "0"],
                          capture_output=True, text=True, cwd=root, timeout=120)
     assert bad.returncode == 2 and "--rounds must be >= 1, got 0" in bad.stderr, bad.stderr

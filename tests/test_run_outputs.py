@@ -308,6 +308,37 @@ def test_callbacks_in_the_centralised_run_and_bad_callbacks(tmp_path):
         raysfl.run(cfg, callbacks=[42])
 
 
+def test_rows_digest_row_by_row_is_the_hash_of_all_the_rows_each_row_serialised_once():
+    """A checkpoint's hash of the metrics rows (checked on --resume) is fed row by row as a run
+    grows (each row serialised once, not every row at every checkpoint) and stays the hash of the
+    rows' canonical JSON list that manifests written before hold; a list that does not extend the
+    last one is hashed from its start."""
+    import hashlib
+    import json
+
+    reads = []
+
+    class Row(dict):
+        def items(self):
+            reads.append(self["round"])
+            return super().items()
+
+    def whole(rows):  # the manifests' hash, as it was computed at once
+        canon = [{k: checkpoint._canonical(v) for k, v in sorted(dict.items(r)) if v is not None} for r in rows]
+        return hashlib.sha256(json.dumps(canon, sort_keys=True, default=str).encode()).hexdigest()
+
+    rows = [Row(round=r, test_accuracy=acc, algo="psl", late=None, flag=r % 2 == 0, servers=[0, r])
+            for r, acc in enumerate([0.5, float("nan"), 3, 0.75], 1)]
+    digest = checkpoint.RowsDigest()
+    assert digest.of([]) == whole([]) == checkpoint.rows_digest([])
+    for n in (1, 2, 2, 4):
+        assert digest.of(rows[:n]) == whole(rows[:n])
+    assert reads == [1, 2, 3, 4]  # each row once
+    other = [Row(round=1, test_accuracy=0.6)] + rows[1:]
+    assert digest.of(other) == whole(other) != whole(rows)  # not an extension: from its start
+    assert checkpoint.rows_digest(rows) == whole(rows)
+
+
 def test_keep_checkpoints_prunes_all_but_the_newest_and_the_best(tmp_path):
     state = {"round": 0, "counters": {}, "federation": {"fed": {"global": {}}}}
     rows = [{"round": r, "test_accuracy": acc} for r, acc in enumerate([0.5, 0.9, 0.6, float("nan"), 0.7], 1)]

@@ -59,6 +59,7 @@ class Experiment:
     stopped: bool = False         # a callback ended the run early
     pending: "PendingRow | None" = None  # a round whose row waits for its evaluation (--eval-overlap)
     writer: CheckpointWriter = field(default_factory=CheckpointWriter)  # checkpoints, written beside the next round
+    digest: checkpoint.RowsDigest = field(default_factory=checkpoint.RowsDigest)  # the rows' hash, row by row
 
     def due(self, rnd: int, every: int) -> bool:
         """Whether something done every ``every`` rounds (and at the last) happens in ``rnd``."""
@@ -322,7 +323,7 @@ def save_checkpoint(exp: Experiment, fed: Federation, rnd: int) -> None:
         exp.logger.flush()  # the rounds this checkpoint covers are on disk before it is
         federation = own_state_files.for_checkpoint(exp.run_dir, rnd, state, fed_actor)  # kept states: files, once each
         checkpoint.save(exp.run_dir, rnd, {"round": rnd, "counters": counters, "federation": federation},
-                        cfg_dict, metrics_rows=rows)
+                        cfg_dict, metrics_rows=rows, digest=exp.digest)
         prune_checkpoints(exp, rows)
 
     exp.writer.submit(write, f"round {rnd}'s checkpoint")
