@@ -70,6 +70,29 @@ def tree_rss(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
+def by_process(pid: int) -> dict[str, tuple[int, int, int]]:
+    """{kind: (RSS, PSS, anonymous) in bytes} of ``pid``'s tree, summed per kind of process: the
+    run's own process ("driver"), each kind of actor (``ray::ClientActor``, ``ray::RoleHost``, ...)
+    and "Ray's own" (the raylet, GCS, agents). Anonymous memory is a process's own heap, not the
+    object store's shared pages or the libraries' files."""
+    kids, todo, out = _children(), [pid], {}
+    while todo:
+        p = todo.pop()
+        todo += kids.get(p, [])
+        try:
+            cmd = Path(f"/proc/{p}/cmdline").read_text().split("\0")[0]
+            fields = {line.split(":")[0]: int(line.split()[1]) * 1024
+                      for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines()[1:]}
+        except (OSError, IndexError, ValueError):
+            continue
+        kind = "driver" if p == pid else cmd.split(".")[0] if cmd.startswith("ray::ClientActor") or \
+            cmd.startswith("ray::RoleHost") or cmd.startswith("ray::ServerActor") or cmd.startswith("ray::FedActor") \
+            else "Ray's own"
+        was = out.get(kind, (0, 0, 0))
+        out[kind] = (was[0] + fields.get("Rss", 0), was[1] + fields.get("Pss", 0), was[2] + fields.get("Anonymous", 0))
+    return out
+
+
 def one_run(ns) -> None:
     """The child: one run; prints one JSON line per round (its wall time) and at the start."""
     import numpy as np
@@ -99,7 +122,7 @@ def measure(algo: str, ns, out: str) -> dict:
            "--checkpoint-every", str(ns.checkpoint_every), "--out", out]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
-    peak, peak_pss, at_round, walls, t0 = [0], [0], {}, [], time.time()
+    peak, peak_pss, at_round, walls, t0, kinds = [0], [0], {}, [], time.time(), {}
 
     def read_rounds():  # the child's round lines, each noted with the tree's RSS when it came
         for line in proc.stdout:
@@ -107,6 +130,8 @@ def measure(algo: str, ns, out: str) -> dict:
                 r = json.loads(line)
                 at_round[r["round"]] = tree_rss(proc.pid)[0]
                 walls.append(r["wall"])
+                if r["round"] in ns.by_process:
+                    kinds[r["round"]] = by_process(proc.pid)
 
     reader = threading.Thread(target=read_rounds, daemon=True)
     reader.start()
@@ -125,7 +150,7 @@ def measure(algo: str, ns, out: str) -> dict:
             "peak_rss_gb": round(peak / 2**30, 2), "peak_pss_gb": round(peak_pss[0] / 2**30, 2),
             "after_round_1_gb": round(at_round[rounds[0]] / 2**30, 2),
             "growth_per_round_mb": round(growth / 2**20, 1), "median_round_s": round(statistics.median(walls), 2),
-            "whole_run_s": round(time.time() - t0, 1)}
+            "whole_run_s": round(time.time() - t0, 1), "by_process": kinds}
 
 
 def main() -> None:
@@ -136,6 +161,9 @@ def main() -> None:
     ap.add_argument("--samples-per-client", type=int, default=5)
     ap.add_argument("--checkpoint-every", type=int, default=1, help="as users run: a checkpoint every round")
     ap.add_argument("--algos", nargs="+", default=["psl", "splitfed_v2"])
+    ap.add_argument("--by-process", default="", metavar="R1,R2,...",
+                    help="also the memory of each kind of process (the driver, each kind of actor, Ray's own) "
+                         "after these rounds (before the last, whose end takes the actors down), to see where the growth goes")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)  # the runs' own directory (a child process's)
     ap.add_argument("--table", default=str(ROOT / "docs" / "results" / "population.md"),
@@ -147,6 +175,12 @@ def main() -> None:
         return
     if ns.rounds < 2:
         ap.error(f"--rounds {ns.rounds}: the growth per round needs at least 2 rounds")
+    try:
+        ns.by_process = sorted({int(r) for r in ns.by_process.split(",") if r.strip()})
+    except ValueError:
+        ap.error(f"--by-process takes rounds separated by commas (e.g. 10,100), got {ns.by_process!r}")
+    if any(not 1 <= r <= ns.rounds for r in ns.by_process):
+        ap.error(f"--by-process rounds must be within 1..--rounds {ns.rounds}, got {ns.by_process}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="raysfl-population-") as tmp:
         for clients in ns.clients:
@@ -159,6 +193,21 @@ def main() -> None:
     for r in rows:
         lines.append(f"| {r['algo']} | {r['clients']:,} | {r['per_round']} | {r['rounds']} | {r['checkpoint_every']} | {r['peak_rss_gb']:.2f} | "
                      f"{r['peak_pss_gb']:.2f} | {r['after_round_1_gb']:.2f} | {r['growth_per_round_mb']:.1f} | {r['median_round_s']:.2f} |")
+    if ns.by_process:
+        lines += ["", "Memory of each kind of process after the rounds named (GB: RSS / PSS / anonymous):", "",
+                  "| algorithm | clients | process | " + " | ".join(f"after round {r}" for r in ns.by_process) + " |",
+                  "|---|---:|---|" + "---:|" * len(ns.by_process)]
+        for r in rows:
+            kinds = sorted({k for at in r["by_process"].values() for k in at})
+            for k in kinds + ["whole tree"]:
+                cells = []
+                for rnd in ns.by_process:
+                    at = r["by_process"].get(rnd, {})
+                    v = at.get(k) if k != "whole tree" else tuple(sum(x[i] for x in at.values()) for i in range(3))
+                    cells.append(" / ".join(f"{b / 2**30:.2f}" for b in v) if v and at else "—")
+                lines.append(f"| {r['algo']} | {r['clients']:,} | {k} | " + " | ".join(cells) + " |")
+    for r in rows:
+        r["by_process"] = json.dumps({str(k): v for k, v in r["by_process"].items()})  # one column in the raw rows
     write_tables(rows, ns.table, "Memory against the size of the population",
                  " ".join(__doc__.split("\n\n")[0].split()), "\n".join(lines))
 
