@@ -15,7 +15,8 @@ crash never leaves a half-written file: after a round, at most every ``WRITE_EVE
 seconds (a file of thousands of client rows rewritten after every short round cost the
 driver more than the round), and at once when asked. The rewrite runs on a writer thread,
 off the round's critical path, and converts each row to Arrow once (:class:`RowsTable`), so
-that its cost does not grow with the rounds so far; :meth:`RunLogger.flush` writes and waits,
+that its cost does not grow with the rounds so far (``clients.parquet``'s rows, a row per client
+and round, are then held only in that table); :meth:`RunLogger.flush` writes and waits,
 and the run calls it before every checkpoint and at the end, so no round a checkpoint covers
 is lost.
 On ``--resume`` rows after the checkpoint's round are dropped and ``tb/`` is written again
@@ -73,19 +74,20 @@ class RowsTable:
 
     def of(self, rows: list[dict]) -> pa.Table:
         """The table of ``rows``, which extend the rows of the last call."""
-        if not rows:
-            return pa.table({})
-        if self.columns is None:
-            self.columns = list(rows[0])
-        new = rows[self.converted:]
+        return self.add(rows[self.converted:])
+
+    def add(self, new: list[dict]) -> pa.Table:
+        """The table with the rows ``new`` appended to those it holds."""
         if new:
+            if self.columns is None:
+                self.columns = list(new[0])
             chunk = pa.Table.from_pydict({k: [r.get(k) for r in new] for k in self.columns})
             self.table = chunk if self.table is None else pa.concat_tables([self.table, chunk],
                                                                           promote_options="permissive")
             if self.columns and self.table.column(0).num_chunks > 64:
                 self.table = self.table.combine_chunks()  # a few large chunks write faster than many small
-            self.converted = len(rows)
-        return self.table
+            self.converted += len(new)
+        return pa.table({}) if self.table is None else self.table
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -234,7 +236,9 @@ class RunLogger:
         self.metrics_path = self.run_dir / "metrics.parquet"
         self.clients_path = self.run_dir / "clients.parquet"
         self.rows = [r for r in read_rows(self.metrics_path) if r["round"] <= start_round]
-        self.client_rows = [r for r in read_rows(self.clients_path) if r["round"] <= start_round]
+        # clients.parquet's rows not yet written: once written the driver keeps them only in their
+        # Arrow table (a quarter of the memory of dicts; nothing else reads them)
+        self._client_rows = [r for r in read_rows(self.clients_path) if r["round"] <= start_round]
         self.config = config or {}
         self.progress, self.total_rounds = progress, total_rounds
         # TensorBoard's own thread writes the events every 2 s (and at close): no flush per round
@@ -285,11 +289,11 @@ class RunLogger:
                     self._cv.wait(timeout=wait)
                 if self._logged == self._written:
                     return  # closing, nothing left to write
-                target, rows, client_rows = self._logged, list(self.rows), list(self.client_rows)
+                target, rows, client_rows, self._client_rows = self._logged, list(self.rows), self._client_rows, []
                 self._urgent = False
             try:
                 _write_parquet(self._tables[0].of(rows), self.metrics_path)
-                _write_parquet(self._tables[1].of(client_rows), self.clients_path)
+                _write_parquet(self._tables[1].add(client_rows), self.clients_path)
             except BaseException as e:  # noqa: BLE001 - re-raised in the run's thread by flush()
                 with self._cv:
                     self._error, self._written = e, self._logged
@@ -314,7 +318,7 @@ class RunLogger:
             if self._error is not None:
                 raise self._error
             self.rows.append(row)
-            self.client_rows.extend(client_rows)
+            self._client_rows.extend(client_rows)
             self._logged += 1
             self._cv.notify_all()
         step = int(row["round"])
