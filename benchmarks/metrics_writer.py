@@ -50,6 +50,14 @@ def client_rows(rnd: int, clients: int, rng: random.Random) -> list[dict]:
     return out
 
 
+def two_ways(what: str, last: str, before: tuple, now: tuple, ratio: str) -> None:
+    """A table of the two ways' CPU seconds, (name, whole run, last), and their ratio."""
+    print(f"| {what} | CPU s, whole run | CPU s, {last} |\n|---|---:|---:|")
+    for name, whole, at_last in (before, now):
+        print(f"| {name} | {whole:.2f} | {at_last:.4f} |")
+    print(f"\nratio, whole run: {ratio}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, default=100)
@@ -83,10 +91,8 @@ def main() -> None:
           f"--write-every {args.write_every}`  \nMachine: {machine()}\n")
     print(f"{args.clients} clients x {args.rounds} rounds = {len(rows):,} client rows, {writes} writes; "
           f"the same file both ways: {'yes' if same else 'NO'}\n")
-    print("| writer | CPU s, whole run | CPU s, last write |\n|---|---:|---:|")
-    print(f"| every row at every write (before) | {whole_s:.2f} | {last_whole:.3f} |")
-    print(f"| each row once (`RowsTable`) | {once_s:.2f} | {last_once:.3f} |")
-    print(f"\nratio, whole run: {whole_s / once_s:.1f}x")
+    two_ways("writer", "last write", ("every row at every write (before)", whole_s, last_whole),
+             ("each row once (`RowsTable`)", once_s, last_once), f"{whole_s / once_s:.1f}x")
     if not same:
         raise SystemExit("the two ways wrote different files")
     metrics_rows, digest, all_s, by_row_s, same = [], RowsDigest(), 0.0, 0.0, True
@@ -106,10 +112,8 @@ def main() -> None:
         all_s, by_row_s, same = all_s + last_all, by_row_s + last_by_row, same and a_hash == b_hash
     print(f"\nA checkpoint every round, {args.rounds} metrics rows; the same hashes both ways: "
           f"{'yes' if same else 'NO'}\n")
-    print("| checkpoint's hash of the rows | CPU s, whole run | CPU s, last checkpoint |\n|---|---:|---:|")
-    print(f"| all the rows at every checkpoint (before) | {all_s:.2f} | {last_all:.4f} |")
-    print(f"| row by row (`RowsDigest`) | {by_row_s:.2f} | {last_by_row:.4f} |")
-    print(f"\nratio, whole run: {all_s / max(by_row_s, 1e-9):.0f}x")
+    two_ways("checkpoint's hash of the rows", "last checkpoint", ("all the rows at every checkpoint (before)", all_s,
+             last_all), ("row by row (`RowsDigest`)", by_row_s, last_by_row), f"{all_s / max(by_row_s, 1e-9):.0f}x")
     if not same:
         raise SystemExit("the two ways gave different hashes")
 

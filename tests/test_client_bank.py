@@ -106,51 +106,69 @@ def test_rows_with_batches_of_two_sizes():
         torch.testing.assert_close(p.detach(), q.detach(), **TOL)
 
 
-def test_batch_norm_statistics_have_a_row_per_client():
-    """ResNet-18's client side (BatchNorm): each client's running statistics and parameters in
-    the bank equal its own module's after two steps, one of them without client 0."""
+def _batch_norm_bank(clients: int, seed: int):
+    """ResNet-18's client side (BatchNorm) in a bank of ``clients`` rows, each client's running
+    statistics shifted apart, and each client's own module and optimiser to compare with:
+    (input shape, its prefix, the bank's members, the bank, [(module, optimiser)])."""
     from raysfl.data import load_dataset
     from raysfl.models import build_model
 
     ds = load_dataset("digits")
     prefix = build_model("resnet18", ds.input_shape, ds.num_classes, seed=0).part(0, 2)
-    assert any(True for _ in prefix.buffers())
-    before = [b.clone() for b in prefix.buffers()]
-    assert part_is_stackable(prefix) and vmap_runs(prefix, ds.input_shape, "cpu")
-    assert all(torch.equal(a, b) for a, b in zip(prefix.buffers(), before))  # the trial left the part alone
-    torch.manual_seed(1)
+    torch.manual_seed(seed)
     states = []
-    for k in range(2):
+    for k in range(clients):
         m = copy.deepcopy(prefix)
         with torch.no_grad():
             for b in m.buffers():
                 if b.is_floating_point():
                     b.add_(0.1 * (k + 1))
         states.append({n: v.detach().numpy().copy() for n, v in m.state_dict().items()})
-    members = [SimpleNamespace(client=k, part=copy.deepcopy(prefix).train()) for k in range(2)]
+    members = [SimpleNamespace(client=k, part=copy.deepcopy(prefix).train()) for k in range(clients)]
     bank = BankGroup(members, states, _cfg(), 0.05, "cpu")
     own = []
     for st in states:
         m = copy.deepcopy(prefix).train()
         m.load_state_dict({n: torch.from_numpy(v) for n, v in st.items()})
         own.append((m, torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)))
-    for rows in ([0, 1], [1]):
-        xs = [torch.randn(6, *ds.input_shape) for _ in rows]
-        acts = bank.forward(rows, xs)
-        for r, x, a in zip(rows, xs, acts):
-            m, opt = own[r]
-            ref = m(x)
-            torch.testing.assert_close(a, ref, **TOL)
-            g = torch.randn_like(a)
-            bank.receive(r, g)
-            ref.backward(g)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        bank.step()
-    for k in range(2):
+    return ds.input_shape, prefix, members, bank, own
+
+
+def _rows_match_own(members: list, own: list) -> None:
+    """Each member's parameters and buffers (its views of the bank's rows) equal its own module's."""
+    for k, (m, _) in enumerate(own):
         mine = dict(members[k].part.state_dict())
-        for n, v in own[k][0].state_dict().items():
+        for n, v in m.state_dict().items():
             torch.testing.assert_close(mine[n], v, **TOL)
+
+
+def _step_against_own(bank: BankGroup, own: list, rows: list[int], xs: list[torch.Tensor]) -> None:
+    """One bank step of ``rows`` on ``xs``, and the same step of each row's own module: the
+    activations compared, the same random gradient back."""
+    acts = bank.forward(rows, xs)
+    for r, x, a in zip(rows, xs, acts):
+        m, opt = own[r]
+        ref = m(x)
+        torch.testing.assert_close(a, ref, **TOL)
+        g = torch.randn_like(a)
+        bank.receive(r, g)
+        ref.backward(g)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    bank.step()
+
+
+def test_batch_norm_statistics_have_a_row_per_client():
+    """ResNet-18's client side (BatchNorm): each client's running statistics and parameters in
+    the bank equal its own module's after two steps, one of them without client 0."""
+    shape, prefix, members, bank, own = _batch_norm_bank(2, seed=1)
+    assert any(True for _ in prefix.buffers())
+    before = [b.clone() for b in prefix.buffers()]
+    assert part_is_stackable(prefix) and vmap_runs(prefix, shape, "cpu")
+    assert all(torch.equal(a, b) for a, b in zip(prefix.buffers(), before))  # the trial left the part alone
+    for rows in ([0, 1], [1]):
+        _step_against_own(bank, own, rows, [torch.randn(6, *shape) for _ in rows])
+    _rows_match_own(members, own)
     assert int(members[0].part.state_dict()["blocks.0.1.num_batches_tracked"]) == 1
     assert int(members[1].part.state_dict()["blocks.0.1.num_batches_tracked"]) == 2
 
@@ -175,47 +193,13 @@ def test_a_run_of_rows_and_scattered_rows_step_as_their_own_modules():
     views of the stacked tensors, statistics updated in place) and one of rows 0 and 2 with two
     batch sizes (scattered: copies, statistics written back) leave each client's parameters and
     running statistics as its own module's, and row 0's untouched by the first."""
-    from raysfl.data import load_dataset
-    from raysfl.models import build_model
-
-    ds = load_dataset("digits")
-    prefix = build_model("resnet18", ds.input_shape, ds.num_classes, seed=0).part(0, 2)
-    torch.manual_seed(2)
-    states = []
-    for k in range(3):
-        m = copy.deepcopy(prefix)
-        with torch.no_grad():
-            for b in m.buffers():
-                if b.is_floating_point():
-                    b.add_(0.1 * (k + 1))
-        states.append({n: v.detach().numpy().copy() for n, v in m.state_dict().items()})
-    members = [SimpleNamespace(client=k, part=copy.deepcopy(prefix).train()) for k in range(3)]
-    bank = BankGroup(members, states, _cfg(), 0.05, "cpu")
-    own = []
-    for st in states:
-        m = copy.deepcopy(prefix).train()
-        m.load_state_dict({n: torch.from_numpy(v) for n, v in st.items()})
-        own.append((m, torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)))
+    shape, _, members, bank, own = _batch_norm_bank(3, seed=2)
     row0 = {n: v.clone() for n, v in members[0].part.state_dict().items()}
     for rows, sizes in (([1, 2], [6, 6]), ([0, 2], [6, 4])):
-        xs = [torch.randn(n, *ds.input_shape) for n in sizes]
-        acts = bank.forward(rows, xs)
-        for r, x, a in zip(rows, xs, acts):
-            m, opt = own[r]
-            ref = m(x)
-            torch.testing.assert_close(a, ref, **TOL)
-            g = torch.randn_like(a)
-            bank.receive(r, g)
-            ref.backward(g)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        bank.step()
+        _step_against_own(bank, own, rows, [torch.randn(n, *shape) for n in sizes])
         if rows == [1, 2]:
             assert all(torch.equal(v, row0[n]) for n, v in members[0].part.state_dict().items())
-    for k in range(3):
-        mine = dict(members[k].part.state_dict())
-        for n, v in own[k][0].state_dict().items():
-            torch.testing.assert_close(mine[n], v, **TOL)
+    _rows_match_own(members, own)
     assert [int(members[k].part.state_dict()["blocks.0.1.num_batches_tracked"]) for k in range(3)] == [1, 1, 2]
 
 
