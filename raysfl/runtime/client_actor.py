@@ -219,6 +219,7 @@ class ClientActor(RunActor):
                 q.grad = None
             return part
         return copy.deepcopy(self.model.part(0, blocks)).to(self.device)
+
     def next_batch(self, a: ClientRound) -> tuple[torch.Tensor, torch.Tensor]:
         """Client ``a``'s next batch from its stream (counted in its samples)."""
         count = self._batch_size(a, a.stream_pos)
