@@ -38,7 +38,6 @@ def step_of(prefix, shape, rows: int, big: int, small: int, interleaved: bool):
     n_big = round(0.4 * rows)
     sizes = [big] * n_big + [small] * (rows - n_big)
     if interleaved:  # the larger batches spread among the smaller
-        sizes = sorted(sizes, key=lambda s: (0 if s == big else 1))
         sizes = [sizes[i] for i in sorted(range(rows), key=lambda i: (i * 7919) % rows)]
     states = [{n: p.detach().numpy().copy() for n, p in prefix.named_parameters()} for _ in range(rows)]
     members = [SimpleNamespace(client=k, part=copy.deepcopy(prefix)) for k in range(rows)]

@@ -55,19 +55,11 @@ def _children() -> dict[int, list[int]]:
 def tree_rss(pid: int) -> tuple[int, int]:
     """(RSS, PSS) in bytes of ``pid`` and every process below it, summed (/proc/PID/smaps_rollup).
     RSS counts a shared page in every process that maps it; PSS divides it among them."""
-    kids, todo, rss, pss = _children(), [pid], 0, 0
-    while todo:
-        p = todo.pop()
-        todo += kids.get(p, [])
-        try:
-            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Rss:"):
-                    rss += int(line.split()[1]) * 1024
-                elif line.startswith("Pss:"):
-                    pss += int(line.split()[1]) * 1024
-        except OSError:
-            continue
-    return rss, pss
+    kinds = by_process(pid).values()
+    return sum(k[0] for k in kinds), sum(k[1] for k in kinds)
+
+
+ACTORS = ("ray::ClientActor", "ray::RoleHost", "ray::ServerActor", "ray::FedActor")
 
 
 def by_process(pid: int) -> dict[str, tuple[int, int, int]]:
@@ -85,9 +77,7 @@ def by_process(pid: int) -> dict[str, tuple[int, int, int]]:
                       for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines()[1:]}
         except (OSError, IndexError, ValueError):
             continue
-        kind = "driver" if p == pid else cmd.split(".")[0] if cmd.startswith("ray::ClientActor") or \
-            cmd.startswith("ray::RoleHost") or cmd.startswith("ray::ServerActor") or cmd.startswith("ray::FedActor") \
-            else "Ray's own"
+        kind = "driver" if p == pid else cmd.split(".")[0] if cmd.startswith(ACTORS) else "Ray's own"
         was = out.get(kind, (0, 0, 0))
         out[kind] = (was[0] + fields.get("Rss", 0), was[1] + fields.get("Pss", 0), was[2] + fields.get("Anonymous", 0))
     return out
