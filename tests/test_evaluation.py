@@ -89,6 +89,35 @@ def test_channels_last_evaluation_gives_the_same_answers_and_leaves_the_model_as
     assert model.blocks[0][0].weight.is_contiguous()
 
 
+def test_channels_last_evaluation_pools_channels_last_to_the_same_bits():
+    """A convolution of one input channel (digits) gives its output in the default layout, so
+    fast_layout lays each max-pool's input out channels-last (about ten times faster there):
+    the logits are the same to the bit, and the hooks go with the context."""
+    from raysfl.data import load_dataset
+    from raysfl.evaluation import fast_layout
+    from raysfl.models import build_model
+
+    ds = load_dataset("digits")
+    model = build_model("cnn", ds.input_shape, ds.num_classes, seed=0).eval()
+    x = ds.to_tensor(ds.x_test[:50]).contiguous(memory_format=torch.channels_last)
+    pools = [m for m in model.modules() if isinstance(m, torch.nn.MaxPool2d)]
+    seen = []
+    watch = [m.register_forward_hook(lambda m, a, out: seen.append(out.is_contiguous(memory_format=torch.channels_last)))
+             for m in pools]
+    with torch.no_grad():
+        with fast_layout(model, ds.x_test, "cpu"):
+            laid_out = model(x)
+        assert seen == [True, True]  # both pools ran on channels-last inputs (the first's conv gave the default)
+        seen.clear()
+        for p in model.parameters():  # the weights laid out as fast_layout does, without its pools' hooks
+            p.data = p.data.contiguous(memory_format=torch.channels_last) if p.dim() == 4 else p.data
+        unhooked = model(x)
+    assert seen == [False, True]  # the hooks are gone: the first pool's input came in the default layout
+    for h in watch:
+        h.remove()
+    assert torch.equal(laid_out, unhooked)
+
+
 
 def test_per_client_passes_held_give_what_passes_one_by_one_give_and_leave_the_model_as_it_was():
     """evaluate_own_models sets the evaluator's module's mode and layout once for all the
