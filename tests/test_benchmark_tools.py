@@ -116,3 +116,18 @@ def test_metrics_writer_benchmark_writes_the_same_files_and_hashes_both_ways():
     bad = subprocess.run([sys.executable, str(root / "benchmarks" / "metrics_writer.py"), "--rounds", "0"],
                          capture_output=True, text=True, cwd=root, timeout=120)
     assert bad.returncode == 2 and "--rounds must be >= 1, got 0" in bad.stderr, bad.stderr
+
+
+def test_channels_last_benchmark_compares_the_same_logits_and_leaves_the_hook_in_place():
+    """benchmarks/channels_last.py times an evaluation pass with the pools' hooks and without
+    (the weights laid out the same): both give the same logits, and the hook it swaps out for
+    the pass without is raysfl's again after it."""
+    import channels_last
+
+    from raysfl import evaluation
+
+    hook = evaluation._pool_channels_last
+    rows = channels_last.evaluation_passes([4], repeats=1)
+    assert evaluation._pool_channels_last is hook
+    assert len(rows) == len(channels_last.PASSES) and all(r["same"] for r in rows)
+    assert all(r["ms_channels_last"] > 0 and r["ms_as_they_come"] > 0 for r in rows)

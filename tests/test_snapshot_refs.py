@@ -142,6 +142,28 @@ def test_a_psl_run_by_reference_computes_and_checkpoints_what_one_by_value_does(
         assert on[c].keys() == off[c].keys() and all(np.array_equal(on[c][k], off[c][k]) for k in on[c]), c
 
 
+def test_the_driver_fetches_a_snapshot_every_round_by_value_only(quick, monkeypatch):
+    """Without checkpoints (a tuning trial), a snapshot by reference (one node) is not fetched
+    into the driver unless needed; by value (a cluster's default) it is, a round after it was
+    taken, so that it outlives the fed server's node (docs/reliability.md, "Snapshots")."""
+    import raysfl
+    from raysfl.runtime.federation import Federation
+
+    fetched, fetch = [], Federation.snapshot.fget
+
+    def counting(self):
+        if self._snap_refs is not None:
+            fetched[-1] += 1
+        return fetch(self)
+
+    monkeypatch.setattr(Federation, "snapshot", property(counting, Federation.snapshot.fset))
+    for setting in ("on", "off"):
+        fetched.append(0)
+        raysfl.run(quick(algo="psl", rounds=4, checkpoint_every=0, name=setting,
+                         resources={"client_actors": 2, "snapshot_refs": setting}))
+    assert fetched == [0, 4]  # by value: the start's and rounds 1-3's, each after the next round's calls
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fault", ["kill:fed:round=2:step=1", "kill:server:round=3:step=1"])
 def test_a_round_retried_from_a_snapshot_by_reference_ends_as_one_by_value(quick, fault):

@@ -490,7 +490,11 @@ class Federation:
                 self.incarnations[n + j] = inc
                 back.append(j)
         self._set_up_again([n + j for j in back])
-        if self.snapshot is not None:
+        # By value (--snapshot-refs off: a cluster) the snapshot is fetched into the driver here, a
+        # round after it was taken, so that it outlives the node of the fed server that gave it. On
+        # one node (on) that node is the driver's: it is fetched only when needed (a restart here, a
+        # rollback, a checkpoint), which a run without checkpoints (a tuning trial) never pays.
+        if (back or self.cfg.resources.snapshot_refs != "on") and self.snapshot is not None:
             ray.get([self.servers[j].load_state.remote(self.snapshot["servers"][j]) for j in back])
         return len(back)
 
