@@ -67,9 +67,8 @@ def fast_layout(model: torch.nn.Module, x: np.ndarray, device):
 
 def _pool_channels_last(module, args):
     """A max-pool's forward pre-hook (:func:`fast_layout`): its batch of images channels-last."""
-    x = args[0]
-    if isinstance(x, torch.Tensor) and x.dim() == 4:
-        return (x.contiguous(memory_format=torch.channels_last), *args[1:])
+    if args and isinstance(args[0], torch.Tensor) and args[0].dim() == 4:  # not an input passed by keyword
+        return (args[0].contiguous(memory_format=torch.channels_last), *args[1:])
     return None
 
 
