@@ -47,8 +47,9 @@ def fast_layout(model: torch.nn.Module, x: np.ndarray, device):
 
     Every max-pool's input is laid out channels-last too: a convolution of one input channel
     (grey images: digits, MNIST) gives its output in the default layout whatever the weights',
-    and the CPU's max-pool is about ten times slower on that layout at these sizes. A max is
-    exact in any layout, so the pooled values are the same to the bit."""
+    and the CPU's max-pool is 11-16 times slower on that layout at these sizes
+    (benchmarks/channels_last.py). A max is exact in any layout, so the pooled values are the
+    same to the bit."""
     images = np.ndim(x) == 4 and torch.device(device).type == "cpu"
     convs = [p for p in model.parameters() if p.dim() == 4] if images else []
     moved = [p for p in convs if not p.is_contiguous(memory_format=torch.channels_last)]

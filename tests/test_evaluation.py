@@ -118,7 +118,6 @@ def test_channels_last_evaluation_pools_channels_last_to_the_same_bits():
     assert torch.equal(laid_out, unhooked)
 
 
-
 def test_per_client_passes_held_give_what_passes_one_by_one_give_and_leave_the_model_as_it_was():
     """evaluate_own_models sets the evaluator's module's mode and layout once for all the
     clients' passes (issue 44): every client's scores equal those of a pass of its own composite
