@@ -490,13 +490,18 @@ class Federation:
                 self.incarnations[n + j] = inc
                 back.append(j)
         self._set_up_again([n + j for j in back])
-        # By value (--snapshot-refs off: a cluster) the snapshot is fetched into the driver here, a
-        # round after it was taken, so that it outlives the node of the fed server that gave it. On
-        # one node (on) that node is the driver's: it is fetched only when needed (a restart here, a
-        # rollback, a checkpoint), which a run without checkpoints (a tuning trial) never pays.
-        if (back or self.cfg.resources.snapshot_refs != "on") and self.snapshot is not None:
+        if back and self.snapshot is not None:
             ray.get([self.servers[j].load_state.remote(self.snapshot["servers"][j]) for j in back])
         return len(back)
+
+    def hold_snapshot(self) -> None:
+        """Right after a round: by value (``--snapshot-refs off``, a cluster's default) the
+        snapshot taken at the end of the round before is fetched into the driver, so that it
+        outlives the node of the fed server that gave it. On one node (``on``) that node is the
+        driver's: the snapshot is fetched only when needed (a restart, a rollback, a checkpoint),
+        which a run without checkpoints (a tuning trial) never pays."""
+        if self.cfg.resources.snapshot_refs != "on":
+            self.snapshot  # noqa: B018 - the property fetches it
 
     def rollback(self) -> int:
         """Put every server and the fed server back to the snapshot (a round is retried).
@@ -677,6 +682,7 @@ class Federation:
                 result.dead_servers.add(j)
         result.fed_restarted = tail[-1] != self.incarnations[-1]
         result.restarted = self.restore_restarted_servers(tail[:-1])
+        self.hold_snapshot()
         self._clean = not (kills or result.dead_clients or result.dead_servers or result.late_actors
                            or result.fed_restarted or result.restarted)
         flight.agg_weights = {c: st.agg_weight for c, st in result.stats.items() if st.agg_weight == st.agg_weight}
