@@ -193,6 +193,53 @@ def test_block_flops_positive_and_mode_restored(name):
     assert all(torch.equal(m.running_mean, b) for m, b in zip(bn, before))
 
 
+_FLOPS_IN_A_FRESH_PROCESS = """
+import json, sys
+import torch
+from torch.utils.flop_counter import FlopCounterMode, _FlopCounterMode
+from raysfl.models import build_model
+
+out = {}
+for name in sys.argv[1:]:
+    model = build_model(name, (1, 8, 8), 10, seed=0)
+    out[name] = {"counted": model.block_flops(), "dynamo": "torch._dynamo" in sys.modules}
+raw = _FlopCounterMode.__torch_dispatch__.__wrapped__
+out["hook_left"] = hasattr(raw, "__dynamo_disable")
+for name in sys.argv[1:]:  # torch's own counter, as written, after: it imports torch._dynamo
+    model, x, plain = build_model(name, (1, 8, 8), 10, seed=0).eval(), torch.zeros(1, 1, 8, 8), []
+    with torch.no_grad():
+        for block in model.blocks:
+            with FlopCounterMode(display=False) as counter:
+                x = block(x)
+            plain.append(int(counter.get_total_flops()))
+    out[name]["plain"] = plain
+out["dynamo_after"] = "torch._dynamo" in sys.modules
+print(json.dumps(out))
+"""
+
+
+def test_block_flops_are_torchs_counts_without_importing_dynamo():
+    """``SplitModel.block_flops`` counts with torch's FlopCounterMode, whose dispatch is called
+    as written (the wrapper torch puts around it imports ``torch._dynamo``: 1.4 s of the
+    driver's CPU while Ray starts). The counts are those of the counter used as torch wraps it,
+    and nothing is left on torch's function after."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    names = ["cnn", "vgg16", "resnet18", "vit"]
+    proc = subprocess.run([sys.executable, "-c", _FLOPS_IN_A_FRESH_PROCESS, *names], capture_output=True, text=True,
+                          timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name in names:
+        assert out[name]["dynamo"] is False, f"{name}: block_flops imported torch._dynamo"
+        assert out[name]["counted"] == out[name]["plain"], name
+    assert out["hook_left"] is False
+    assert out["dynamo_after"] is True  # the plain counter does import it: the check above can fail
+
+
 @pytest.mark.parametrize("name", list(EXPECTED_BLOCKS))
 def test_block_param_bytes_sum_to_total(name):
     model = _model(name, (1, 8, 8), 10)

@@ -120,3 +120,37 @@ def test_a_role_named_by_path_is_imported_on_first_use():
     assert Mine.client.__name__ == "ProximalClient" and Mine.server is Algorithm.server
     with pytest.raises(ValueError, match="package.module:Class"):
         role("raysfl.algorithms.roles.client.ClientSide")
+
+
+_RUN_WATCHING_TORCH = """
+import sys, threading
+import raysfl.cli
+
+first = []
+
+
+class FirstImportOfTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" and not first:
+            first.append(threading.current_thread().name)
+        return None
+
+
+sys.meta_path.insert(0, FirstImportOfTorch())
+rc = raysfl.cli.main(sys.argv[1:])
+print("TORCH FIRST IMPORTED BY:" + ",".join(first), file=sys.stderr)
+sys.exit(rc)
+"""
+
+
+def test_a_run_starts_ray_while_its_set_up_imports_torch(tmp_path):
+    """A run's driver starts Ray before anything on its own thread imports torch: torch (about
+    1.1 s of imports) comes in with the model, on the set-up thread that runs beside Ray's start
+    (``runtime.experiment``), so the two overlap. Modules the driver needs before Ray is up
+    (``runtime.placement``) import torch only inside the functions that use it."""
+    proc = subprocess.run([sys.executable, "-c", _RUN_WATCHING_TORCH, "run", "--algo", "splitfed_v2", "--clients", "2",
+                           "--rounds", "1", "--local-steps", "1", "--out", str(tmp_path), "--num-cpus", "2",
+                           "--no-progress"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    who = proc.stderr.strip().splitlines()[-1]
+    assert who.startswith("TORCH FIRST IMPORTED BY:raysfl-setup"), who

@@ -16,12 +16,13 @@ concrete networks.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from collections.abc import Sequence
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, _FlopCounterMode
 
 from raysfl.errors import ConfigError
 
@@ -222,7 +223,7 @@ class SplitModel(nn.Module):
             shapes = [tuple(x.shape[1:])]
             flops = []
             for block in self.blocks:
-                with FlopCounterMode(display=False) as counter:
+                with _dispatch_as_written(), FlopCounterMode(display=False) as counter:
                     x = block(x)
                 flops.append(int(counter.get_total_flops()))
                 shapes.append(tuple(x.shape[1:]))
@@ -234,3 +235,25 @@ class SplitModel(nn.Module):
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, input_shape={self.input_shape}, num_classes={self.num_classes}"
+
+
+@contextlib.contextmanager
+def _dispatch_as_written():
+    """FlopCounterMode's dispatch function called as written inside, not through the
+    ``torch._dynamo.disable`` wrapper torch puts around every dispatch mode's: that wrapper
+    imports ``torch._dynamo`` (and with it sympy and ``torch._inductor``) on its first call,
+    1.4 s of CPU in the driver's set-up while Ray starts beside it on a 2-core machine
+    (docs/performance.md, section 6). Outside ``torch.compile`` the wrapper only calls the
+    function, so the counts are the same. The wrapper looks for ``__dynamo_disable`` on the
+    function before it imports anything (``torch._compile._disable_dynamo``); it is set to the
+    function itself here and removed after, so anything else in the process is untouched. A
+    torch without that hook is left as it is."""
+    raw = getattr(_FlopCounterMode.__torch_dispatch__, "__wrapped__", None)
+    if raw is None or hasattr(raw, "__dynamo_disable"):
+        yield
+        return
+    setattr(raw, "__dynamo_disable", raw)
+    try:
+        yield
+    finally:
+        delattr(raw, "__dynamo_disable")

@@ -223,7 +223,6 @@ def _run_in(cfg, algo, run_dir: Path, state: dict | None, ds, stages: "StartupCl
             warm=None):
     from raysfl.callbacks import Callbacks
     from raysfl.faults import parse_faults
-    from raysfl.runtime.rounds import Experiment, new_counters
 
     callbacks = callbacks if isinstance(callbacks, Callbacks) else Callbacks(callbacks)
     if cfg.mlflow is not None:  # --mlflow URI: the MLflow tracker, as if passed as a callback
@@ -288,6 +287,8 @@ def _run_in(cfg, algo, run_dir: Path, state: dict | None, ds, stages: "StartupCl
         stages.say(f"initial model: the final model of {cfg.init_from} (its round {warm.record['round']} checkpoint)")
     if not p.planner.measures_clients:
         write_clients(run_dir, p.ctx, p.planner)
+
+    from raysfl.runtime.rounds import Experiment, new_counters  # torch: imported beside Ray's start, not before it
 
     start = state["round"] if state else 0
     logger = RunLogger(run_dir, start_round=start, progress=cfg.progress, total_rounds=cfg.rounds, config=cfg.to_dict())
@@ -440,7 +441,6 @@ def launch_actors(cfg, num_servers: int, run_name: str, stages: "StartupClock") 
     (their start is not waited for here)."""
     import ray
 
-    from raysfl.runtime.federation import start_actors
     from raysfl.models import custom
     from raysfl.runtime.placement import (alive_nodes, check_capacity, fit_resources, init_ray, resolve_co_host,
                                           resolve_device_payloads, resolve_direct_payloads, resolve_eval_cpus,
@@ -466,6 +466,8 @@ def launch_actors(cfg, num_servers: int, run_name: str, stages: "StartupClock") 
     if not os.environ.get("RAY_ADDRESS"):  # a Ray of this process: it will not grow. A job on a
         # cluster (RAY_ADDRESS set) may autoscale: the placement groups wait for it instead
         check_capacity(cfg, num_actors, num_servers)
+    from raysfl.runtime.federation import start_actors  # torch: after Ray's start, which the set-up's import of it overlaps
+
     return Launch(cfg, start_actors(cfg, num_actors, num_servers, run_name), started)
 
 

@@ -8,6 +8,10 @@ sit together on the nodes that have what they ask for (GPUs, when ``--server-gpu
 Reserving them first means a run that cannot fit fails before any actor starts, with the
 bundles it asked for and what the cluster has (after ``placement_timeout_s``, which gives an
 autoscaling cluster time to add nodes).
+
+torch is imported inside the functions that use it: a run's driver imports this module before
+it starts Ray, and torch's import (about 1.1 s) belongs on the set-up thread beside Ray's start
+(``runtime.experiment``; docs/performance.md, section 6).
 """
 
 from __future__ import annotations
@@ -16,13 +20,13 @@ import math
 import os
 from contextlib import contextmanager
 
-import torch
-
 from raysfl.config import STRATEGIES  # noqa: F401 - the choices, defined with the settings
 
 
 def set_threads(cpus: float | None) -> None:
     """Give torch as many threads as the CPUs the actor was granted (at least one)."""
+    import torch
+
     torch.set_num_threads(max(1, int(math.floor(cpus or 1))))
 
 
@@ -32,6 +36,8 @@ def configure_torch(cfg, cpus: float | None) -> None:
     operation without a deterministic implementation raises), cuDNN without autotuning, and
     cuBLAS's fixed workspace. On the CPU raysfl's runs are deterministic without it; on a GPU
     they are not, unless it is set (docs/reliability.md)."""
+    import torch
+
     set_threads(cpus)
     deterministic = bool(getattr(cfg, "deterministic", False))
     if deterministic:
@@ -51,6 +57,8 @@ def device_for_actor(gpus: float, role: str | None = None) -> torch.device:
     may take ``gpus`` of the device's memory), so actors sharing a GPU cannot starve each
     other. ``role`` given: an actor meant for a GPU that runs on the CPU says so once (one
     line, ``raysfl: warning: ...``)."""
+    import torch
+
     if gpus <= 0:
         return torch.device("cpu")
     ids = []
@@ -76,6 +84,8 @@ def device_for_actor(gpus: float, role: str | None = None) -> torch.device:
 
 def cuda_count() -> int:
     """CUDA devices this process can use (0 without CUDA; CUDA_VISIBLE_DEVICES counts)."""
+    import torch
+
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
@@ -534,6 +544,8 @@ def resolve_eval_cpus(cfg, num_client_actors: int, num_servers: int, nodes: int 
 @contextmanager
 def threads_for(cpus: float | None):
     """torch's threads set to ``cpus`` (their floor, at least one) inside, and back after."""
+    import torch
+
     before = torch.get_num_threads()
     want = max(1, int(math.floor(cpus or 1)))
     if want != before:
