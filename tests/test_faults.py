@@ -725,7 +725,9 @@ def test_a_kill_after_a_step_goes_ahead_of_the_actors_next_call(stream):
     """``step=S`` kills are wired among the round's calls: the crash call reaches the client
     actor (or the server) right after its call for step S and before its call for step S + 1, so
     it dies after exactly S steps; an actor whose clients end before step S gets it ahead of its
-    end of the round. Without such a kill no crash call is sent."""
+    end of the round. Without such a kill no crash call is sent. Each crash holds, as its
+    arguments, the refs of its actor's call before it, so that Ray sends it only once they have
+    reached the driver (a kill sent sooner could take that call's reply with it)."""
     from types import SimpleNamespace
 
     from raysfl.algorithms.roles import Wiring
@@ -744,6 +746,14 @@ def test_a_kill_after_a_step_goes_ahead_of_the_actors_next_call(stream):
     assert server == [("step_part" if stream else "step", 0), ("crash", None), ("step_part" if stream else "step", 1),
                       ("step_part" if stream else "step", 2)]
     assert ("crash", None) not in calls("client0") and len(w.crashed) == 2
+    # each crash holds the refs its actor's call before it returned: Ray sends it once they are in
+    crash_args = {n: a for n, m, a in log if m == "crash"}
+    step1 = next(k for k, (n, m, a) in enumerate(log) if n == "client1" and m == "step" and a[0] == 1)
+    assert crash_args["client1"] == (f"client1.step#{step1 + 1}.0",)
+    server_step0 = max(k for k, (n, m, a) in enumerate(log) if n == "server" and m.startswith("step") and a[0] == 0)
+    returned = 1 if stream else 3  # step_part answers one sender; step all three of step 0
+    assert crash_args["server"] == tuple(f"server.{log[server_step0][1]}#{server_step0 + 1}.{k}"
+                                         for k in range(returned))
     assert calls("client2") == [("step", 0)]  # one step only: its crash waits for its end of the round
     w.before("client", 2)
     assert calls("client2")[-1] == ("crash", None) and not w.crashes and len(w.crashed) == 3

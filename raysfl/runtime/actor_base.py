@@ -38,13 +38,15 @@ class RunActor:
     def ping(self) -> str:
         return self.incarnation
 
-    def crash(self) -> None:
+    def crash(self, *after) -> None:
         """Fault injection (``kill:ROLE:round=R``): end this actor's process here; Ray restarts
         the actor (``--max-restarts``). The driver sends it among the round's calls to this
         actor -- ahead of them all (as the round starts), or ahead of its call for the step after
         ``step=S`` (:meth:`raysfl.algorithms.roles.exchange.Wiring.before`) -- and an actor runs
         one caller's calls in order, so the actor dies at exactly that point whatever the timing
-        (the driver's ``ray.kill`` raced with the calls: docs/reliability.md).
+        (the driver's ``ray.kill`` raced with the calls: docs/reliability.md). ``after``: the
+        results of this actor's call before it, unused: as arguments they hold the crash back
+        until they have reached the driver, so the kill cannot take that call's reply with it.
 
         It asks Ray to kill it (as the driver's ``ray.kill`` did: Ray reports an intended kill,
         not a crash) and waits for it here, so that no later call starts in this process."""

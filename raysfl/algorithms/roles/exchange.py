@@ -46,6 +46,12 @@ class Wiring:
     # kills after a local step (kill:ROLE:...:step=S): {("client", actor) or ("server", index): S}
     crashes: dict = field(default_factory=dict)
     crashed: list = field(default_factory=list)  # the refs of the crash calls sent (they fail, as meant)
+    last: dict = field(default_factory=dict)  # with crashes: (kind, index) -> the refs of its last call sent
+
+    def __post_init__(self):
+        if self.crashes:  # the actors a kill after a step is wired for: their calls' refs kept (before)
+            self.clients = [_Kept(h, self.last, ("client", i)) for i, h in enumerate(self.clients)]
+            self.servers = [_Kept(h, self.last, ("server", j)) for j, h in enumerate(self.servers)]
 
     def before(self, kind: str, index: int, step: int | None = None) -> None:
         """Call it before sending client actor (``kind`` "client") or server ``index`` its call
@@ -53,11 +59,40 @@ class Wiring:
         scheduled after local step S (:attr:`crashes`) is sent here, ahead of the call for step
         S (or of the end of the round, where the actor has fewer steps): the actor asks Ray to
         kill it (``RunActor.crash``) and runs its calls in order, so it dies after exactly S
-        steps of work, whatever the timing."""
+        steps of work, whatever the timing. The crash takes the results of the actor's call
+        before it as arguments, so Ray sends it only once they have reached the driver: a
+        process killed sooner can take its last reply with it (a loaded machine lost a client
+        actor's step that way, docs/reliability.md)."""
         if (kind, index) in self.crashes and (step is None or step == self.crashes[(kind, index)]):
             del self.crashes[(kind, index)]
             actor = self.clients[index] if kind == "client" else self.servers[index]
-            self.crashed.append(actor.crash.remote())
+            actor = actor.handle if isinstance(actor, _Kept) else actor
+            self.crashed.append(actor.crash.remote(*self.last.get((kind, index), ())))
+
+
+class _Kept:
+    """An actor handle whose calls' refs are kept as its slot's last (:meth:`Wiring.before`)."""
+
+    def __init__(self, handle, last: dict, slot: tuple[str, int]):
+        self.handle, self._last, self._slot = handle, last, slot
+
+    def __getattr__(self, method: str) -> "_KeptMethod":
+        if method.startswith("__") or method in ("handle", "_last", "_slot"):  # copy's and pickle's probes
+            raise AttributeError(method)
+        return _KeptMethod(getattr(self.handle, method), self._last, self._slot)
+
+
+class _KeptMethod:
+    def __init__(self, method, last: dict, slot: tuple[str, int]):
+        self.method, self._last, self._slot = method, last, slot
+
+    def options(self, **options) -> "_KeptMethod":
+        return _KeptMethod(self.method.options(**options), self._last, self._slot)
+
+    def remote(self, *args, **kwargs):
+        refs = self.method.remote(*args, **kwargs)
+        self._last[self._slot] = [] if refs is None else list(refs) if isinstance(refs, list) else [refs]
+        return refs
 
 
 class Exchange:
