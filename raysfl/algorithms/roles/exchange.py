@@ -66,7 +66,6 @@ class Wiring:
         if (kind, index) in self.crashes and (step is None or step == self.crashes[(kind, index)]):
             del self.crashes[(kind, index)]
             actor = self.clients[index] if kind == "client" else self.servers[index]
-            actor = actor.handle if isinstance(actor, _Kept) else actor
             self.crashed.append(actor.crash.remote(*self.last.get((kind, index), ())))
 
 
