@@ -1,9 +1,11 @@
 """What the client bank (``--client-bank``) buys a whole round, against stepping clients one by one
 -- or, with ``--setting server_stream``, what a streamed server step (``--server-stream``) buys,
 with ``--setting update_sums`` what the client actors' summed updates (``--update-sums``) buy,
-with ``--setting snapshot_refs`` what a snapshot by reference (``--snapshot-refs``) buys.
+with ``--setting snapshot_refs`` what a snapshot by reference (``--snapshot-refs``) buys, with
+``--setting inline_object_kb --values 1024 256`` what a smaller inline limit (``--inline-object-kb``)
+buys: any setting's values, the first the reference.
 
-    .venv/bin/python benchmarks/client_bank_rounds.py [--setting client_bank] [--clients 10 100]
+    .venv/bin/python benchmarks/client_bank_rounds.py [--setting client_bank] [--values off on] [--clients 10 100]
         [--algos psl splitfed_v2] [--eval off default] [--rounds 12] [--runs 3]
         [--model cnn --cut 2 --optimizer sgd --lr LR]
 
@@ -34,13 +36,16 @@ from sweep import ROOT, run, write_tables
 SETTINGS = {"client_bank": ("client bank", "The client bank against stepping clients one by one, per round"),
             "server_stream": ("server stream", "A streamed server step against the whole group's step, per round"),
             "update_sums": ("update sums", "Updates summed by their client actor against every client's, per round"),
-            "snapshot_refs": ("snapshot refs", "A snapshot naming the kept states by reference against copying them, per round")}
+            "snapshot_refs": ("snapshot refs", "A snapshot naming the kept states by reference against copying them, per round"),
+            "inline_object_kb": ("inline limit (KB)", "Results inlined through their owner up to two limits, per round")}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--setting", choices=list(SETTINGS), default="client_bank",
                     help="the resources setting measured on against off")
+    ap.add_argument("--values", nargs="+", default=["off", "on"],
+                    help="the setting's values, the first the reference (default: off on)")
     ap.add_argument("--clients", type=int, nargs="+", default=[10, 100])
     ap.add_argument("--algos", nargs="+", default=["psl", "splitfed_v2"])
     ap.add_argument("--eval", nargs="+", choices=["off", "default"], default=["off"])
@@ -56,6 +61,11 @@ def main() -> None:
     args.out = args.out or str(ROOT / f"docs/results/{'client_bank' if setting == 'client_bank' else setting}_rounds.md")
     if args.rounds < 4 or args.runs < 1:
         ap.error(f"--rounds must be >= 4 and --runs >= 1, got {args.rounds} and {args.runs}")
+    if len(args.values) < 2:
+        ap.error(f"--values needs at least two values (the first the reference), got {args.values}")
+    values = [int(v) if v.isdigit() else v for v in args.values]
+    ref = values[0]
+    vs_key = "vs_bank_off" if setting == "client_bank" else "vs_off" if ref == "off" else "vs_reference"
     times: dict[tuple, list[float]] = {}
     flops: dict[tuple, float] = {}
     for _ in range(args.runs):
@@ -64,7 +74,7 @@ def main() -> None:
                 base = dict(COMMON, model=args.model, cut=args.cut, optimizer=args.optimizer, clients=n,
                             rounds=args.rounds, eval_every=1 if evaluation == "default" else 10**6,
                             **({"lr": args.lr} if args.lr is not None else {}))
-                todo = [("centralized", None)] + [(a, b) for a in args.algos for b in ("off", "on")]
+                todo = [("centralized", None)] + [(a, b) for a in args.algos for b in values]
                 for algo, bank in todo:
                     rows = run(algo=algo, **base, **({"resources": {setting: bank}} if bank else {}))
                     ms = 1000 * steady(rows)
@@ -79,18 +89,18 @@ def main() -> None:
             c_key = (n, evaluation, "centralized", None)
             central = statistics.median(times[c_key])
             for algo in args.algos:
-                off = statistics.median(times[(n, evaluation, algo, "off")])
-                for bank in ("off", "on"):
+                off = statistics.median(times[(n, evaluation, algo, ref)])
+                for bank in values:
                     key = (n, evaluation, algo, bank)
                     ms = statistics.median(times[key])
                     out.append({"clients": n, "evaluation": evaluation, "algo": algo, setting: bank,
-                                "round_ms": ms, **{("vs_bank_off" if setting == "client_bank" else "vs_off"): ms / off}, "central_ms": central,
+                                "round_ms": ms, **{vs_key: ms / off}, "central_ms": central,
                                 "ratio_central": ms / central * flops[c_key] / flops[key]})
     short = "bank" if setting == "client_bank" else label
-    lines = [f"| clients | evaluation | algorithm | {label} | ms / round | vs {short} off | centralised ms "
+    lines = [f"| clients | evaluation | algorithm | {label} | ms / round | vs {short} {ref} | centralised ms "
              "| vs centralised |", "|---:|---|---|---|---:|---:|---:|---:|"]
     for r in out:
-        vs = r["vs_bank_off" if setting == "client_bank" else "vs_off"]
+        vs = r[vs_key]
         lines.append(f"| {r['clients']} | {r['evaluation']} | {r['algo']} | {r[setting]} | "
                      f"{r['round_ms']:.1f} | {vs:.2f} | {r['central_ms']:.1f} | "
                      f"{r['ratio_central']:.2f}x |")
