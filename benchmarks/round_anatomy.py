@@ -7,8 +7,9 @@ phases between two rounds.
 One run with the settings of ``benchmarks/overhead.py`` (digits, the CNN at cut 2, IID, batch
 32, one local epoch, seed 0, every client every round). Ray is started here with a worker set-up
 hook that wraps, in every actor process, the client actors' ``begin_round`` / ``step`` /
-``end_round`` and the servers' ``step`` / ``step_part``, and inside them the fetching of the
-other actors' results (``refs.fetch`` and ``refs.gather``): each call's span splits into the
+``end_round``, the servers' ``step`` / ``step_part`` and the fed server's ``dispatch`` /
+``aggregate`` / ``evaluate``, and inside them the fetching of the other actors' results
+(``refs.fetch`` and ``refs.gather``): each call's span splits into the
 time it waited for a payload and the rest, its own work (with the thread's CPU time of that
 rest). In the driver the phases of ``benchmarks/driver_phases.py`` are timed the same way.
 Nothing in raysfl changes; the wrappers add a clock reading and a line written to a file per call.
@@ -24,7 +25,10 @@ Reported per round, medians over rounds 3..R-1:
   (the client actors' ``end_round``: the last gradients, the last backward and optimiser step,
   the updates);
 - **driver's tail**: from there to the round's end in the driver (the closing ping, the
-  aggregation, the snapshot, the metrics row).
+  aggregation, the snapshot, the metrics row);
+- the fed server's calls that start in the round, summed: its dispatch, its aggregation and its
+  evaluation (with ``--eval default``: the round before's, where it overlaps this round's
+  training, ``--eval-overlap``).
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ def _hook():
     out = os.environ.get(SPANS_ENV)
     if not out:
         return
-    from raysfl.runtime import client_actor, server_actor
+    from raysfl.runtime import client_actor, fed_actor, server_actor
 
     local = threading.local()
     lock = threading.Lock()
@@ -85,9 +89,11 @@ def _hook():
 
     client_actor.fetch = waited(client_actor.fetch)
     server_actor.fetch = waited(server_actor.fetch)
+    fed_actor.fetch = waited(fed_actor.fetch)
     server_actor.gather = waited(server_actor.gather)
     for cls, names in ((client_actor.ClientActor, ("begin_round", "step", "end_round")),
-                       (server_actor.ServerActor, ("step", "step_part"))):
+                       (server_actor.ServerActor, ("step", "step_part")),
+                       (fed_actor.FedActor, ("dispatch", "aggregate", "evaluate", "stamped_state"))):
         for n in names:
             setattr(cls, n, spanned(f"{cls.__name__}.{n}", getattr(cls, n)))
 
@@ -116,6 +122,10 @@ def read_spans(spans_dir: str) -> list[tuple]:
     return sorted(rows, key=lambda r: r[1])
 
 
+# the driver's phases after Federation.run_round (benchmarks/driver_phases.py's names)
+TAIL = ["Federation.aggregate", "Federation.snapshot_at", "Federation.confirm_snapshot", "rounds.finish_row"]
+
+
 def anatomy(spans: list[tuple], marks: list[tuple], skip: int = 2) -> dict[str, float]:
     """The parts of the module docstring in ms, medians over the rounds after the first ``skip``
     and before the last. ``spans``: (name, start, end, waited, cpu) of the actors' calls
@@ -138,7 +148,11 @@ def anatomy(spans: list[tuple], marks: list[tuple], skip: int = 2) -> dict[str, 
         per["head"].append(first - r0)
         per["steps"].append(last - first)
         per["end of the round"].append(fr[0][1] - last)
+        per["of which the closing ping"].append(sum(t1 - t0 for lab, t0, t1 in marks
+                                                    if lab == "federation.ping_all" and last <= t0 <= fr[0][1]))
         per["driver's tail"].append(r1 - fr[0][1])
+        for label in TAIL:  # the driver's phases in its tail
+            per[f"of which {label}"].append(sum(t1 - t0 for lab, t0, t1 in marks if lab == label and fr[0][1] <= t0 <= r1))
         per["step calls per client actor"].append(len(steps) / actors)
         per["client step: own work"].append(statistics.mean(s[2] - s[1] - s[3] for s in steps))
         per["client step: thread CPU of the call"].append(statistics.mean(s[4] for s in steps))
@@ -151,6 +165,13 @@ def anatomy(spans: list[tuple], marks: list[tuple], skip: int = 2) -> dict[str, 
         begins = [s for s in inside if s[0] == "ClientActor.begin_round"]
         if begins:
             per["client begin_round"].append(statistics.mean(s[2] - s[1] for s in begins))
+        for name, label in (("FedActor.dispatch", "fed server dispatch"), ("FedActor.aggregate", "fed server aggregate"),
+                            ("FedActor.evaluate", "fed server evaluate"), ("FedActor.stamped_state", "fed server snapshot")):
+            calls = [s for s in inside if s[0] == name]
+            if calls:
+                per[f"{label}: own work"].append(sum(s[2] - s[1] - s[3] for s in calls))
+                per[f"{label}: waiting"].append(sum(s[3] for s in calls))
+                per[f"{label}: thread CPU"].append(sum(s[4] for s in calls))
     return {k: statistics.median(v) * (1 if k == "step calls per client actor" else 1000) for k, v in per.items()}
 
 
@@ -190,15 +211,20 @@ def main() -> None:
         spans = read_spans(spans_dir)
     parts = anatomy(spans, marks)
     wall = statistics.median(r["wall_time_s"] for r in rows[2:-1]) * 1000
-    per_round = ["round (driver)", "head", "steps", "end of the round", "driver's tail"]
+    per_round = ["round (driver)", "head", "steps", "end of the round", "of which the closing ping", "driver's tail",
+                 *(f"of which {t}" for t in TAIL)]
     per_call = ["client step: own work", "client step: thread CPU of the call", "client step: waiting for the server",
                 "server step: own work", "server step: waiting for the smashed data", "client begin_round",
-                "client end_round: own work", "client end_round: waiting"]
+                "client end_round: own work", "client end_round: waiting",
+                "fed server dispatch: own work", "fed server aggregate: own work", "fed server aggregate: waiting",
+                "fed server aggregate: thread CPU",
+                "fed server evaluate: own work", "fed server evaluate: thread CPU", "fed server snapshot: own work"]
     lines = [f"{args.algo}, {args.clients} clients, evaluation {args.eval}: a round's `wall_time_s` {wall:.1f} ms; "
              f"{parts.get('step calls per client actor', 0):.0f} step calls per client actor a round", "",
              "| part of a round | ms (median over rounds) |", "|---|---:|"]
     lines += [f"| {k} | {parts[k]:.1f} |" for k in per_round if k in parts]
-    lines += ["", "| a call (mean over a round's calls) | ms (median over rounds) |", "|---|---:|"]
+    lines += ["", "| a call (mean over a round's calls; the fed server's: their sum) | ms (median over rounds) |",
+              "|---|---:|"]
     lines += [f"| {k} | {parts[k]:.2f} |" for k in per_call if k in parts]
     table_rows = [{"algo": args.algo, "clients": args.clients, "eval": args.eval, "part": k, "ms": v}
                   for k, v in parts.items()]
