@@ -38,19 +38,32 @@ PHASES = [
 ]
 
 
-def timed(times: dict, label: str, fn):
-    def wrapper(*args, **kw):
-        t = time.perf_counter()
-        try:
-            return fn(*args, **kw)
-        finally:
-            times[label].append(time.perf_counter() - t)
-    return wrapper
+def phase_label(module: str, owner: str | None, name: str) -> str:
+    """A phase's name in the tables: ``Federation.run_round``, ``rounds.finish_row``."""
+    return f"{owner or module.rsplit('.', 1)[1]}.{name}"
+
+
+def wrap_phases(record) -> None:
+    """Wrap the driver's :data:`PHASES` for this process's runs: ``record(label, start, end)``
+    (``time.time()``, so that they compare with other processes' clocks) after each call."""
+    import importlib
+
+    def timed(label: str, fn):
+        def wrapper(*args, **kw):
+            t = time.time()
+            try:
+                return fn(*args, **kw)
+            finally:
+                record(label, t, time.time())
+        return wrapper
+
+    for module, owner, name in PHASES:
+        target = importlib.import_module(module)
+        target = getattr(target, owner) if owner else target
+        setattr(target, name, timed(phase_label(module, owner, name), getattr(target, name)))
 
 
 def main() -> None:
-    import importlib
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--algo", default="psl")
     ap.add_argument("--clients", type=int, default=10)
@@ -66,11 +79,7 @@ def main() -> None:
     if args.rounds < 5:
         ap.error(f"--rounds must be >= 5, got {args.rounds}")
     times: dict[str, list[float]] = collections.defaultdict(list)
-    for module, owner, name in PHASES:
-        mod = importlib.import_module(module)
-        target = getattr(mod, owner) if owner else mod
-        label = f"{owner or module.rsplit('.', 1)[1]}.{name}"
-        setattr(target, name, timed(times, label, getattr(target, name)))
+    wrap_phases(lambda label, t0, t1: times[label].append(t1 - t0))
     rows = run(algo=args.algo, clients=args.clients, rounds=args.rounds, model="cnn", cut=2,
                eval_every=1 if args.eval == "default" else 10**6, checkpoint_every=args.checkpoint_every, **COMMON,
                **({"resources": resources} if resources else {}))
@@ -80,7 +89,7 @@ def main() -> None:
           f"round (wall_time_s) {wall:.1f} ms\n")
     print("| phase | ms per round (median) |\n|---|---:|")
     for module, owner, name in PHASES:
-        label = f"{owner or module.rsplit('.', 1)[1]}.{name}"
+        label = phase_label(module, owner, name)
         got = times[label]
         per_round = len(got) / len(rows)  # calls a round (ping_all: once a round here)
         mid = got[2:-1] if len(got) > 4 else got

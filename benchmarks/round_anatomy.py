@@ -36,15 +36,13 @@ from __future__ import annotations
 import argparse
 import collections
 import glob
-import importlib
 import os
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import sweep  # noqa: F401  (puts the checkout on sys.path)
-from driver_phases import PHASES
+from driver_phases import wrap_phases
 from overhead import COMMON
 from sweep import ROOT, machine, run, write_tables
 
@@ -187,20 +185,7 @@ def main() -> None:
         ap.error(f"--rounds must be at least 5 (rounds 3..R-1 are measured), got {args.rounds}")
 
     marks: list[tuple] = []
-
-    def marked(label, fn):
-        def w(*a, **k):
-            t = time.time()
-            try:
-                return fn(*a, **k)
-            finally:
-                marks.append((label, t, time.time()))
-        return w
-
-    for mod, cls, attr in PHASES:
-        owner = importlib.import_module(mod)
-        owner = getattr(owner, cls) if cls else owner
-        setattr(owner, attr, marked(f"{cls or mod.split('.')[-1]}.{attr}", getattr(owner, attr)))
+    wrap_phases(lambda label, t0, t1: marks.append((label, t0, t1)))
 
     with tempfile.TemporaryDirectory(prefix="raysfl-anatomy-") as spans_dir:
         start_ray(spans_dir, os.cpu_count() or 2)
