@@ -43,7 +43,7 @@ SETTINGS = {"client_bank": ("client bank", "The client bank against stepping cli
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--setting", choices=list(SETTINGS), default="client_bank",
-                    help="the resources setting measured on against off")
+                    help="the resources setting measured at each of --values")
     ap.add_argument("--values", nargs="+", default=["off", "on"],
                     help="the setting's values, the first the reference (default: off on)")
     ap.add_argument("--clients", type=int, nargs="+", default=[10, 100])
@@ -65,6 +65,15 @@ def main() -> None:
         ap.error(f"--values needs at least two values (the first the reference), got {args.values}")
     values = [int(v) if v.isdigit() else v for v in args.values]
     ref = values[0]
+    import raysfl
+    from raysfl.errors import ConfigError
+    from raysfl.resolve import validate_run
+
+    for v in values:  # a bad value: one line now, not a traceback after the first runs
+        try:
+            validate_run(raysfl.config_from_kwargs(algo=args.algos[0], resources={setting: v}))
+        except ConfigError as e:
+            ap.error(str(e))
     vs_key = "vs_bank_off" if setting == "client_bank" else "vs_off" if ref == "off" else "vs_reference"
     times: dict[tuple, list[float]] = {}
     flops: dict[tuple, float] = {}
