@@ -38,6 +38,19 @@ PHASES = [
 ]
 
 
+def add_resource_flag(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--resource", action="append", default=[], metavar="KEY=VALUE",
+                    help="a resources setting for the run (e.g. update_sums=off); repeatable")
+
+
+def resource_settings(ap: argparse.ArgumentParser, given: list[str]) -> dict:
+    """``--resource KEY=VALUE`` flags as a resources dict; ``ap.error`` for one without ``=``."""
+    resources = dict(kv.split("=", 1) for kv in given if "=" in kv)
+    if len(resources) != len(given):
+        ap.error(f"--resource takes KEY=VALUE, got {given}")
+    return resources
+
+
 def phase_label(module: str, owner: str | None, name: str) -> str:
     """A phase's name in the tables: ``Federation.run_round``, ``rounds.finish_row``."""
     return f"{owner or module.rsplit('.', 1)[1]}.{name}"
@@ -70,12 +83,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=14)
     ap.add_argument("--eval", choices=["off", "default"], default="off")
     ap.add_argument("--checkpoint-every", type=int, default=0, help="0: none, as benchmarks/overhead.py runs")
-    ap.add_argument("--resource", action="append", default=[], metavar="KEY=VALUE",
-                    help="a resources setting for the run (e.g. update_sums=off); repeatable")
+    add_resource_flag(ap)
     args = ap.parse_args()
-    resources = dict(kv.split("=", 1) for kv in args.resource if "=" in kv)
-    if len(resources) != len(args.resource):
-        ap.error(f"--resource takes KEY=VALUE, got {args.resource}")
+    resources = resource_settings(ap, args.resource)
     if args.rounds < 5:
         ap.error(f"--rounds must be >= 5, got {args.rounds}")
     times: dict[str, list[float]] = collections.defaultdict(list)

@@ -2,7 +2,7 @@
 phases between two rounds.
 
     .venv/bin/python benchmarks/round_anatomy.py [--algo splitfed_v2] [--clients 10] [--rounds 14]
-        [--eval off|default] [--out docs/results/round_anatomy.md]
+        [--eval off|default] [--resource KEY=VALUE ...] [--out docs/results/round_anatomy.md]
 
 One run with the settings of ``benchmarks/overhead.py`` (digits, the CNN at cut 2, IID, batch
 32, one local epoch, seed 0, every client every round). Ray is started here with a worker set-up
@@ -42,7 +42,7 @@ import tempfile
 from pathlib import Path
 
 import sweep  # noqa: F401  (puts the checkout on sys.path)
-from driver_phases import wrap_phases
+from driver_phases import add_resource_flag, resource_settings, wrap_phases
 from overhead import COMMON
 from sweep import ROOT, machine, run, write_tables
 
@@ -180,18 +180,29 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=14)
     ap.add_argument("--eval", choices=["off", "default"], default="off")
     ap.add_argument("--out", default=str(ROOT / "docs/results/round_anatomy.md"))
+    add_resource_flag(ap)
     args = ap.parse_args()
+    resources = resource_settings(ap, args.resource)
     if args.rounds < 5:
         ap.error(f"--rounds must be at least 5 (rounds 3..R-1 are measured), got {args.rounds}")
 
     marks: list[tuple] = []
     wrap_phases(lambda label, t0, t1: marks.append((label, t0, t1)))
 
+    settings = dict(COMMON, algo=args.algo, clients=args.clients, rounds=args.rounds,
+                    **({"resources": resources} if resources else {}))
+    if args.eval == "off":
+        settings["eval_every"] = args.rounds * 10
+    import raysfl
+    from raysfl.errors import ConfigError
+    from raysfl.resolve import validate_run
+
+    try:  # a bad setting: one line now, before Ray starts
+        validate_run(raysfl.config_from_kwargs(**settings))
+    except ConfigError as e:
+        ap.error(str(e))
     with tempfile.TemporaryDirectory(prefix="raysfl-anatomy-") as spans_dir:
         start_ray(spans_dir, os.cpu_count() or 2)
-        settings = dict(COMMON, algo=args.algo, clients=args.clients, rounds=args.rounds)
-        if args.eval == "off":
-            settings["eval_every"] = args.rounds * 10
         rows = run(**settings)
         spans = read_spans(spans_dir)
     parts = anatomy(spans, marks)
@@ -204,7 +215,8 @@ def main() -> None:
                 "fed server dispatch: own work", "fed server aggregate: own work", "fed server aggregate: waiting",
                 "fed server aggregate: thread CPU",
                 "fed server evaluate: own work", "fed server evaluate: thread CPU", "fed server snapshot: own work"]
-    lines = [f"{args.algo}, {args.clients} clients, evaluation {args.eval}: a round's `wall_time_s` {wall:.1f} ms; "
+    lines = [f"{args.algo}, {args.clients} clients, evaluation {args.eval}"
+             f"{''.join(f', {k} {v}' for k, v in resources.items())}: a round's `wall_time_s` {wall:.1f} ms; "
              f"{parts.get('step calls per client actor', 0):.0f} step calls per client actor a round", "",
              "| part of a round | ms (median over rounds) |", "|---|---:|"]
     lines += [f"| {k} | {parts[k]:.1f} |" for k in per_round if k in parts]
