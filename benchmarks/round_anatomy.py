@@ -203,7 +203,15 @@ def main() -> None:
         ap.error(str(e))
     with tempfile.TemporaryDirectory(prefix="raysfl-anatomy-") as spans_dir:
         start_ray(spans_dir, os.cpu_count() or 2)
-        rows = run(**settings)
+        try:
+            rows = run(**settings)
+        finally:  # the run's warm actors, then the Ray started here (Ray's own shutdown: its agents go too)
+            import ray
+
+            from raysfl.runtime import pool
+
+            pool.clear()
+            ray.shutdown()
         spans = read_spans(spans_dir)
     parts = anatomy(spans, marks)
     wall = statistics.median(r["wall_time_s"] for r in rows[2:-1]) * 1000
