@@ -3,7 +3,8 @@
 with ``--setting update_sums`` what the client actors' summed updates (``--update-sums``) buy,
 with ``--setting snapshot_refs`` what a snapshot by reference (``--snapshot-refs``) buys, with
 ``--setting inline_object_kb --values 1024 256`` what a smaller inline limit (``--inline-object-kb``)
-buys: any setting's values, the first the reference.
+buys, with ``--setting run_ahead`` what the next round submitted behind the aggregation
+(``--run-ahead``) buys: any setting's values, the first the reference.
 
     .venv/bin/python benchmarks/client_bank_rounds.py [--setting client_bank] [--values off on] [--clients 10 100]
         [--algos psl splitfed_v2] [--eval off default] [--rounds 12] [--runs 3]
@@ -18,7 +19,7 @@ users run. Each figure is the median round (rounds 2..R-1) and the median over `
 settings taken in turn within each run so that drift of the machine falls on all alike. The
 rows of a run are the same with either setting on and off within float rounding
 (``tests/test_client_bank.py``, ``tests/test_server_stream.py``, ``tests/test_update_sums.py``,
-``tests/test_snapshot_refs.py``).
+``tests/test_snapshot_refs.py``, ``tests/test_run_ahead.py``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ SETTINGS = {"client_bank": ("client bank", "The client bank against stepping cli
             "server_stream": ("server stream", "A streamed server step against the whole group's step, per round"),
             "update_sums": ("update sums", "Updates summed by their client actor against every client's, per round"),
             "snapshot_refs": ("snapshot refs", "A snapshot naming the kept states by reference against copying them, per round"),
-            "inline_object_kb": ("inline limit (KB)", "Results inlined through their owner up to two limits, per round")}
+            "inline_object_kb": ("inline limit (KB)", "Results inlined through their owner up to two limits, per round"),
+            "run_ahead": ("run ahead", "The next round submitted behind the aggregation against after its answer, per round")}
 
 
 def main() -> None:

@@ -82,7 +82,7 @@ def _choices() -> dict[str, tuple[str, ...]]:
     from raysfl.algorithms import ALGORITHMS
     from raysfl.config import (AGGREGATION_WEIGHTS, CLIENT_BANK, CO_HOST, DEVICE_PAYLOADS, DIRECT_PAYLOADS, EPOCH_RULES,
                                EVAL_OVERLAP, OPTIMIZERS, SERVER_STREAM, STRATEGIES, TRANSFER_DTYPES,
-                               SNAPSHOT_REFS, UPDATE_SUMS)
+                               RUN_AHEAD, SNAPSHOT_REFS, UPDATE_SUMS)
     from raysfl.data import DATASETS, PARTITIONERS
     from raysfl.models import MODELS
     from raysfl.objective import BUILT_IN as LOSSES
@@ -93,7 +93,7 @@ def _choices() -> dict[str, tuple[str, ...]]:
             "aggregation_weights": AGGREGATION_WEIGHTS, "loss": tuple(LOSSES), "direct_payloads": DIRECT_PAYLOADS,
             "device_payloads": DEVICE_PAYLOADS, "co_host": CO_HOST, "eval_overlap": EVAL_OVERLAP,
             "client_bank": CLIENT_BANK, "server_stream": SERVER_STREAM, "update_sums": UPDATE_SUMS,
-            "snapshot_refs": SNAPSHOT_REFS}
+            "snapshot_refs": SNAPSHOT_REFS, "run_ahead": RUN_AHEAD}
 
 
 def _default_text(cls, f) -> str:

@@ -115,6 +115,10 @@ class ResourceConfig:
                                  # instead of copying them into the object store again (ours; raysfl.own_states; the
                                  # same rows); off: copied; auto: on on one node where the updates come back through
                                  # the driver (direct_payloads off), since the objects live on the client actors' nodes
+    run_ahead: str = "on"  # on: where nothing can go wrong between two rounds (no faults injected, no deadlines,
+                           # the round ended clean, a run not stepped by a search), the next round's calls are
+                           # submitted right behind this round's aggregation and snapshot, before their answers
+                           # (ours; runtime/rounds.py; the same rows but for wall_time_s); off: after them
     own_state_memory_mb: int = 256  # the clients' kept states (PSL's own models, ...) the fed server holds in
                                     # memory; older ones wait in files of its node (ours)
     num_cpus: int | None = None  # local Ray cluster size; default: what the actors need
@@ -261,6 +265,7 @@ CLIENT_BANK = ("on", "off")
 SERVER_STREAM = ("off", "on")
 UPDATE_SUMS = ("on", "off")
 SNAPSHOT_REFS = ("auto", "on", "off")
+RUN_AHEAD = ("on", "off")
 SECTIONS = {"devices": DeviceConfig, "resources": ResourceConfig}
 # What a config file may hold (ours): a real one is a few KB of about a hundred values, four levels deep
 # (a list of faults, a fault, its keys, their values). The bounds hold while the file is read -- its bytes before

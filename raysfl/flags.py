@@ -183,6 +183,11 @@ SETTINGS: dict[str, tuple[str, str]] = {
                                    "models, FLEX-SFL's client submodels) that came as the round's updates by the objects they came in (on), or "
                                    "copies them into the object store (off); auto: on on one node where the updates "
                                    "come back through the driver (not --direct-payloads on); the same rows (ours)"),
+    "run_ahead": ("resources", "the next round's calls are submitted right behind this round's aggregation and "
+                               "snapshot, before their answers come back, where nothing can go wrong between the "
+                               "two rounds: no faults injected, no deadlines, the round ended clean (on), or after "
+                               "them (off); the fed server runs its calls in order, so the next round sees the "
+                               "aggregated model: the same rows but for wall_time_s (ours)"),
     "own_state_memory_mb": ("resources", "MiB of the clients' kept states (PSL's own client-side models, ...) the "
                                          "fed server holds in memory; the least recently used wait in files of its "
                                          "node beyond it (ours)"),

@@ -25,7 +25,7 @@ from raysfl.algorithms.knobs import check_knobs
 from raysfl.algorithms.spec import ResolvedAlgorithm, resolve_algorithm
 from raysfl.config import (AGGREGATION_WEIGHTS, CLIENT_BANK, CO_HOST, DEVICE_PAYLOADS, DIRECT_PAYLOADS, EPOCH_RULES,
                            EVAL_OVERLAP, OPTIMIZERS, RUN_DEFAULTS, SECTIONS, SERVER_STREAM, STRATEGIES, TRANSFER_DTYPES,
-                           SNAPSHOT_REFS, UPDATE_SUMS, Config, coerce)
+                           RUN_AHEAD, SNAPSHOT_REFS, UPDATE_SUMS, Config, coerce)
 from raysfl.data import DATASETS, PARTITIONERS, check_dataset_args, dataset_info
 from raysfl.errors import ConfigError, excerpt
 from raysfl.data import custom as custom_data
@@ -445,6 +445,8 @@ def validate_run(cfg: Config) -> tuple[Config, ResolvedAlgorithm]:
            f"unknown resources.update_sums {excerpt(r.update_sums)}; allowed: {', '.join(UPDATE_SUMS)}")
     _check(r.snapshot_refs in SNAPSHOT_REFS,
            f"unknown resources.snapshot_refs {excerpt(r.snapshot_refs)}; allowed: {', '.join(SNAPSHOT_REFS)}")
+    _check(r.run_ahead in RUN_AHEAD,
+           f"unknown resources.run_ahead {excerpt(r.run_ahead)}; allowed: {', '.join(RUN_AHEAD)}")
     if r.co_host == "on":
         _check(not r.server_gpus and not r.fed_gpus,
                f"resources.co_host 'on' puts the servers and the fed server in one process, which takes no GPU "

@@ -60,13 +60,16 @@ class RunActor:
         """The run this actor serves now (None: idle in the pool)."""
         return self.run_name
 
-    def stamped_state(self) -> tuple[dict, dict | None]:
+    def stamped_state(self, after=None) -> tuple[dict, dict | None]:
         """(stamp, state), called with two returns for a snapshot: the driver fetches the small
         stamp -- this incarnation and the run it serves -- at once, the state only when it needs
         it (a checkpoint, a restore). A state given by an incarnation other than the one that
         ended the round (Ray restarted the actor in between) is not that round's state, and a
         restarted actor that was not set up again has none: the stamp shows both
-        (:meth:`raysfl.runtime.federation.Federation.confirm_snapshot`)."""
+        (:meth:`raysfl.runtime.federation.Federation.confirm_snapshot`). ``after``: an object
+        Ray resolves before the call runs and that is not used -- the aggregation that hands a
+        server its merged state, when the snapshot is asked for before that aggregation's
+        answer (``--run-ahead``, :mod:`raysfl.runtime.rounds`)."""
         stamp = {"incarnation": self.incarnation, "serving": self.run_name}
         return stamp, (self.get_state() if self.run_name is not None else None)
 

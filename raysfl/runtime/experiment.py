@@ -479,7 +479,7 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
     import ray
 
     from raysfl.runtime.federation import Federation, FedServerLost
-    from raysfl.runtime.rounds import resume_hint, run_round, settle_on_the_way_out, settle_pending
+    from raysfl.runtime.rounds import drop_ahead, resume_hint, run_round, settle_on_the_way_out, settle_pending
 
     planner = exp.planner
     cfg = exp.cfg = launch.cfg
@@ -523,6 +523,7 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
             for rnd in range(start + 1, cfg.rounds + 1):
                 run_round(exp, fed, rnd)  # its callbacks see its row (a round later with --eval-overlap)
                 if exp.stopped:  # a callback asked to stop
+                    drop_ahead(exp, fed)  # the next round, if it went behind this one's aggregation (--run-ahead)
                     break
             settle_pending(exp, fed)  # none: the last round is evaluated at once
             ok = True

@@ -87,6 +87,29 @@ class RoundInFlight:
         return [u for a, u in self.updates if a in self.result.late_actors]
 
 
+@dataclass
+class Submitted:
+    """A round's calls, submitted and not yet waited for (:meth:`Federation.submit_round`):
+    what :meth:`Federation.collect_round` needs to wait for them and read their facts."""
+
+    flight: RoundInFlight
+    wiring: Wiring
+    markers: list          # per step, the refs that show it done
+    stats_refs: list       # per client actor of the round, its end_round's stats
+    stats_actor: list      # ... and which client actor it is
+    server_stats: list     # per server, its end_round's stats
+    server_metrics: list   # ... and the round means of its role's records
+    crashed: list          # refs of the kills at the round's start (fetched: DEAD, as meant)
+    later: list            # kills after a step, injected while the round runs
+    kills: list            # every kill of the round
+    deadline: float | None
+
+    def refs(self) -> list:
+        """Every ref of the round whose end the driver waits for."""
+        return [*self.wiring.aux, *self.stats_refs, *self.server_stats, *self.server_metrics,
+                *[r for step in self.markers for r in step]]
+
+
 def failures(res: RoundResult, aggregated: list[int] | None) -> dict[int, str]:
     """The round's clients that trained without an update in its aggregation, and why (one of
     the aggregator's ``FAILURES``): its actor or server died or it lost its server's answer
@@ -280,6 +303,11 @@ class Federation:
         self._snap_round = rnd
 
     @property
+    def ended_clean(self) -> bool:
+        """The last round saw no death, restart or straggler, and no client actor is away."""
+        return self._clean and not self.died and not self.away
+
+    @property
     def late_updates(self) -> bool:
         """The aggregator takes updates that missed the real-time deadline in the next round."""
         return self.spec.aggregator.late_updates
@@ -338,16 +366,19 @@ class Federation:
             set_up([self._setup_calls[i] for i in indices])
 
     # ------------------------------------------------------------------ snapshots
-    def snapshot_at(self, rnd: int) -> None:
+    def snapshot_at(self, rnd: int, after=None) -> None:
         """Keep the fed server's and servers' state at the end of round ``rnd`` to go back to. It
         is not fetched: the actors return it into Ray's object store (each after the round's
         calls it has queued, before the next round's), and the driver holds the refs; it is
         fetched only when needed (a checkpoint, a restore). Each actor also returns a small
         stamp, which :meth:`confirm_snapshot` fetches: a snapshot is that round's or none. A
         checkpoint being written is waited for first: the fed server's new manifest lets go of
-        kept-state files the one before named, which that checkpoint may still be linking."""
+        kept-state files the one before named, which that checkpoint may still be linking.
+        ``after``: the round's aggregation, asked for and not yet answered (``--run-ahead``): the
+        servers' states wait for it, since it hands them their merged state."""
         self.checkpoints_written()
-        calls = [a.stamped_state.options(num_returns=2).remote() for a in [self.fed] + self.servers]
+        calls = [self.fed.stamped_state.options(num_returns=2).remote()]
+        calls += [a.stamped_state.options(num_returns=2).remote(*[after] * (after is not None)) for a in self.servers]
         self._snap_refs = {"stamps": [stamp for stamp, _ in calls], "fed": calls[0][1],
                            "servers": [state for _, state in calls[1:]]}
         self._snap_round_pending = rnd
@@ -595,8 +626,14 @@ class Federation:
         drops clients whose results are not in by then; ``timed=False`` turns the step
         deadlines off too (a replay of a round's in-time clients, :mod:`raysfl.runtime.rounds`).
         """
-        import ray
+        return self.collect_round(self.submit_round(rnd, plans, server_of, kills, deadline, timed), on_step)
 
+    def submit_round(self, rnd: int, plans: dict[int, ClientPlan], server_of: dict[int, int],
+                     kills: list[tuple[str, int, int]] = (), deadline: float | None = None, timed: bool = True,
+                     after=None) -> Submitted:
+        """Submit round ``rnd``'s calls (:meth:`run_round`'s first half). ``after``: the round
+        before's aggregation, not yet answered (``--run-ahead``): the servers' first calls wait
+        for it, since it hands them their merged state from the fed server's process."""
         at_start = [k for k in kills if k[2] == 0]
         crashed = [self.kill(role, index, first=True) for role, index, _ in at_start]  # before any of its calls
         turns = self.exchange.turns(list(plans))
@@ -620,7 +657,8 @@ class Federation:
             mine = {c: p for c, p in plans.items() if server_of[c] == j and not p.local}
             w.aux.append(srv.begin_round.remote(
                 {c: p.cut for c, p in mine.items()}, self.cfg.server_lr_at(rnd), deadline, rnd,
-                {c: (self.actor_of(c), p.steps) for c, p in mine.items()}, window))
+                {c: (self.actor_of(c), p.steps) for c, p in mine.items()}, window,
+                **({"after": after} if after is not None else {})))
         stats_refs, stats_actor, markers = [], [], []
         # updates summed by server: the driver's verdict drops a dead server's clients together (rounds.classify)
         sum_by = ({c: -1 if p.local else server_of.get(c, -1) for c, p in plans.items()}
@@ -643,7 +681,18 @@ class Federation:
             flight.server_states.append(state_ref)
             server_stats.append(st_ref)
             server_metrics.append(m_ref)
-        for role, index, step in sorted(later, key=lambda k: k[2]):
+        return Submitted(flight, w, markers, stats_refs, stats_actor, server_stats, server_metrics, crashed, later,
+                         list(kills), deadline)
+
+    def collect_round(self, sub: Submitted, on_step=None) -> RoundInFlight:
+        """Wait for a submitted round, injecting its later kills, and read its facts
+        (:meth:`run_round`'s second half)."""
+        import ray
+
+        flight, w, markers, deadline, kills = sub.flight, sub.wiring, sub.markers, sub.deadline, sub.kills
+        crashed, stats_refs, stats_actor = sub.crashed, sub.stats_refs, sub.stats_actor
+        server_stats, server_metrics, rnd = sub.server_stats, sub.server_metrics, flight.rnd
+        for role, index, step in sorted(sub.later, key=lambda k: k[2]):
             if step > 0 and markers:
                 ray.wait(markers[min(step, len(markers)) - 1], num_returns=len(markers[min(step, len(markers)) - 1]),
                          timeout=None if deadline is None else max(0.0, deadline - time.time()), fetch_local=False)
@@ -688,8 +737,20 @@ class Federation:
         flight.agg_weights = {c: st.agg_weight for c, st in result.stats.items() if st.agg_weight == st.agg_weight}
         return flight
 
+    def abandon(self, sub: Submitted) -> None:
+        """A round submitted ahead (``--run-ahead``) that will not count, since the round before
+        it failed after all: its calls are waited for, unread, so that the retry's rollback and
+        calls come after them; the next round looks at every actor again (:meth:`recover`)."""
+        import ray
+
+        refs = sub.refs()
+        if refs:
+            ray.wait(refs, num_returns=len(refs), fetch_local=False)
+        self._clean = False
+        self._deferred = self._deferred_ref = None  # asked of a round that does not count yet
+
     def aggregate(self, flight: RoundInFlight, aggregated: list[int] | None, evaluate: bool, void: bool = False,
-                  defer: bool = False):
+                  defer: bool = False, then=None):
         """Aggregate the round's completed updates of the ``aggregated`` clients; evaluate.
 
         ``void``: the round included nobody; the servers and the fed server go back to the
@@ -697,6 +758,8 @@ class Federation:
         extras) or None. Raises :class:`FedServerLost` if the fed server died (the caller rolls
         back and retries the round). ``defer``: the evaluation is not asked for now (None is
         returned); once the round counts, :meth:`defer_evaluation` leaves it to the next round.
+        ``then(ref)``: called with the aggregation's ref once it is asked for, before its answer
+        is waited for (``--run-ahead``: the snapshot and the next round go behind it).
         """
         import ray
 
@@ -714,6 +777,8 @@ class Federation:
         ok = self.fed.aggregate.remote(flight.rnd, aggregated, states, flight.on_time(), late, flight.agg_weights,
                                        self.servers if flight.sync else [], failures(flight.result, aggregated))
         eval_ref = self.fed.evaluate.remote(flight.rnd) if evaluate and not defer else None
+        if then is not None:
+            then(ok)
         try:
             self.late_applied, incarnation, flight.result.aggregator_metrics = ray.get(ok)
             result = ray.get(eval_ref) if eval_ref is not None else None

@@ -58,6 +58,7 @@ class Experiment:
     callbacks: "object" = None    # raysfl.callbacks.Callbacks, called after every round
     stopped: bool = False         # a callback ended the run early
     pending: "PendingRow | None" = None  # a round whose row waits for its evaluation (--eval-overlap)
+    ahead: "Ahead | None" = None  # the next round, submitted behind this one's aggregation (--run-ahead)
     writer: CheckpointWriter = field(default_factory=CheckpointWriter)  # checkpoints, written beside the next round
     digest: checkpoint.RowsDigest = field(default_factory=checkpoint.RowsDigest)  # the rows' hash, row by row
 
@@ -103,34 +104,45 @@ def say_away(rnd: int, fed: Federation, was: set[int], num_clients: int) -> None
               f"clients {clients_of(back)} train again", file=sys.stderr, flush=True)
 
 
-def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
-    """Plan, run (surviving faults), log and checkpoint round ``rnd``.
+@dataclass
+class RoundPlan:
+    """Round ``rnd`` planned (:func:`plan_for`): its clients' plans and servers, the faults it
+    injects, and what planning it counted (``events``: EVENT_COLUMNS)."""
 
-    A dead client actor or edge server costs only its clients; a dead main server or fed
-    server rolls the round back to the last snapshot and retries it (``--max-round-retries``),
-    unless the algorithm's clients survive their server (the client role's
-    ``survives_server_loss``: SuperSFL's fallback), in which case the round goes on and the
-    restarted server is restored.
+    rnd: int
+    events: dict
+    plans: dict
+    server_of: dict
+    selected: int        # clients the algorithm selected
+    sim_delay: dict      # client -> injected delay on the simulated clock
+    real_delay: dict     # client -> ... on the real clock
+    evaluate: bool
+    kills: list
 
-    Stragglers cost only themselves (docs/reliability.md): on the real clock a server step
-    goes on without smashed data that missed the step's deadline (``step_window``); on the
-    simulated clock (``--sim-deadline-s``) the round is replayed from its start with only the
-    clients it includes (:func:`without_sim_stragglers`), so that a dropped client contributes
-    nothing, on the client side or the server side. A round that includes nobody changes
-    nothing (:func:`aggregate_round`).
-    """
-    cfg, planner, ctx, logger = exp.cfg, exp.planner, exp.ctx, exp.logger
-    t0 = time.perf_counter()
+
+@dataclass
+class Ahead:
+    """Round ``plan.rnd``, submitted behind the round before's aggregation (``--run-ahead``)."""
+
+    plan: RoundPlan
+    submitted: "object"  # raysfl.runtime.federation.Submitted
+    records: tuple       # what the planner recorded planning it: (round means, per-client figures)
+
+
+def plan_for(exp: Experiment, fed: Federation, rnd: int, stream_pos: dict[int, int]) -> RoundPlan:
+    """Plan round ``rnd`` from each client's position in its sample stream: first find actors
+    Ray restarted (:meth:`Federation.recover`), then select, cut and pair (the planner), then
+    the faults it injects and the servers it loses."""
+    cfg, planner, ctx = exp.cfg, exp.planner, exp.ctx
     events = {k: 0 for k in EVENT_COLUMNS}
     was_away = set(fed.away)
     events["restarts"] += fed.recover()["restarts"]
     say_away(rnd, fed, was_away, ctx.num_clients)
-    planner.take_records(), planner.take_client_records()  # what it recorded before this round is not this round's
     churn = unavailable_clients(exp.faults, rnd, cfg.seed, ctx.num_clients)  # churn: selection skips them
     # client actors Ray has not placed again (a node lost, no room left): their clients sit out
     unavailable = churn | {c for c in range(ctx.num_clients) if fed.actor_of(c) in fed.away}
     events["unavailable_clients"] = len(unavailable)
-    plans, server_of = plan_round(cfg, planner, rnd, ctx, exp.counters["stream_pos"], unavailable)
+    plans, server_of = plan_round(cfg, planner, rnd, ctx, stream_pos, unavailable)
     selected = len(plans)
     if not selected and unavailable:
         why = " and ".join(w for w, n in (("unavailable:client faults", churn), ("client actors not placed",
@@ -151,12 +163,104 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
     for c, secs in real_delay.items():
         plans[c].delay_s = secs
     sim_delay = {c: secs for c, (secs, clock) in rf.delays.items() if clock == "sim"}
-    evaluate = exp.evaluates(rnd)
-    kills = rf.kills
+    return RoundPlan(rnd, events, plans, server_of, selected, sim_delay, real_delay, exp.evaluates(rnd), rf.kills)
+
+
+def runs_ahead(exp: Experiment, fed: Federation, rnd: int, snapshot: bool, aggregated: list[int]) -> bool:
+    """Whether round ``rnd + 1`` is submitted behind round ``rnd``'s aggregation (``--run-ahead``,
+    ours): where nothing can go wrong between the two rounds that would change round ``rnd + 1``
+    -- no faults injected, no deadlines (no straggler, no replay, no late update carried), the
+    round ended clean (no actor died or restarted), it included someone and its state is kept
+    to go back to (a snapshot: with retries, the default), a callback has not stopped the run,
+    and the planner's figures of round ``rnd`` do not read what planning ``rnd + 1`` changes
+    (``Planner.plans_ahead``; FedPairing's pairs do). Anything that fails after all (the fed
+    server lost in the aggregation, the snapshot not confirmed) abandons the next round's calls
+    (:meth:`Federation.abandon`) and retries the round as before."""
+    cfg = exp.cfg
+    return (cfg.resources.run_ahead == "on" and exp.planner.plans_ahead and snapshot and rnd < cfg.rounds
+            and not exp.stopped and not exp.faults and not deadlines(cfg) and fed.ended_clean and bool(aggregated)
+            and not fed.carrying)
+
+
+def submit_ahead(exp: Experiment, fed: Federation, rnd: int, flight: RoundInFlight, plans: dict, defer: bool,
+                 aggregation) -> None:
+    """Round ``rnd + 1``'s calls, submitted right behind round ``rnd``'s aggregation
+    (``aggregation``: its ref, not yet answered) and the snapshot of its end, so that the
+    next round's first calls wait on no answer of the driver's (``--run-ahead``). The fed
+    server runs its calls in order, so round ``rnd + 1``'s dispatch sees the aggregated model;
+    a server's calls wait for the aggregation where it hands the servers their merged state
+    (:meth:`Federation.submit_round`'s ``after``). With ``defer`` the round's evaluation goes
+    behind the next round's dispatch, as :meth:`Federation.defer_evaluation` would have it. The
+    planner's records of round ``rnd`` stay for its row; those of planning ``rnd + 1`` wait
+    in the :class:`Ahead` for that round's."""
+    planner = exp.planner
+    after = aggregation if flight.sync and fed.servers else None
+    fed.snapshot_at(rnd, after=after)
+    if defer:
+        fed.defer_evaluation(rnd)
+    stream_pos = {**exp.counters["stream_pos"], **{c: p.stream_pos + p.samples for c, p in plans.items()}}
+    this_round = planner.take_records(), planner.take_client_records()
+    plan = plan_for(exp, fed, rnd + 1, stream_pos)
+    submitted = fed.submit_round(rnd + 1, plan.plans, plan.server_of, plan.kills, after=after)
+    records = planner.take_records(), planner.take_client_records()  # planning and submitting (sync_servers)
+    put_back(planner, this_round)
+    exp.ahead = Ahead(plan, submitted, records)
+
+
+def put_back(planner: Planner, records: tuple) -> None:
+    """Round means and per-client figures taken from the planner (``take_records``,
+    ``take_client_records``), recorded again: the round means come out the same."""
+    means, per_client = records
+    for name, value in means.items():
+        planner.record(name, value)
+    for client, figures in per_client.items():
+        for name, value in figures.items():
+            planner.record(name, value, client=client)
+
+
+def drop_ahead(exp: Experiment, fed: Federation) -> None:
+    """A callback stopped the run at the round before the one submitted ahead: that round never
+    happened. Its calls are waited for and the servers and the fed server go back to the
+    snapshot of the round the run stopped at, as :func:`run_round` does for a stop it sees a
+    round late (``--eval-overlap``)."""
+    if exp.ahead is not None:
+        ahead, exp.ahead = exp.ahead, None
+        fed.collect_round(ahead.submitted)
+        fed.restore()
+
+
+def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
+    """Plan, run (surviving faults), log and checkpoint round ``rnd``.
+
+    A dead client actor or edge server costs only its clients; a dead main server or fed
+    server rolls the round back to the last snapshot and retries it (``--max-round-retries``),
+    unless the algorithm's clients survive their server (the client role's
+    ``survives_server_loss``: SuperSFL's fallback), in which case the round goes on and the
+    restarted server is restored.
+
+    Stragglers cost only themselves (docs/reliability.md): on the real clock a server step
+    goes on without smashed data that missed the step's deadline (``step_window``); on the
+    simulated clock (``--sim-deadline-s``) the round is replayed from its start with only the
+    clients it includes (:func:`without_sim_stragglers`), so that a dropped client contributes
+    nothing, on the client side or the server side. A round that includes nobody changes
+    nothing (:func:`aggregate_round`).
+    """
+    cfg, planner, ctx, logger = exp.cfg, exp.planner, exp.ctx, exp.logger
+    ahead, exp.ahead = exp.ahead, None
+    t0 = time.perf_counter()  # submitted ahead: the submission counted in the round before's wall time
+    planner.take_records(), planner.take_client_records()  # what it recorded before this round is not this round's
+    if ahead is not None:  # what it recorded planning this round, in the round before
+        put_back(planner, ahead.records)
+    plan = ahead.plan if ahead is not None else plan_for(exp, fed, rnd, exp.counters["stream_pos"])
+    events, plans, server_of, selected = plan.events, plan.plans, plan.server_of, plan.selected
+    sim_delay, real_delay, evaluate, kills = plan.sim_delay, plan.real_delay, plan.evaluate, plan.kills
     for attempt in range(cfg.max_round_retries + 1):
         deadline = time.time() + cfg.round_deadline_s if cfg.round_deadline_s else None
-        flight = fed.run_round(rnd, plans, server_of, kills=kills, deadline=deadline,
-                               on_step=lambda d, t: logger.step_progress(rnd, d, t))
+        progress = lambda done, total: logger.step_progress(rnd, done, total)  # noqa: E731
+        if ahead is not None and attempt == 0:  # submitted behind the round before's aggregation
+            flight = fed.collect_round(ahead.submitted, on_step=progress)
+        else:
+            flight = fed.run_round(rnd, plans, server_of, kills=kills, deadline=deadline, on_step=progress)
         kills = []  # injected faults fire once, not on the retry
         try:
             _count_losses(exp, fed, flight.result, events)
@@ -173,16 +277,24 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
             # the evaluation overlaps the next round's training where the round's state is kept to go back to
             # (a callback that stops the run here undoes that training) and the run goes on after it
             defer = bool(evaluate and snapshot and rnd < cfg.rounds and cfg.resources.eval_overlap == "on")
-            result = aggregate_round(exp, fed, flight, aggregated, evaluate, defer)
+            then = None
+            if runs_ahead(exp, fed, rnd, snapshot, aggregated):  # the next round goes behind the aggregation
+                def then(aggregation):
+                    submit_ahead(exp, fed, rnd, flight, plans, defer, aggregation)
+            result = aggregate_round(exp, fed, flight, aggregated, evaluate, defer, then=then)
             defer = defer and result is None  # a round that included nobody was evaluated at once
             events["late_applied"] = fed.late_applied
             if snapshot:
-                fed.snapshot_at(rnd)  # the state to go back to if a later round fails (not a diverged one)
+                if exp.ahead is None:  # (asked for already behind the aggregation where the next round went too)
+                    fed.snapshot_at(rnd)  # the state to go back to if a later round fails (not a diverged one)
                 fed.confirm_snapshot()  # an actor lost since the aggregation: the round is redone
-            if defer:  # only once the round counts: a retried round asks for no evaluation of the state before it
-                fed.defer_evaluation(rnd)
+            if defer and exp.ahead is None:  # only once the round counts: a retried round asks for no evaluation
+                fed.defer_evaluation(rnd)      # of the state before it (submitted ahead: asked behind its dispatch)
             break
         except FedServerLost as e:
+            if exp.ahead is not None:  # the next round, submitted behind this one's aggregation: it never happened
+                fed.abandon(exp.ahead.submitted)
+                exp.ahead = None
             if attempt == cfg.max_round_retries:
                 settle_on_the_way_out(exp, fed)
                 done = exp.logger.rows[-1]["round"] if exp.logger.rows else 0
@@ -414,14 +526,14 @@ def _without_delays(plans: dict, clients: list[int]) -> dict:
 
 
 def aggregate_round(exp: Experiment, fed: Federation, flight: RoundInFlight, aggregated: list[int], evaluate: bool,
-                    defer: bool = False):
-    """Aggregate and evaluate the round (``defer``: the evaluation waits for the next round,
-    :meth:`Federation.aggregate`). A round that includes nobody (everyone dropped, failed
+                    defer: bool = False, then=None):
+    """Aggregate and evaluate the round (``defer``: the evaluation waits for the next round;
+    ``then``: what is submitted behind the aggregation, :meth:`Federation.aggregate`). A round that includes nobody (everyone dropped, failed
     or sat out) leaves the model as it was: the servers and the fed server go back to the
     round's start state (when it is kept: with retries or deadlines; the default) and nothing
     is aggregated; it is still evaluated, at once."""
     void = not aggregated and not fed.carrying and fed.snapshot_round == flight.rnd - 1
-    return fed.aggregate(flight, aggregated, evaluate, void=void, defer=defer and not void)
+    return fed.aggregate(flight, aggregated, evaluate, void=void, defer=defer and not void, then=then)
 
 
 def _warn_thin(exp: Experiment, rnd: int, res: RoundResult, include: set[int], selected: int, events: dict) -> None:

@@ -61,12 +61,15 @@ class ServerActor(RunActor):
 
     def begin_round(self, cuts: dict[int, int], lr: float | None = None, deadline: float | None = None,
                     rnd: int = 0, routes: dict[int, tuple[int, int]] | None = None,
-                    window: float | None = None) -> None:
+                    window: float | None = None, after=None) -> None:
         """Note the round's clients and cuts (the role prepares its models: per-client copies).
 
         ``deadline`` (epoch s) and ``window`` (s; :func:`raysfl.runtime.federation.step_window`)
         bound how long a step waits for smashed data; ``routes`` gives each client's client
-        actor and step count, so that a late sender's clients are known."""
+        actor and step count, so that a late sender's clients are known. ``after``: not used;
+        Ray resolves it before the call runs -- the round before's aggregation, which hands this
+        server its merged state, where this round is submitted before that aggregation's answer
+        (``--run-ahead``)."""
         require_run(self)
         self.cuts = dict(cuts)
         self.deadline, self.window = deadline, window

@@ -69,14 +69,16 @@ class SteppedRun:
     more round, :meth:`row` waits for that round's metrics row (None once the run ended),
     :meth:`stop` ends it cleanly and waits for it.
 
-    Its rounds are evaluated before the next one starts (``--eval-overlap off``): with the
-    overlap, a round's row reaches the search only once the next round has trained, and a trial
+    Its rounds are evaluated before the next one starts (``--eval-overlap off``), and the next
+    round is not submitted before the search lets it (``--run-ahead off``): with either, a
+    round's row reaches the search only once the next round has trained or started, and a trial
     the search stops there would have trained a round for nothing."""
 
     def __init__(self, cfg):
         import dataclasses
 
-        self.cfg = cfg = dataclasses.replace(cfg, resources=dataclasses.replace(cfg.resources, eval_overlap="off"))
+        self.cfg = cfg = dataclasses.replace(cfg, resources=dataclasses.replace(cfg.resources, eval_overlap="off",
+                                                                                  run_ahead="off"))
         self.rows: queue.Queue = queue.Queue()
         self.go = threading.Semaphore(0)
         self.stopping = False

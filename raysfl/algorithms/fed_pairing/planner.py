@@ -28,6 +28,7 @@ class PairingPlanner(Planner):
     lengths and loss weights; the round's simulated time over the partner and server links."""
 
     exchange = PeerExchange
+    plans_ahead = False  # client_sim_time reads the pairs of the round planned last: round r's metrics need round r's
 
     def __init__(self, cfg):
         super().__init__(cfg)

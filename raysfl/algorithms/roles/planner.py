@@ -55,6 +55,9 @@ class Planner(Recorder):
 
     measures_clients: ClassVar[bool] = False  # wants each client's (memory GB, latency s), measured
                                               # once after the actors start (SuperSFL's allocation)
+    plans_ahead: ClassVar[bool] = True  # round r+1 may be planned before round r's metrics are taken
+                                        # (--run-ahead): they read nothing planning changes (False: FedPairing,
+                                        # whose client_sim_time reads the pairs it planned last)
 
     def calibrate(self, profile: dict[int, tuple[float, float]]) -> None:
         """The measured (memory GB, latency s) per client, for planners that ask for them."""
