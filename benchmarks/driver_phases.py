@@ -7,10 +7,12 @@ two rounds (aggregation, snapshot, the row), timed in the driver itself.
 One run with the settings of ``benchmarks/overhead.py`` (digits, the CNN at cut 2, IID, batch
 32, one local epoch, seed 0, every client every round); the driver's phases are wrapped with
 timers for the run (nothing else changes), and each is reported as the median over rounds
-3..R-1. The phases nest: ``Federation.run_round`` (the round's calls, submitted and waited for)
-and ``Federation.aggregate`` (the fed server's aggregation call, submission and answer) sit
-inside ``rounds.run_round``; what ``rounds.run_round`` holds beyond the phases listed is
-planning and bookkeeping. Round time is the run's ``wall_time_s`` (the same median).
+3..R-1. The phases nest: ``Federation.submit_round`` and ``Federation.collect_round`` (the
+round's calls, submitted, then waited for) and ``Federation.aggregate`` (the fed server's
+aggregation call, submission and answer) sit inside ``rounds.run_round``; what
+``rounds.run_round`` holds beyond the phases listed is planning and bookkeeping. With
+``--run-ahead on`` (the default) a round's submission sits inside the round before's
+aggregation. Round time is the run's ``wall_time_s`` (the same median).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from sweep import machine, run
 PHASES = [
     ("raysfl.runtime.rounds", None, "run_round"),
     ("raysfl.runtime.rounds", None, "plan_round"),
-    ("raysfl.runtime.federation", "Federation", "run_round"),
+    ("raysfl.runtime.federation", "Federation", "submit_round"),
+    ("raysfl.runtime.federation", "Federation", "collect_round"),
     ("raysfl.runtime.federation", None, "ping_all"),
     ("raysfl.runtime.federation", "Federation", "aggregate"),
     ("raysfl.runtime.federation", "Federation", "snapshot_at"),

@@ -16,8 +16,10 @@ Nothing in raysfl changes; the wrappers add a clock reading and a line written t
 
 Reported per round, medians over rounds 3..R-1:
 
-- **head**: from the driver's start of the round to the first client actor's first step call
-  (planning, submitting, the fed server's dispatch, the client actors' ``begin_round``);
+- **head**: from the driver's submission of the round (``Federation.submit_round``) to the first
+  client actor's first step call (the fed server's dispatch, the client actors' ``begin_round``;
+  with ``--run-ahead on``, the default, the submission goes behind the round before's
+  aggregation, so the head runs beside the round before's tail);
 - **steps**: from the first step call's start to the last one's end, with per step the client
   actors' own work and their wait for the server's answer, and the server's own work and its
   wait for the smashed data;
@@ -25,8 +27,12 @@ Reported per round, medians over rounds 3..R-1:
   (the client actors' ``end_round``: the last gradients, the last backward and optimiser step,
   the updates);
 - **driver's tail**: from there to the round's end in the driver (the closing ping, the
-  aggregation, the snapshot, the metrics row);
-- the fed server's calls that start in the round, summed: its dispatch, its aggregation and its
+  aggregation, the snapshot, the metrics row; with ``--run-ahead on`` the next round's planning
+  and submission, inside the aggregation);
+- **last step to the next round's first**: what lies between two rounds' steps, all of the
+  above but the steps;
+- the fed server's calls that belong to the round (start after the round before's results are
+  in, and before its own are), summed: its dispatch, its aggregation and its
   evaluation (with ``--eval default``: the round before's, where it overlaps this round's
   training, ``--eval-overlap``).
 """
@@ -120,37 +126,50 @@ def read_spans(spans_dir: str) -> list[tuple]:
     return sorted(rows, key=lambda r: r[1])
 
 
-# the driver's phases after Federation.run_round (benchmarks/driver_phases.py's names)
+# the driver's phases after Federation.collect_round (benchmarks/driver_phases.py's names)
 TAIL = ["Federation.aggregate", "Federation.snapshot_at", "Federation.confirm_snapshot", "rounds.finish_row"]
 
 
 def anatomy(spans: list[tuple], marks: list[tuple], skip: int = 2) -> dict[str, float]:
     """The parts of the module docstring in ms, medians over the rounds after the first ``skip``
     and before the last. ``spans``: (name, start, end, waited, cpu) of the actors' calls
-    (:func:`read_spans`, seconds); ``marks``: (phase, start, end) of the driver's phases; a
-    round is a span of ``rounds.run_round``, and a call belongs to the round it starts in."""
+    (:func:`read_spans`, seconds); ``marks``: (phase, start, end) of the driver's phases. A
+    round is a span of ``rounds.run_round``; its calls are those that start after the round
+    before's results are in (the end of its ``Federation.collect_round``) and before its own
+    are, which holds whether it was submitted in its own turn or behind the round before's
+    aggregation (``--run-ahead``)."""
     rounds = sorted((t0, t1) for label, t0, t1 in marks if label == "rounds.run_round")
-    fed_rr = sorted((t0, t1) for label, t0, t1 in marks if label == "Federation.run_round")
+    submitted = sorted(t0 for label, t0, t1 in marks if label == "Federation.submit_round")
+    collected = sorted(t1 for label, t0, t1 in marks if label == "Federation.collect_round")
+    step_starts = sorted(s[1] for s in spans if s[0] == "ClientActor.step")
     per: dict[str, list[float]] = collections.defaultdict(list)
     for r0, r1 in rounds[skip:-1]:
-        inside = [s for s in spans if r0 <= s[1] <= r1]
+        ends_here = [c for c in collected if r0 <= c <= r1]
+        if not ends_here:
+            continue
+        end = ends_here[-1]  # its results in (the last pass: a replay's)
+        before = max((c for c in collected if c < r0), default=float("-inf"))
+        inside = [s for s in spans if before < s[1] <= end]
         steps = [s for s in inside if s[0] == "ClientActor.step"]
         srv = [s for s in inside if s[0] in ("ServerActor.step", "ServerActor.step_part")]
         ends = [s for s in inside if s[0] == "ClientActor.end_round"]
-        fr = [f for f in fed_rr if r0 <= f[0] <= r1]
-        if not steps or not fr or not ends:
+        subs = [t for t in submitted if before < t <= end]
+        later = [t for t in step_starts if t > end]
+        if not steps or not ends or not subs:
             continue
         first, last = min(s[1] for s in steps), max(s[2] for s in steps)
         actors = len(ends)
         per["round (driver)"].append(r1 - r0)
-        per["head"].append(first - r0)
+        per["head"].append(first - subs[0])
         per["steps"].append(last - first)
-        per["end of the round"].append(fr[0][1] - last)
+        per["end of the round"].append(end - last)
         per["of which the closing ping"].append(sum(t1 - t0 for lab, t0, t1 in marks
-                                                    if lab == "federation.ping_all" and last <= t0 <= fr[0][1]))
-        per["driver's tail"].append(r1 - fr[0][1])
+                                                    if lab == "federation.ping_all" and last <= t0 <= end))
+        per["driver's tail"].append(r1 - end)
         for label in TAIL:  # the driver's phases in its tail
-            per[f"of which {label}"].append(sum(t1 - t0 for lab, t0, t1 in marks if lab == label and fr[0][1] <= t0 <= r1))
+            per[f"of which {label}"].append(sum(t1 - t0 for lab, t0, t1 in marks if lab == label and end <= t0 <= r1))
+        if later:
+            per["last step to the next round's first"].append(later[0] - last)
         per["step calls per client actor"].append(len(steps) / actors)
         per["client step: own work"].append(statistics.mean(s[2] - s[1] - s[3] for s in steps))
         per["client step: thread CPU of the call"].append(statistics.mean(s[4] for s in steps))
@@ -216,7 +235,7 @@ def main() -> None:
     parts = anatomy(spans, marks)
     wall = statistics.median(r["wall_time_s"] for r in rows[2:-1]) * 1000
     per_round = ["round (driver)", "head", "steps", "end of the round", "of which the closing ping", "driver's tail",
-                 *(f"of which {t}" for t in TAIL)]
+                 *(f"of which {t}" for t in TAIL), "last step to the next round's first"]
     per_call = ["client step: own work", "client step: thread CPU of the call", "client step: waiting for the server",
                 "server step: own work", "server step: waiting for the smashed data", "client begin_round",
                 "client end_round: own work", "client end_round: waiting",

@@ -133,30 +133,36 @@ def test_channels_last_benchmark_compares_the_same_logits_and_leaves_the_hook_in
     assert all(r["ms_channels_last"] > 0 and r["ms_as_they_come"] > 0 for r in rows)
 
 
-def test_round_anatomy_splits_a_round_into_head_steps_end_and_tail_and_each_call_into_work_and_waiting():
+@pytest.mark.parametrize("ahead", [0.0, 0.015], ids=["in_its_turn", "run_ahead"])
+def test_round_anatomy_splits_a_round_into_head_steps_end_and_tail_and_each_call_into_work_and_waiting(ahead):
+    """``ahead``: each round submitted that much before the driver's turn to it, behind the
+    round before's aggregation (``--run-ahead``): its calls still count as its own."""
     from round_anatomy import anatomy
 
     spans, marks = [], []
     for r in range(5):  # rounds of 100 ms: the measured ones are rounds 2 and 3 (skip 2, not the last)
         t = r * 0.1
-        marks += [("rounds.run_round", t, t + 0.1), ("Federation.run_round", t + 0.001, t + 0.08),
+        marks += [("rounds.run_round", t, t + 0.1), ("Federation.submit_round", t - ahead, t - ahead + 0.003),
+                  ("Federation.collect_round", t + 0.003, t + 0.08),
                   ("federation.ping_all", t + 0.077, t + 0.079), ("Federation.aggregate", t + 0.081, t + 0.09),
                   ("rounds.finish_row", t + 0.095, t + 0.096)]
+        c = t - ahead  # the round's calls
         for actor in range(2):
-            spans.append(("ClientActor.begin_round", t + 0.005, t + 0.007, 0.0, 0.002))
+            spans.append(("ClientActor.begin_round", c + 0.005, c + 0.007, 0.0, 0.002))
             for s in range(3):  # three steps of 15 ms, 4 ms of each waiting for the server
-                s0 = t + 0.010 + s * 0.015
+                s0 = c + 0.010 + s * 0.015
                 spans.append(("ClientActor.step", s0, s0 + 0.015, 0.004, 0.010))
-            spans.append(("ClientActor.end_round", t + 0.055, t + 0.075, 0.005, 0.012))
-        spans.append(("ServerActor.step", t + 0.011, t + 0.021, 0.007, 0.003))
-        spans.append(("FedActor.evaluate", t + 0.020, t + 0.060, 0.0, 0.030))  # the round before's, overlapped
+            spans.append(("ClientActor.end_round", c + 0.055, c + 0.075, 0.005, 0.012))
+        spans.append(("ServerActor.step", c + 0.011, c + 0.021, 0.007, 0.003))
+        spans.append(("FedActor.evaluate", c + 0.020, c + 0.060, 0.0, 0.030))  # the round before's, overlapped
     parts = anatomy(spans, marks)
-    expect = {"round (driver)": 100, "head": 10, "steps": 45, "end of the round": 25, "driver's tail": 20,
+    expect = {"round (driver)": 100, "head": 10, "steps": 45, "end of the round": 25 + ahead * 1000, "driver's tail": 20,
               "step calls per client actor": 3, "client step: own work": 11, "client step: waiting for the server": 4,
               "client step: thread CPU of the call": 10, "server step: own work": 3,
               "server step: waiting for the smashed data": 7, "client begin_round": 2,
               "client end_round: own work": 15, "client end_round: waiting": 5, "of which the closing ping": 2,
               "of which Federation.aggregate": 9, "of which Federation.snapshot_at": 0,
               "of which Federation.confirm_snapshot": 0, "of which rounds.finish_row": 1,
-              "fed server evaluate: own work": 40, "fed server evaluate: waiting": 0, "fed server evaluate: thread CPU": 30}
+              "fed server evaluate: own work": 40, "fed server evaluate: waiting": 0, "fed server evaluate: thread CPU": 30,
+              "last step to the next round's first": 55}
     assert parts == pytest.approx(expect, abs=1e-6)

@@ -188,13 +188,13 @@ def submit_ahead(exp: Experiment, fed: Federation, rnd: int, flight: RoundInFlig
     (``aggregation``: its ref, not yet answered) and the snapshot of its end, so that the
     next round's first calls wait on no answer of the driver's (``--run-ahead``). The fed
     server runs its calls in order, so round ``rnd + 1``'s dispatch sees the aggregated model;
-    a server's calls wait for the aggregation where it hands the servers their merged state
-    (:meth:`Federation.submit_round`'s ``after``). With ``defer`` the round's evaluation goes
+    a server's calls wait for the aggregation where it may hand the servers their merged state
+    (``Aggregator.hands_servers_state``; :meth:`Federation.submit_round`'s ``after``). With ``defer`` the round's evaluation goes
     behind the next round's dispatch, as :meth:`Federation.defer_evaluation` would have it. The
     planner's records of round ``rnd`` stay for its row; those of planning ``rnd + 1`` wait
     in the :class:`Ahead` for that round's."""
     planner = exp.planner
-    after = aggregation if flight.sync and fed.servers else None
+    after = aggregation if flight.sync and fed.servers and exp.spec.aggregator.hands_servers_state() else None
     fed.snapshot_at(rnd, after=after)
     if defer:
         fed.defer_evaluation(rnd)

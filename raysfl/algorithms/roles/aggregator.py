@@ -85,6 +85,14 @@ class Aggregator(Recorder):
                 and not cls.keeps_updates and not cls.late_updates)
 
     @classmethod
+    def hands_servers_state(cls) -> bool:
+        """Whether its :meth:`aggregate` may return a state every server adopts (FLEX-SFL's w_e,
+        SuperSFL's super-network): any but the base's FedAvg and :class:`OwnModels`', which
+        return None. A round submitted behind the aggregation (``--run-ahead``) holds the
+        servers' first calls until it is done where it may."""
+        return cls.aggregate not in (Aggregator.aggregate, OwnModels.aggregate)
+
+    @classmethod
     def update_weight(cls, u: ClientUpdate) -> float:
         """An update's weight in :meth:`average`'s FedAvg: its samples (or ``--aggregation-weights``);
         client actors that sum updates weight them with it too."""
