@@ -55,7 +55,7 @@ def resource_settings(ap: argparse.ArgumentParser, given: list[str]) -> dict:
 
 
 def phase_label(module: str, owner: str | None, name: str) -> str:
-    """A phase's name in the tables: ``Federation.run_round``, ``rounds.finish_row``."""
+    """A phase's name in the tables: ``Federation.collect_round``, ``rounds.finish_row``."""
     return f"{owner or module.rsplit('.', 1)[1]}.{name}"
 
 

@@ -532,8 +532,8 @@ def test_actor_lost_between_end_round_and_checkpoint_loses_nothing(quick, clean_
     def _round_of(name, args):
         if name == "aggregate":
             return args[1].rnd
-        if name == "run_round":
-            return args[1]
+        if name == "collect_round":  # a round's second half, whether it was submitted in its turn or ahead
+            return args[1].flight.rnd
         if name == "snapshot_at":
             return args[1]
         if name == "confirm_snapshot":
@@ -546,7 +546,7 @@ def test_actor_lost_between_end_round_and_checkpoint_loses_nothing(quick, clean_
 
     wrap(Federation, "snapshot_at", "none")  # remembers the federation
     if moment == "after_end_round":  # the round's calls are done, before the aggregation
-        wrap(Federation, "run_round", "after")
+        wrap(Federation, "collect_round", "after")
     elif moment == "after_evaluate":
         wrap(Federation, "aggregate", "after")
     elif moment == "during_get_state":

@@ -145,3 +145,67 @@ def test_an_unknown_run_ahead_is_refused_in_one_line():
 
     with pytest.raises(ConfigError, match=r"unknown resources.run_ahead 'early'; allowed: on, off"):
         validate(raysfl.config_from_kwargs(algo="psl", resources={"run_ahead": "early"}))
+
+
+def fail_once_at_round_2(monkeypatch, where: str) -> list:
+    """Round 2 fails once per run, as when the fed server is lost: in its aggregation (after
+    the fed server aggregated, before the driver reads the answer) or in its snapshot's
+    confirmation. Returns the list the failures are noted in (one entry per run)."""
+    failed: list = []
+    done: set = set()
+
+    def once(fed) -> bool:
+        if id(fed) in done:
+            return False
+        done.add(id(fed))
+        failed.append(2)
+        return True
+
+    if where == "aggregate":
+        aggregate = federation.Federation.aggregate
+
+        def lost_answer(self, flight, *args, **kw):
+            out = aggregate(self, flight, *args, **kw)
+            if flight.rnd == 2 and once(self):
+                self._clean = False
+                raise federation.FedServerLost("the aggregation's answer lost (test)")
+            return out
+
+        monkeypatch.setattr(federation.Federation, "aggregate", lost_answer)
+    else:
+        confirm = federation.Federation.confirm_snapshot
+
+        def not_confirmed(self):  # the stamps name another incarnation of the fed server than the one expected
+            if self._snap_refs is not None and self._snap_round_pending == 2 and once(self):
+                expected, self.incarnations[-1] = self.incarnations[-1], "a restarted fed server (test)"
+                try:
+                    return confirm(self)
+                finally:
+                    self.incarnations[-1] = expected
+            return confirm(self)
+
+        monkeypatch.setattr(federation.Federation, "confirm_snapshot", not_confirmed)
+    return failed
+
+
+@pytest.mark.parametrize("where", ["aggregate", "confirm"])
+def test_a_failed_round_goes_back_to_the_snapshot_before_it_fetched_or_not(where, tmp_path, ray_session, watched,
+                                                                          monkeypatch):
+    """No checkpoints, so nothing fetched the snapshots (on one node they are refs, fetched only
+    when needed): round 2 failing after its own snapshot was asked for -- behind its
+    aggregation, with round 3 gone ahead, or after it -- goes back to round 1's, as a run that
+    fetched round 1's (``--snapshot-refs off``) and one that does not run ahead do."""
+    failed = fail_once_at_round_2(monkeypatch, where)
+    runs = {}
+    for name, refs, ahead in (("refs", "on", "on"), ("values", "off", "on"), ("in_turn", "on", "off")):
+        cfg = raysfl.config_from_kwargs(
+            algo="psl", clients=4, local_steps=2, rounds=3, batch_size=16, seed=1, checkpoint_every=0, progress=False,
+            out=str(tmp_path / name), resources={"client_actors": 2, "eval_overlap": "on", "snapshot_refs": refs,
+                                                 "run_ahead": ahead})
+        runs[name] = raysfl.run(cfg)
+        assert failed == [2] * len(runs)
+    assert 3 in watched["ahead"]
+    for res in runs.values():
+        assert [r["round"] for r in res.metrics] == [1, 2, 3] and res.metrics[1]["retries"] == 1
+    same_run(runs["refs"], runs["in_turn"])
+    same_run(runs["values"], runs["in_turn"])

@@ -270,6 +270,7 @@ class Federation:
         self._first = list(self.incarnations)  # an actor Ray restarted during the run is not pooled
         self._snap: dict | None = None  # the state to go back to after a failure: values ...
         self._snap_refs: dict | None = None  # ... or the refs of a snapshot not fetched yet (snapshot_at)
+        self._before: tuple | None = None  # (refs, round) of the snapshot before one not yet confirmed
         self.snapshot_round: int | None = None  # the round the snapshot is the end of (0: the start)
         self._clean = False  # the last round saw no death, restart or straggler: the next needs no ping
         self.died: set[int] = set()  # client actors that died last round (restarting now)
@@ -377,6 +378,7 @@ class Federation:
         ``after``: the round's aggregation, asked for and not yet answered (``--run-ahead``): the
         servers' states wait for it, since it hands them their merged state."""
         self.checkpoints_written()
+        self._before = (self._snap_refs, self._snap_round_pending if self._snap_refs is not None else None)
         calls = [self.fed.stamped_state.options(num_returns=2).remote()]
         calls += [a.stamped_state.options(num_returns=2).remote(*[after] * (after is not None)) for a in self.servers]
         self._snap_refs = {"stamps": [stamp for stamp, _ in calls], "fed": calls[0][1],
@@ -408,8 +410,23 @@ class Federation:
             lost = [n for n, st, inc in zip(names, stamps, expected) if st["incarnation"] != inc or not st["serving"]]
             what = f"the {', '.join(lost)} restarted" if lost else ""
         if what:
-            self._snap_refs, self._clean = None, False
-            raise FedServerLost(f"{what} before giving round {self._snap_round_pending}'s state")
+            rnd = self._snap_round_pending
+            self.drop_unconfirmed()
+            self._clean = False
+            raise FedServerLost(f"{what} before giving round {rnd}'s state")
+        self._before = None
+
+    def drop_unconfirmed(self) -> None:
+        """The snapshot asked for last, not confirmed (its round failed): the one before it is
+        the state to go back to again -- its refs, where it was not fetched (on one node it is
+        fetched only when needed), else the values fetched. Once a snapshot is confirmed, the
+        one before is let go."""
+        if self._before is not None:
+            refs, rnd = self._before
+            self._before = None
+            self._snap_refs = refs
+            if refs is not None:
+                self._snap_round_pending = rnd
 
     @property
     def snapshot(self) -> dict | None:
@@ -438,7 +455,7 @@ class Federation:
 
     @snapshot.setter
     def snapshot(self, state: dict | None) -> None:
-        self._snap, self._snap_refs = state, None
+        self._snap, self._snap_refs, self._before = state, None, None
 
     def recover(self) -> dict[str, int]:
         """Before a round: find actors Ray restarted, set them up again and put servers / the fed

@@ -218,6 +218,17 @@ def put_back(planner: Planner, records: tuple) -> None:
             planner.record(name, value, client=client)
 
 
+def undo_ahead(exp: Experiment, fed: Federation) -> None:
+    """The round failed after the next one was submitted behind its aggregation: the next round
+    never happened (its calls are waited for, unread: :meth:`Federation.abandon`), and the
+    round's snapshot, asked for with it and not confirmed, is dropped for the one before
+    (:meth:`Federation.drop_unconfirmed`), which the rollback then loads."""
+    if exp.ahead is not None:
+        ahead, exp.ahead = exp.ahead, None
+        fed.abandon(ahead.submitted)
+        fed.drop_unconfirmed()
+
+
 def drop_ahead(exp: Experiment, fed: Federation) -> None:
     """A callback stopped the run at the round before the one submitted ahead: that round never
     happened. Its calls are waited for and the servers and the fed server go back to the
@@ -292,9 +303,7 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
                 fed.defer_evaluation(rnd)      # of the state before it (submitted ahead: asked behind its dispatch)
             break
         except FedServerLost as e:
-            if exp.ahead is not None:  # the next round, submitted behind this one's aggregation: it never happened
-                fed.abandon(exp.ahead.submitted)
-                exp.ahead = None
+            undo_ahead(exp, fed)
             if attempt == cfg.max_round_retries:
                 settle_on_the_way_out(exp, fed)
                 done = exp.logger.rows[-1]["round"] if exp.logger.rows else 0
