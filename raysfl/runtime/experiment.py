@@ -528,6 +528,8 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
             settle_pending(exp, fed)  # none: the last round is evaluated at once
             ok = True
         except KeyboardInterrupt:  # SIGINT or SIGTERM (runtime/interrupts.py): keep the rounds that finished
+            if exp.ahead is not None:  # cut short between asking for its round's snapshot and confirming it
+                fed.drop_unconfirmed()  # (--run-ahead): the snapshot before is the one a checkpoint may take
             settle_on_the_way_out(exp, fed)
             checkpoint_finished(exp, fed)
             raise
