@@ -118,7 +118,7 @@ class ResourceConfig:
     run_ahead: str = "on"  # on: where nothing can go wrong between two rounds (no faults injected, no deadlines,
                            # the round ended clean, a run not stepped by a search), the next round's calls are
                            # submitted right behind this round's aggregation and snapshot, before their answers
-                           # (ours; runtime/rounds.py; the same rows but for wall_time_s); off: after them
+                           # (ours; runtime/run_ahead.py; the same rows but for wall_time_s); off: after them
     own_state_memory_mb: int = 256  # the clients' kept states (PSL's own models, ...) the fed server holds in
                                     # memory; older ones wait in files of its node (ours)
     num_cpus: int | None = None  # local Ray cluster size; default: what the actors need

@@ -11,7 +11,7 @@ import pytest
 import raysfl
 from raysfl import checkpoint
 from raysfl.metrics import read_rows
-from raysfl.runtime import federation, rounds
+from raysfl.runtime import federation, run_ahead
 
 from checkpoint_arrays import checkpoint_arrays
 
@@ -22,13 +22,13 @@ CASES = {"psl": dict(algo="psl", clients=4, local_steps=2, eval_overlap="on"),
          "flex_sfl": dict(algo="flex_sfl", clients=6, local_steps=1, eval_overlap="off")}
 
 
-def config(tmp_path, name: str, run_ahead: str, **kw):
+def config(tmp_path, name: str, mode: str, **kw):
     case = dict(CASES[name])
     overlap = case.pop("eval_overlap")
     return raysfl.config_from_kwargs(
         rounds=3, batch_size=16, seed=1, checkpoint_every=1, keep_checkpoints=0, progress=False,
-        out=str(tmp_path / f"{name}-{run_ahead}"), **case, **kw,
-        resources={"client_actors": 2, "eval_overlap": overlap, "run_ahead": run_ahead})
+        out=str(tmp_path / f"{name}-{mode}"), **case, **kw,
+        resources={"client_actors": 2, "eval_overlap": overlap, "run_ahead": mode})
 
 
 def same_run(a, b) -> None:
@@ -52,7 +52,7 @@ def watched(monkeypatch):
     """Counts the rounds submitted ahead, and whether the servers' first calls waited for the
     aggregation before them."""
     seen = {"ahead": [], "after": []}
-    submit_ahead, submit_round = rounds.submit_ahead, federation.Federation.submit_round
+    submit_ahead, submit_round = run_ahead.submit_ahead, federation.Federation.submit_round
 
     def counting(exp, fed, rnd, *args):
         seen["ahead"].append(rnd + 1)
@@ -63,7 +63,7 @@ def watched(monkeypatch):
             seen["after"].append(rnd)
         return submit_round(self, rnd, *args, after=after, **kw)
 
-    monkeypatch.setattr(rounds, "submit_ahead", counting)
+    monkeypatch.setattr(run_ahead, "submit_ahead", counting)
     monkeypatch.setattr(federation.Federation, "submit_round", noting)
     return seen
 

@@ -479,7 +479,8 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
     import ray
 
     from raysfl.runtime.federation import Federation, FedServerLost
-    from raysfl.runtime.rounds import drop_ahead, resume_hint, run_round, settle_on_the_way_out, settle_pending
+    from raysfl.runtime.rounds import resume_hint, run_round, settle_on_the_way_out, settle_pending
+    from raysfl.runtime.run_ahead import drop_ahead
 
     planner = exp.planner
     cfg = exp.cfg = launch.cfg

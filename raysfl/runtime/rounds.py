@@ -5,6 +5,9 @@ keep the state to roll back to, checkpoint.
 With ``--eval-overlap on`` (the default, ours) a round's evaluation runs on the fed server while
 the next round trains: its rows wait (:class:`PendingRow`) and are logged, checkpointed and
 shown to the callbacks once that training is in, before its aggregation (:func:`settle_pending`).
+With ``--run-ahead on`` (the default, ours) the next round is planned and submitted behind this
+round's aggregation (:mod:`raysfl.runtime.run_ahead`); a round is planned by
+:func:`raysfl.runtime.round_plan.plan_for` either way.
 
 :class:`Experiment` holds what every round of a run needs; :func:`run_round` runs one;
 :func:`round_metrics` turns a round's per-client statistics into the rows of
@@ -24,12 +27,12 @@ from pathlib import Path
 from raysfl import checkpoint, own_state_files
 from raysfl.algorithms.roles import FederationContext, Planner
 from raysfl.errors import Diverged, RunFailed
-from raysfl.faults import plan_faults, unavailable_clients
-from raysfl.runtime import interrupts
+from raysfl.runtime import interrupts, run_ahead
 from raysfl.runtime.checkpoint_writer import CheckpointWriter
 from raysfl.runtime.federation import Federation, FedServerLost, RoundInFlight, RoundResult
-from raysfl.runtime.planning import plan_round
-from raysfl.runtime.rows import EVENT_COLUMNS, TRAFFIC_COLUMNS, client_row, round_row
+from raysfl.runtime.round_plan import deadlines, plan_for, say_away
+from raysfl.runtime.run_ahead import Ahead, put_back, undo_ahead
+from raysfl.runtime.rows import TRAFFIC_COLUMNS, client_row, round_row
 from raysfl.simclock import compute_time
 from raysfl.transport import ClientRoundStats
 
@@ -88,158 +91,6 @@ class PendingRow:
     thin: tuple | None  # (res, included, selected, events) for the warning of a thin round, or None
 
 
-def say_away(rnd: int, fed: Federation, was: set[int], num_clients: int) -> None:
-    """One line when client actors go away (Ray cannot place them again: a node lost, no room
-    left) and one when they are back, not one per round in between."""
-    def clients_of(actors):
-        return ", ".join(str(c) for c in range(num_clients) if fed.actor_of(c) in actors)
-
-    gone, back = fed.away - was, was - fed.away
-    if gone:
-        print(f"raysfl: warning: round {rnd}: client actor(s) {', '.join(map(str, sorted(gone)))} not placed again "
-              f"(no node with room for them); their clients {clients_of(gone)} sit rounds out until Ray places them",
-              file=sys.stderr, flush=True)
-    if back:
-        print(f"raysfl: note: round {rnd}: client actor(s) {', '.join(map(str, sorted(back)))} placed again; their "
-              f"clients {clients_of(back)} train again", file=sys.stderr, flush=True)
-
-
-@dataclass
-class RoundPlan:
-    """Round ``rnd`` planned (:func:`plan_for`): its clients' plans and servers, the faults it
-    injects, and what planning it counted (``events``: EVENT_COLUMNS)."""
-
-    rnd: int
-    events: dict
-    plans: dict
-    server_of: dict
-    selected: int        # clients the algorithm selected
-    sim_delay: dict      # client -> injected delay on the simulated clock
-    real_delay: dict     # client -> ... on the real clock
-    evaluate: bool
-    kills: list
-
-
-@dataclass
-class Ahead:
-    """Round ``plan.rnd``, submitted behind the round before's aggregation (``--run-ahead``)."""
-
-    plan: RoundPlan
-    submitted: "object"  # raysfl.runtime.federation.Submitted
-    records: tuple       # what the planner recorded planning it: (round means, per-client figures)
-
-
-def plan_for(exp: Experiment, fed: Federation, rnd: int, stream_pos: dict[int, int]) -> RoundPlan:
-    """Plan round ``rnd`` from each client's position in its sample stream: first find actors
-    Ray restarted (:meth:`Federation.recover`), then select, cut and pair (the planner), then
-    the faults it injects and the servers it loses."""
-    cfg, planner, ctx = exp.cfg, exp.planner, exp.ctx
-    events = {k: 0 for k in EVENT_COLUMNS}
-    was_away = set(fed.away)
-    events["restarts"] += fed.recover()["restarts"]
-    say_away(rnd, fed, was_away, ctx.num_clients)
-    churn = unavailable_clients(exp.faults, rnd, cfg.seed, ctx.num_clients)  # churn: selection skips them
-    # client actors Ray has not placed again (a node lost, no room left): their clients sit out
-    unavailable = churn | {c for c in range(ctx.num_clients) if fed.actor_of(c) in fed.away}
-    events["unavailable_clients"] = len(unavailable)
-    plans, server_of = plan_round(cfg, planner, rnd, ctx, stream_pos, unavailable)
-    selected = len(plans)
-    if not selected and unavailable:
-        why = " and ".join(w for w, n in (("unavailable:client faults", churn), ("client actors not placed",
-                                                                               fed.away)) if n)
-        print(f"raysfl: warning: round {rnd}: no client can join ({len(unavailable)} of {ctx.num_clients} "
-              f"unavailable: {why}); the round trains nobody and leaves the model as it was",
-              file=sys.stderr, flush=True)
-    rf = plan_faults(exp.faults, rnd, cfg.seed, sorted(plans), fed.num_actors, len(fed.servers))
-    down_servers = set(rf.down_servers) | set(planner.servers_down(rnd))
-    down = [c for c in plans if server_of.get(c) in down_servers]
-    if down:  # their server is unavailable this round: the algorithm decides (default: sit out)
-        keep = set(planner.on_server_down(rnd, down))
-        events["skipped"] += len(down) - len(keep)
-        plans = {c: p for c, p in plans.items() if c not in down or c in keep}
-        for c in keep:
-            plans[c].local = True  # trains without its server (the client role's fallback)
-    real_delay = {c: secs for c, (secs, clock) in rf.delays.items() if clock == "real" and c in plans}
-    for c, secs in real_delay.items():
-        plans[c].delay_s = secs
-    sim_delay = {c: secs for c, (secs, clock) in rf.delays.items() if clock == "sim"}
-    return RoundPlan(rnd, events, plans, server_of, selected, sim_delay, real_delay, exp.evaluates(rnd), rf.kills)
-
-
-def runs_ahead(exp: Experiment, fed: Federation, rnd: int, snapshot: bool, aggregated: list[int]) -> bool:
-    """Whether round ``rnd + 1`` is submitted behind round ``rnd``'s aggregation (``--run-ahead``,
-    ours): where nothing can go wrong between the two rounds that would change round ``rnd + 1``
-    -- no faults injected, no deadlines (no straggler, no replay, no late update carried), the
-    round ended clean (no actor died or restarted), it included someone and its state is kept
-    to go back to (a snapshot: with retries, the default), a callback has not stopped the run,
-    and the planner's figures of round ``rnd`` do not read what planning ``rnd + 1`` changes
-    (``Planner.plans_ahead``; FedPairing's pairs do). Anything that fails after all (the fed
-    server lost in the aggregation, the snapshot not confirmed) abandons the next round's calls
-    (:meth:`Federation.abandon`) and retries the round as before."""
-    cfg = exp.cfg
-    return (cfg.resources.run_ahead == "on" and exp.planner.plans_ahead and snapshot and rnd < cfg.rounds
-            and not exp.stopped and not exp.faults and not deadlines(cfg) and fed.ended_clean and bool(aggregated)
-            and not fed.carrying)
-
-
-def submit_ahead(exp: Experiment, fed: Federation, rnd: int, flight: RoundInFlight, plans: dict, defer: bool,
-                 aggregation) -> None:
-    """Round ``rnd + 1``'s calls, submitted right behind round ``rnd``'s aggregation
-    (``aggregation``: its ref, not yet answered) and the snapshot of its end, so that the
-    next round's first calls wait on no answer of the driver's (``--run-ahead``). The fed
-    server runs its calls in order, so round ``rnd + 1``'s dispatch sees the aggregated model;
-    a server's calls wait for the aggregation where it may hand the servers their merged state
-    (``Aggregator.hands_servers_state``; :meth:`Federation.submit_round`'s ``after``). With ``defer`` the round's evaluation goes
-    behind the next round's dispatch, as :meth:`Federation.defer_evaluation` would have it. The
-    planner's records of round ``rnd`` stay for its row; those of planning ``rnd + 1`` wait
-    in the :class:`Ahead` for that round's."""
-    planner = exp.planner
-    after = aggregation if flight.sync and fed.servers and exp.spec.aggregator.hands_servers_state() else None
-    fed.snapshot_at(rnd, after=after)
-    if defer:
-        fed.defer_evaluation(rnd)
-    stream_pos = {**exp.counters["stream_pos"], **{c: p.stream_pos + p.samples for c, p in plans.items()}}
-    this_round = planner.take_records(), planner.take_client_records()
-    plan = plan_for(exp, fed, rnd + 1, stream_pos)
-    submitted = fed.submit_round(rnd + 1, plan.plans, plan.server_of, plan.kills, after=after)
-    records = planner.take_records(), planner.take_client_records()  # planning and submitting (sync_servers)
-    put_back(planner, this_round)
-    exp.ahead = Ahead(plan, submitted, records)
-
-
-def put_back(planner: Planner, records: tuple) -> None:
-    """Round means and per-client figures taken from the planner (``take_records``,
-    ``take_client_records``), recorded again: the round means come out the same."""
-    means, per_client = records
-    for name, value in means.items():
-        planner.record(name, value)
-    for client, figures in per_client.items():
-        for name, value in figures.items():
-            planner.record(name, value, client=client)
-
-
-def undo_ahead(exp: Experiment, fed: Federation) -> None:
-    """The round failed after the next one was submitted behind its aggregation: the next round
-    never happened (its calls are waited for, unread: :meth:`Federation.abandon`), and the
-    round's snapshot, asked for with it and not confirmed, is dropped for the one before
-    (:meth:`Federation.drop_unconfirmed`), which the rollback then loads."""
-    if exp.ahead is not None:
-        ahead, exp.ahead = exp.ahead, None
-        fed.abandon(ahead.submitted)
-        fed.drop_unconfirmed()
-
-
-def drop_ahead(exp: Experiment, fed: Federation) -> None:
-    """A callback stopped the run at the round before the one submitted ahead: that round never
-    happened. Its calls are waited for and the servers and the fed server go back to the
-    snapshot of the round the run stopped at, as :func:`run_round` does for a stop it sees a
-    round late (``--eval-overlap``)."""
-    if exp.ahead is not None:
-        ahead, exp.ahead = exp.ahead, None
-        fed.collect_round(ahead.submitted)
-        fed.restore()
-
-
 def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
     """Plan, run (surviving faults), log and checkpoint round ``rnd``.
 
@@ -289,9 +140,9 @@ def run_round(exp: Experiment, fed: Federation, rnd: int) -> None:
             # (a callback that stops the run here undoes that training) and the run goes on after it
             defer = bool(evaluate and snapshot and rnd < cfg.rounds and cfg.resources.eval_overlap == "on")
             then = None
-            if runs_ahead(exp, fed, rnd, snapshot, aggregated):  # the next round goes behind the aggregation
+            if run_ahead.runs_ahead(exp, fed, rnd, snapshot, aggregated):  # the next round goes behind the aggregation
                 def then(aggregation):
-                    submit_ahead(exp, fed, rnd, flight, plans, defer, aggregation)
+                    run_ahead.submit_ahead(exp, fed, rnd, flight, plans, defer, aggregation)
             result = aggregate_round(exp, fed, flight, aggregated, evaluate, defer, then=then)
             defer = defer and result is None  # a round that included nobody was evaluated at once
             events["late_applied"] = fed.late_applied
@@ -456,12 +307,6 @@ def prune_checkpoints(exp: Experiment, rows: list[dict]) -> None:
     best = (checkpoint.best_round(rows, checkpoint.rounds_saved(exp.run_dir))
             if exp.cfg.keep_best else None)
     checkpoint.prune(exp.run_dir, exp.cfg.keep_checkpoints, best)
-
-
-def deadlines(cfg) -> bool:
-    """Whether any deadline is set (then the round's start state is kept: a round that includes
-    nobody goes back to it, and a simulated-clock replay starts from it)."""
-    return bool(cfg.round_deadline_s or cfg.step_deadline_s or cfg.sim_deadline_s is not None)
 
 
 def resume_hint(exp: Experiment, flags: str = "") -> str:
