@@ -2,22 +2,19 @@
 then the planner's selection, cuts and pairing for the clients that can join, then the faults
 the round injects and the servers it loses -- what :func:`raysfl.runtime.rounds.run_round`
 runs, in its own turn or submitted behind the round before's aggregation
-(:mod:`raysfl.runtime.run_ahead`).
+(:mod:`raysfl.runtime.run_ahead`). ``exp`` is the run being driven
+(:class:`raysfl.runtime.rounds.Experiment`).
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from raysfl.faults import plan_faults, unavailable_clients
 from raysfl.runtime.federation import Federation
 from raysfl.runtime.planning import plan_round
 from raysfl.runtime.rows import EVENT_COLUMNS
-
-if TYPE_CHECKING:  # the run being driven (rounds.py, which imports this module)
-    from raysfl.runtime.rounds import Experiment
 
 
 @dataclass
@@ -52,7 +49,7 @@ def say_away(rnd: int, fed: Federation, was: set[int], num_clients: int) -> None
               f"clients {clients_of(back)} train again", file=sys.stderr, flush=True)
 
 
-def plan_for(exp: Experiment, fed: Federation, rnd: int, stream_pos: dict[int, int]) -> RoundPlan:
+def plan_for(exp: "Experiment", fed: Federation, rnd: int, stream_pos: dict[int, int]) -> RoundPlan:
     """Plan round ``rnd`` from each client's position in its sample stream: first find actors
     Ray restarted (:meth:`Federation.recover`), then select, cut and pair (the planner), then
     the faults it injects and the servers it loses."""

@@ -4,19 +4,16 @@ default): where nothing can go wrong between two rounds that would change the ne
 and before its answer is waited for (:func:`submit_ahead`), so that its first calls wait on no
 answer of the driver's; a round that fails after all abandons it (:func:`undo_ahead`), a
 callback that stops the run undoes it (:func:`drop_ahead`). docs/architecture.md, step 7.
+``exp`` is the run being driven (:class:`raysfl.runtime.rounds.Experiment`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from raysfl.algorithms.roles import Planner
 from raysfl.runtime.federation import Federation, RoundInFlight, Submitted
 from raysfl.runtime.round_plan import RoundPlan, deadlines, plan_for
-
-if TYPE_CHECKING:  # the run being driven (rounds.py, which imports this module)
-    from raysfl.runtime.rounds import Experiment
 
 
 @dataclass
@@ -28,7 +25,7 @@ class Ahead:
     records: tuple       # what the planner recorded planning it: (round means, per-client figures)
 
 
-def runs_ahead(exp: Experiment, fed: Federation, rnd: int, snapshot: bool, aggregated: list[int]) -> bool:
+def runs_ahead(exp: "Experiment", fed: Federation, rnd: int, snapshot: bool, aggregated: list[int]) -> bool:
     """Whether round ``rnd + 1`` is submitted behind round ``rnd``'s aggregation (``--run-ahead``,
     ours): where nothing can go wrong between the two rounds that would change round ``rnd + 1``
     -- no faults injected, no deadlines (no straggler, no replay, no late update carried), the
@@ -44,7 +41,7 @@ def runs_ahead(exp: Experiment, fed: Federation, rnd: int, snapshot: bool, aggre
             and not fed.carrying)
 
 
-def submit_ahead(exp: Experiment, fed: Federation, rnd: int, flight: RoundInFlight, plans: dict, defer: bool,
+def submit_ahead(exp: "Experiment", fed: Federation, rnd: int, flight: RoundInFlight, plans: dict, defer: bool,
                  aggregation) -> None:
     """Round ``rnd + 1``'s calls, submitted right behind round ``rnd``'s aggregation
     (``aggregation``: its ref, not yet answered) and the snapshot of its end, so that the
@@ -80,7 +77,7 @@ def put_back(planner: Planner, records: tuple) -> None:
             planner.record(name, value, client=client)
 
 
-def undo_ahead(exp: Experiment, fed: Federation) -> None:
+def undo_ahead(exp: "Experiment", fed: Federation) -> None:
     """The round failed after the next one was submitted behind its aggregation: the next round
     never happened (its calls are waited for, unread: :meth:`Federation.abandon`), and the
     round's snapshot, asked for with it and not confirmed, is dropped for the one before
@@ -91,7 +88,7 @@ def undo_ahead(exp: Experiment, fed: Federation) -> None:
         fed.drop_unconfirmed()
 
 
-def drop_ahead(exp: Experiment, fed: Federation) -> None:
+def drop_ahead(exp: "Experiment", fed: Federation) -> None:
     """A callback stopped the run at the round before the one submitted ahead: that round never
     happened. Its calls are waited for and the servers and the fed server go back to the
     snapshot of the round the run stopped at, as :func:`run_round` does for a stop it sees a
