@@ -380,7 +380,7 @@ class Federation:
         self.checkpoints_written()
         self._before = (self._snap_refs, self._snap_round_pending if self._snap_refs is not None else None)
         calls = [self.fed.stamped_state.options(num_returns=2).remote()]
-        calls += [a.stamped_state.options(num_returns=2).remote(*[after] * (after is not None)) for a in self.servers]
+        calls += [a.stamped_state.options(num_returns=2).remote(after) for a in self.servers]
         self._snap_refs = {"stamps": [stamp for stamp, _ in calls], "fed": calls[0][1],
                            "servers": [state for _, state in calls[1:]]}
         self._snap_round_pending = rnd
@@ -674,8 +674,7 @@ class Federation:
             mine = {c: p for c, p in plans.items() if server_of[c] == j and not p.local}
             w.aux.append(srv.begin_round.remote(
                 {c: p.cut for c, p in mine.items()}, self.cfg.server_lr_at(rnd), deadline, rnd,
-                {c: (self.actor_of(c), p.steps) for c, p in mine.items()}, window,
-                **({"after": after} if after is not None else {})))
+                {c: (self.actor_of(c), p.steps) for c, p in mine.items()}, window, after))
         stats_refs, stats_actor, markers = [], [], []
         # updates summed by server: the driver's verdict drops a dead server's clients together (rounds.classify)
         sum_by = ({c: -1 if p.local else server_of.get(c, -1) for c, p in plans.items()}
