@@ -152,12 +152,11 @@ def fail_once_at_round_2(monkeypatch, where: str) -> list:
     the fed server aggregated, before the driver reads the answer) or in its snapshot's
     confirmation. Returns the list the failures are noted in (one entry per run)."""
     failed: list = []
-    done: set = set()
 
-    def once(fed) -> bool:
-        if id(fed) in done:
+    def once(fed) -> bool:  # marked on the run's federation (an id() could be a finished run's, reused)
+        if getattr(fed, "_failed_in_test", False):
             return False
-        done.add(id(fed))
+        fed._failed_in_test = True
         failed.append(2)
         return True
 
