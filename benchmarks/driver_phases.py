@@ -29,7 +29,7 @@ from sweep import machine, run
 # (module, object, attribute): the driver's phases of a round, in the order they run
 PHASES = [
     ("raysfl.runtime.rounds", None, "run_round"),
-    ("raysfl.runtime.rounds", None, "plan_round"),
+    ("raysfl.runtime.round_plan", None, "plan_round"),
     ("raysfl.runtime.federation", "Federation", "submit_round"),
     ("raysfl.runtime.federation", "Federation", "collect_round"),
     ("raysfl.runtime.federation", None, "ping_all"),

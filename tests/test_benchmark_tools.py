@@ -133,6 +133,20 @@ def test_channels_last_benchmark_compares_the_same_logits_and_leaves_the_hook_in
     assert all(r["ms_channels_last"] > 0 and r["ms_as_they_come"] > 0 for r in rows)
 
 
+def test_driver_phases_name_functions_the_runtime_has():
+    """Every phase benchmarks/driver_phases.py (and round_anatomy.py through it) wraps names a
+    function the runtime still has: a function moved to another module fails here, not in the
+    benchmark's run (``rounds.plan_round`` moved to ``round_plan`` did)."""
+    import importlib
+
+    from driver_phases import PHASES
+
+    missing = [f"{module}.{owner + '.' if owner else ''}{name}" for module, owner, name in PHASES
+               if not callable(getattr(getattr(importlib.import_module(module), owner) if owner
+                                       else importlib.import_module(module), name, None))]
+    assert missing == []
+
+
 @pytest.mark.parametrize("ahead", [0.0, 0.015], ids=["in_its_turn", "run_ahead"])
 def test_round_anatomy_splits_a_round_into_head_steps_end_and_tail_and_each_call_into_work_and_waiting(ahead):
     """``ahead``: each round submitted that much before the driver's turn to it, behind the
