@@ -106,6 +106,54 @@ def test_rows_with_batches_of_two_sizes():
         torch.testing.assert_close(p.detach(), q.detach(), **TOL)
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+@pytest.mark.parametrize("order", [[0, 1, 2, 3], [0, 2, 1, 3]], ids=["runs", "scattered"])
+def test_batch_sizes_stepped_apart_write_their_rows_gradients_and_no_other(optimizer, order):
+    """Four clients, two batch sizes a step (each size's rows stepped through parameters of
+    their own, whose gradients go into the stacked ones' rows: ``BankGroup.step``): a run of
+    rows or scattered rows, and in step 1 client 1's gradient never comes and client 3 takes
+    no step (its row covered by no forward). Each row equals its client's own module and
+    optimiser after three steps; a row that did not step is left exactly as it was."""
+    prefix, shape = _prefix()
+    torch.manual_seed(3)
+    states = []
+    for k in range(4):
+        m = copy.deepcopy(prefix)
+        with torch.no_grad():
+            for p in m.parameters():
+                p.add_(0.05 * k * torch.randn_like(p))
+        states.append({n: p.detach().numpy().copy() for n, p in m.named_parameters()})
+    lr = 0.05 if optimizer == "sgd" else 0.01
+    members = [SimpleNamespace(client=k, part=copy.deepcopy(prefix)) for k in range(4)]
+    bank = BankGroup([members[k] for k in order], [states[k] for k in order], _cfg(optimizer=optimizer), lr, "cpu")
+    own = []
+    for st in states:
+        m = copy.deepcopy(prefix)
+        m.load_state_dict({n: torch.from_numpy(v) for n, v in st.items()})
+        own.append((m, _own_optimizer(optimizer, m.parameters(), lr)))
+    row = {c: r for r, c in enumerate(order)}
+    for stepping, answered in (([0, 1, 2], [0, 2]), ([0, 1, 2, 3], [0, 1, 2, 3]), ([0, 1, 2, 3], [0, 1, 2, 3])):
+        sizes = {0: 6, 1: 6, 2: 4, 3: 4}
+        xs = {c: torch.randn(sizes[c], *shape) for c in stepping}
+        rows = sorted(row[c] for c in stepping)
+        by_row = {row[c]: c for c in stepping}
+        acts = dict(zip(rows, bank.forward(rows, [xs[by_row[r]] for r in rows])))
+        before = {c: [p.detach().clone() for p in members[c].part.parameters()] for c in range(4) if c not in answered}
+        for c in answered:
+            g = torch.randn_like(acts[row[c]])
+            bank.receive(c, g)
+            m, opt = own[c]
+            m(xs[c]).backward(g)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        bank.step()
+        for c, was in before.items():
+            assert all(torch.equal(p, b) for p, b in zip(members[c].part.parameters(), was)), c
+        for c in range(4):
+            for p, q in zip(members[c].part.parameters(), own[c][0].parameters()):
+                torch.testing.assert_close(p.detach(), q.detach(), **TOL)
+
+
 def _batch_norm_bank(clients: int, seed: int):
     """ResNet-18's client side (BatchNorm) in a bank of ``clients`` rows, each client's running
     statistics shifted apart, and each client's own module and optimiser to compare with:

@@ -114,40 +114,48 @@ class BankGroup:
         self.forward_of = _call(template)
         self.opt = build_optimizer(list(self.params.values()), cfg, lr)
         self.steps = [0] * len(members)  # optimiser steps each row has taken this round
-        self.pending: list[tuple[list[int], torch.Tensor]] = []  # (rows, their stacked activations)
+        # (rows, their stacked activations, None or (where their rows are, the leaves they stepped))
+        self.pending: list[tuple[list[int], torch.Tensor, tuple | None]] = []
         self.grads: dict[int, torch.Tensor] = {}  # row -> the gradient at the cut that came back
 
     def forward(self, rows: list[int], xs: list[torch.Tensor]) -> list[torch.Tensor]:
         """The activations of ``rows`` on their batches ``xs`` (one ``vmap``-ped call per batch
-        size), each kept for its gradient. Rows of one batch size that are a run of the bank's
-        rows are stepped through views of the stacked tensors; others through copies of their
-        rows (``index_select``: 7-10 % of a step at 50-500 rows, and as much again to scatter the
-        gradients back), which is why a client actor orders a group's members by their batch
-        sizes (:func:`batch_order`)."""
+        size), each kept for its gradient. Where one batch size holds every row, the stacked
+        parameters themselves are stepped. Otherwise each batch size's rows get parameters of
+        their own: views of the stacked tensors where the rows are a run, copies
+        (``index_select``) where they are not, which is why a client actor orders a group's
+        members by their batch sizes (:func:`batch_order`). Either way these are leaves of their
+        own, whose gradients :meth:`step` writes into the stacked ones' rows: through a slice or
+        an ``index_select`` of the stacked tensors, autograd would fill a zero gradient of the
+        whole stacked size per batch size and add them up (at 500 rows of the digits CNN, 100 MB
+        tensors: a quarter of a step; ``benchmarks/bank_rows.py``)."""
         from torch.func import vmap
 
         out: list[torch.Tensor | None] = [None] * len(rows)
         by_shape: dict[tuple, list[int]] = {}
         for j, x in enumerate(xs):
             by_shape.setdefault(tuple(x.shape), []).append(j)
+        whole = len(by_shape) == 1 and sorted(rows) == list(range(len(self.members)))
         for js in by_shape.values():
             js = sorted(js, key=lambda j: rows[j])
             sub = [rows[j] for j in js]
             lo, hi = sub[0], sub[0] + len(sub)
-            if sub == list(range(lo, hi)):  # a run of rows: views of the stacked tensors, updated in place
-                idx = None
-                params, buffers = ((self.params, self.buffers) if (lo, hi) == (0, len(self.members)) else
-                                   ({n: t[lo:hi] for n, t in self.params.items()},
-                                    {n: t[lo:hi] for n, t in self.buffers.items()}))
+            idx = None
+            if whole:  # every row at one batch size: the stacked tensors, updated in place
+                params, buffers, where = self.params, self.buffers, None
+            elif sub == list(range(lo, hi)):  # a run of rows: views of the stacked tensors
+                where = slice(lo, hi)
+                params = {n: t.detach()[lo:hi].requires_grad_(True) for n, t in self.params.items()}
+                buffers = {n: t[lo:hi] for n, t in self.buffers.items()}
             else:  # scattered rows: copies, their statistics written back
-                idx = torch.tensor(sub, device=next(iter(self.params.values())).device)
-                params = {n: t.index_select(0, idx) for n, t in self.params.items()}
+                idx = where = torch.tensor(sub, device=next(iter(self.params.values())).device)
+                params = {n: t.detach().index_select(0, idx).requires_grad_(True) for n, t in self.params.items()}
                 buffers = {n: t.index_select(0, idx) for n, t in self.buffers.items()}
             acts = vmap(self.forward_of)({**params, **buffers}, torch.stack([xs[j] for j in js]))
             if idx is not None:  # the rows' running statistics, updated in their copies, written back
                 for n, t in buffers.items():
                     self.buffers[n].index_copy_(0, idx, t)
-            self.pending.append((sub, acts))
+            self.pending.append((sub, acts, None if where is None else (where, params)))
             for i, j in enumerate(js):
                 out[j] = acts[i]
         return out
@@ -162,11 +170,36 @@ class BankGroup:
         pending, grads, self.pending, self.grads = self.pending, self.grads, [], {}
         if not grads:
             return
-        for rows, acts in pending:
+        written = []  # where the leaves' gradients went in the stacked ones
+        for rows, acts, leaves in pending:
             if any(r in grads for r in rows):
                 g = torch.stack([grads[r] if r in grads else torch.zeros_like(acts[0]) for r in rows])
                 backprop(acts, g)
+                if leaves is not None:
+                    written.append(self._take_grads(*leaves))
+        if written:  # rows no forward of this step covered: a zero gradient, as autograd's would be
+            covered = torch.zeros(len(self.members), dtype=torch.bool)
+            for where in written:
+                covered[where] = True
+            rest = (~covered).nonzero().flatten()
+            if len(rest):
+                for t in self.params.values():
+                    t.grad.index_fill_(0, rest.to(t.device), 0.0)
         self._step_rows(sorted(grads))
+
+    def _take_grads(self, where, leaves: dict[str, torch.Tensor]):
+        """The gradients of a batch size's leaves (:meth:`forward`) into the stacked parameters'
+        rows ``where`` (a slice or an index tensor); returns ``where``."""
+        for n, leaf in leaves.items():
+            t = self.params[n]
+            if t.grad is None:  # every row is written by a forward or zeroed by step()
+                t.grad = torch.empty_like(t)
+            grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+            if isinstance(where, slice):
+                t.grad[where] = grad
+            else:
+                t.grad.index_copy_(0, where, grad)
+        return where
 
     def _step_rows(self, rows: list[int]) -> None:
         """The optimiser's step for ``rows`` only: each row takes the step its own optimiser
