@@ -6,6 +6,7 @@ on a resume too). The algorithm's planner decides; this module turns its answers
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 
@@ -79,7 +80,7 @@ def aggregation_weight(cfg, n: int) -> float | None:
     return float(n) if cfg.aggregation_weights == "data_size" else None
 
 
-def plan_round(cfg, planner, rnd: int, ctx, stream_pos: dict[int, int],
+def plan_round(cfg, planner, rnd: int, ctx, stream_pos: Mapping[int, int],
                unavailable: set[int] = frozenset()) -> tuple[dict[int, ClientPlan], dict[int, int]]:
     """Selection, cuts, servers and step counts for round ``rnd``: ({client: plan}, {client:
     server actor index}). ``unavailable``: clients that cannot join it (churn,

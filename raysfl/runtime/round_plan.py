@@ -9,6 +9,7 @@ runs, in its own turn or submitted behind the round before's aggregation
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from raysfl.faults import plan_faults, unavailable_clients
@@ -49,7 +50,7 @@ def say_away(rnd: int, fed: Federation, was: set[int], num_clients: int) -> None
               f"clients {clients_of(back)} train again", file=sys.stderr, flush=True)
 
 
-def plan_for(exp: "Experiment", fed: Federation, rnd: int, stream_pos: dict[int, int]) -> RoundPlan:
+def plan_for(exp: "Experiment", fed: Federation, rnd: int, stream_pos: Mapping[int, int]) -> RoundPlan:
     """Plan round ``rnd`` from each client's position in its sample stream: first find actors
     Ray restarted (:meth:`Federation.recover`), then select, cut and pair (the planner), then
     the faults it injects and the servers it loses."""

@@ -9,6 +9,7 @@ callback that stops the run undoes it (:func:`drop_ahead`). docs/architecture.md
 
 from __future__ import annotations
 
+from collections import ChainMap
 from dataclasses import dataclass
 
 from raysfl.algorithms.roles import Planner
@@ -57,7 +58,8 @@ def submit_ahead(exp: "Experiment", fed: Federation, rnd: int, flight: RoundInFl
     fed.snapshot_at(rnd, after=after)
     if defer:
         fed.defer_evaluation(rnd)
-    stream_pos = {**exp.counters["stream_pos"], **{c: p.stream_pos + p.samples for c, p in plans.items()}}
+    # this round's clients' positions over the run's (a view: no copy of a population's dict a round)
+    stream_pos = ChainMap({c: p.stream_pos + p.samples for c, p in plans.items()}, exp.counters["stream_pos"])
     this_round = planner.take_records(), planner.take_client_records()
     plan = plan_for(exp, fed, rnd + 1, stream_pos)
     submitted = fed.submit_round(rnd + 1, plan.plans, plan.server_of, plan.kills, after=after)
