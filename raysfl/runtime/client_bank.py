@@ -170,26 +170,23 @@ class BankGroup:
         pending, grads, self.pending, self.grads = self.pending, self.grads, [], {}
         if not grads:
             return
-        written = []  # where the leaves' gradients went in the stacked ones
+        written: set[int] = set()  # rows whose gradients came from leaves of their own
         for rows, acts, leaves in pending:
             if any(r in grads for r in rows):
                 g = torch.stack([grads[r] if r in grads else torch.zeros_like(acts[0]) for r in rows])
                 backprop(acts, g)
                 if leaves is not None:
-                    written.append(self._take_grads(*leaves))
-        if written:  # rows no forward of this step covered: a zero gradient, as autograd's would be
-            covered = torch.zeros(len(self.members), dtype=torch.bool)
-            for where in written:
-                covered[where] = True
-            rest = (~covered).nonzero().flatten()
-            if len(rest):
-                for t in self.params.values():
-                    t.grad.index_fill_(0, rest.to(t.device), 0.0)
+                    self._take_grads(*leaves)
+                    written.update(rows)
+        rest = sorted(set(range(len(self.members))) - written) if written else []
+        if rest:  # rows no forward of this step covered: a zero gradient, as autograd's would be
+            for t in self.params.values():
+                t.grad.index_fill_(0, torch.tensor(rest, device=t.device), 0.0)
         self._step_rows(sorted(grads))
 
-    def _take_grads(self, where, leaves: dict[str, torch.Tensor]):
+    def _take_grads(self, where, leaves: dict[str, torch.Tensor]) -> None:
         """The gradients of a batch size's leaves (:meth:`forward`) into the stacked parameters'
-        rows ``where`` (a slice or an index tensor); returns ``where``."""
+        rows ``where`` (a slice or an index tensor)."""
         for n, leaf in leaves.items():
             t = self.params[n]
             if t.grad is None:  # every row is written by a forward or zeroed by step()
@@ -199,7 +196,6 @@ class BankGroup:
                 t.grad[where] = grad
             else:
                 t.grad.index_copy_(0, where, grad)
-        return where
 
     def _step_rows(self, rows: list[int]) -> None:
         """The optimiser's step for ``rows`` only: each row takes the step its own optimiser

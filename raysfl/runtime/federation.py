@@ -721,8 +721,11 @@ class Federation:
         result = flight.result
         fetch([ref for ref in crashed if ref is not None] + w.crashed)  # DEAD, as meant: fetched so Ray does not report it
         fetch(w.aux, deadline)  # re-raises a bug in begin_round & co (deaths/lateness are seen below)
-        client_out = fetch(stats_refs, deadline)
         server_out = fetch(server_stats)  # servers stop waiting at the deadline themselves
+        # the closing ping (below), asked for once the servers have ended their round, while the
+        # client actors still end theirs: its round trip is off the path to the aggregation
+        pings = [a.ping.remote() for a in self.servers + [self.fed]]
+        client_out = fetch(stats_refs, deadline)
         per_server = [m for m in fetch(server_metrics) if m]
         result.server_metrics = {k: float(np.mean([m[k] for m in per_server if k in m]))
                                  for k in sorted({k for m in per_server for k in m})}
@@ -741,7 +744,7 @@ class Federation:
                 else:
                     result.stats[st.client] = st
         # a server or fed server that Ray restarted during the round lost its state: it counts as dead
-        tail = ping_all(self.servers + [self.fed])
+        tail = ping_all(self.servers + [self.fed], pings)
         for j, inc in enumerate(tail[:-1]):
             if inc != self.incarnations[len(self.clients) + j]:
                 result.dead_servers.add(j)

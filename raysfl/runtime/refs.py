@@ -139,13 +139,14 @@ def unwrap(value):
     return ray.get(value) if isinstance(value, ray.ObjectRef) else value
 
 
-def ping_all(actors: list) -> list[str]:
+def ping_all(actors: list, sent: list | None = None) -> list[str]:
     """Incarnation ids of ``actors``: one round trip when all answer at once (the usual case),
-    otherwise :func:`ping_until_alive` for each, waiting for restarts."""
+    otherwise :func:`ping_until_alive` for each, waiting for restarts. ``sent``: their pings'
+    refs, where the caller asked for them already."""
     import ray
 
     try:
-        return ray.get([a.ping.remote() for a in actors])
+        return ray.get(sent if sent is not None else [a.ping.remote() for a in actors])
     except Exception as e:  # noqa: BLE001 - classified
         if not is_death(e):
             raise
