@@ -1,7 +1,7 @@
 """A client bank's step when a step's clients of one batch size are a run of rows (views of the
 stacked tensors) against scattered rows (copies), the bank's own code both ways.
 
-    .venv/bin/python benchmarks/bank_rows.py [--rows 5 50 500] [--repeats 15] [--threads 1]
+    .venv/bin/python benchmarks/bank_rows.py [--rows 5 50 500] [--repeats 15] [--threads 1] [--profile]
 
 At the end of an epoch a client actor's clients have batches of two sizes (digits over 100
 clients: 14 or 15 samples; over 1,000 clients: 1 or 2), and ``BankGroup.forward`` steps each
@@ -13,6 +13,8 @@ from a given cut gradient, the SGD step) of ``BankGroup`` with the digits CNN's 
 2) on ``--rows`` rows, 40 % with the larger batch, two ways: the members in that order, and the
 same members interleaved (the larger and smaller batches alternating, as ordering by client id
 may leave them); the best of ``--repeats`` after two warm-ups, each way built and timed twice, in turn.
+``--profile``: then, for the largest ``--rows``, where a step's CPU time goes by operator
+(``torch.profiler``, three steps of the runs of rows, the operators over 1 % of it).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, nargs="+", default=[5, 50, 500])
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (a client actor's: 1)")
+    ap.add_argument("--profile", action="store_true", help="the largest --rows' step by operator (torch.profiler)")
     args = ap.parse_args()
     bad = [r for r in args.rows if r not in SIZES]
     if bad:
@@ -68,7 +71,7 @@ def main() -> None:
     ds = load_dataset("digits")
     prefix = build_model("cnn", ds.input_shape, ds.num_classes, seed=0).part(0, 2)
     print(f"Command: `.venv/bin/python benchmarks/bank_rows.py --rows {' '.join(map(str, args.rows))} "
-          f"--repeats {args.repeats} --threads {args.threads}`  \nMachine: {machine()}\n")
+          f"--repeats {args.repeats} --threads {args.threads}{' --profile' if args.profile else ''}`  \nMachine: {machine()}\n")
     print("| rows | batches | runs of rows (views), ms | interleaved (copies), ms | views / copies |\n"
           "|---:|---|---:|---:|---:|")
     for rows in args.rows:
@@ -79,6 +82,27 @@ def main() -> None:
             ms[way] = min(ms.get(way, float("inf")), time_ms(fn, args.repeats, warmups=2, reduce=min))
         print(f"| {rows} | {big} and {small} | {ms['views']:.2f} | {ms['copies']:.2f} | "
               f"{ms['views'] / ms['copies']:.2f} |", flush=True)
+    if args.profile:
+        profile_step(prefix, ds.input_shape, max(args.rows))
+
+
+def profile_step(prefix, shape, rows: int) -> None:
+    """Where a bank step of ``rows`` rows (runs of rows) spends its CPU time, by operator."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn = step_of(prefix, shape, rows, *SIZES[rows], interleaved=False)
+    for _ in range(2):
+        fn()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            fn()
+    ops = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    total = sum(e.self_cpu_time_total for e in ops)
+    print(f"\n{rows} rows, three steps: {total / 3e3:.1f} ms of CPU a step\n\n| operator | share of a step's CPU time |"
+          "\n|---|---:|")
+    for e in sorted(ops, key=lambda e: -e.self_cpu_time_total):
+        if e.self_cpu_time_total / total >= 0.01:
+            print(f"| {e.key} | {100 * e.self_cpu_time_total / total:.1f} % |")
 
 
 if __name__ == "__main__":
