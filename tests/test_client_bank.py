@@ -37,6 +37,19 @@ def _prefix():
     return build_model("cnn", ds.input_shape, ds.num_classes, seed=0).part(0, 2), ds.input_shape
 
 
+def _spread_states(prefix, clients: int) -> list[dict]:
+    """``clients`` start states of ``prefix``, client k's parameters moved by 0.05 * k of a
+    normal draw (torch's global generator, seeded by the caller)."""
+    states = []
+    for k in range(clients):
+        m = copy.deepcopy(prefix)
+        with torch.no_grad():
+            for p in m.parameters():
+                p.add_(0.05 * k * torch.randn_like(p))
+        states.append({n: p.detach().numpy().copy() for n, p in m.named_parameters()})
+    return states
+
+
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
 def test_bank_steps_each_row_as_its_own_optimiser_would(optimizer):
     """Three clients with different start states, three steps with SGD (momentum, weight decay)
@@ -46,13 +59,7 @@ def test_bank_steps_each_row_as_its_own_optimiser_would(optimizer):
     (AdamW's bias correction counts each row's own steps)."""
     prefix, shape = _prefix()
     torch.manual_seed(0)
-    states = []
-    for k in range(3):
-        m = copy.deepcopy(prefix)
-        with torch.no_grad():
-            for p in m.parameters():
-                p.add_(0.05 * k * torch.randn_like(p))
-        states.append({n: p.detach().numpy().copy() for n, p in m.named_parameters()})
+    states = _spread_states(prefix, 3)
     cfg, lr = _cfg(optimizer=optimizer), 0.05 if optimizer == "sgd" else 0.01
     members = [SimpleNamespace(client=10 + k, part=copy.deepcopy(prefix)) for k in range(3)]
     bank = BankGroup(members, states, cfg, lr, "cpu")
@@ -116,13 +123,7 @@ def test_batch_sizes_stepped_apart_write_their_rows_gradients_and_no_other(optim
     optimiser after three steps; a row that did not step is left exactly as it was."""
     prefix, shape = _prefix()
     torch.manual_seed(3)
-    states = []
-    for k in range(4):
-        m = copy.deepcopy(prefix)
-        with torch.no_grad():
-            for p in m.parameters():
-                p.add_(0.05 * k * torch.randn_like(p))
-        states.append({n: p.detach().numpy().copy() for n, p in m.named_parameters()})
+    states = _spread_states(prefix, 4)
     lr = 0.05 if optimizer == "sgd" else 0.01
     members = [SimpleNamespace(client=k, part=copy.deepcopy(prefix)) for k in range(4)]
     bank = BankGroup([members[k] for k in order], [states[k] for k in order], _cfg(optimizer=optimizer), lr, "cpu")
