@@ -12,7 +12,9 @@ the gradients back. A client actor orders a group's members by their batch sizes
 from a given cut gradient, the SGD step) of ``BankGroup`` with the digits CNN's client side (cut
 2) on ``--rows`` rows, 40 % with the larger batch, two ways: the members in that order, and the
 same members interleaved (the larger and smaller batches alternating, as ordering by client id
-may leave them); the best of ``--repeats`` after two warm-ups, each way built and timed twice, in turn.
+may leave them), and for reference the same samples through one shared model (one forward,
+backward and SGD step: the work without a model per client); the best of ``--repeats`` after
+two warm-ups, each way built and timed twice, in turn.
 ``--profile``: then, for the largest ``--rows``, where a step's CPU time goes by operator
 (``torch.profiler``, three steps of the runs of rows, the operators over 1 % of it).
 """
@@ -55,6 +57,23 @@ def step_of(prefix, shape, rows: int, big: int, small: int, interleaved: bool):
     return step
 
 
+def shared_step(prefix, shape, rows: int, big: int, small: int):
+    """The same samples through ONE model: one forward, one backward, one SGD step -- what a
+    step of ``rows`` clients costs where they share their weights (the centralised loop's kind
+    of pass; not raysfl's, a reference for the bank's per-client cost)."""
+    n_big = round(0.4 * rows)
+    model = copy.deepcopy(prefix)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x = torch.randn(n_big * big + (rows - n_big) * small, *shape, generator=torch.Generator().manual_seed(0))
+
+    def step():
+        out = model(x)
+        out.backward(torch.ones_like(out))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, nargs="+", default=[5, 50, 500])
@@ -72,16 +91,17 @@ def main() -> None:
     prefix = build_model("cnn", ds.input_shape, ds.num_classes, seed=0).part(0, 2)
     print(f"Command: `.venv/bin/python benchmarks/bank_rows.py --rows {' '.join(map(str, args.rows))} "
           f"--repeats {args.repeats} --threads {args.threads}{' --profile' if args.profile else ''}`  \nMachine: {machine()}\n")
-    print("| rows | batches | runs of rows (views), ms | interleaved (copies), ms | views / copies |\n"
-          "|---:|---|---:|---:|---:|")
+    print("| rows | batches | runs of rows (views), ms | interleaved (copies), ms | views / copies "
+          "| one shared model, the same samples, ms | views / shared |\n|---:|---|---:|---:|---:|---:|---:|")
     for rows in args.rows:
         big, small = SIZES[rows]
         ms = {}
         for way in ("views", "copies", "views", "copies"):  # in turn, twice: the best of both
             fn = step_of(prefix, ds.input_shape, rows, big, small, interleaved=way == "copies")
             ms[way] = min(ms.get(way, float("inf")), time_ms(fn, args.repeats, warmups=2, reduce=min))
+        shared = time_ms(shared_step(prefix, ds.input_shape, rows, big, small), args.repeats, warmups=2, reduce=min)
         print(f"| {rows} | {big} and {small} | {ms['views']:.2f} | {ms['copies']:.2f} | "
-              f"{ms['views'] / ms['copies']:.2f} |", flush=True)
+              f"{ms['views'] / ms['copies']:.2f} | {shared:.2f} | {ms['views'] / shared:.2f} |", flush=True)
     if args.profile:
         profile_step(prefix, ds.input_shape, max(args.rows))
 
