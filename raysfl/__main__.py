@@ -1,5 +1,3 @@
-import sys
+from raysfl.cli import entry
 
-from raysfl.cli import main
-
-sys.exit(main())
+entry()

@@ -119,6 +119,41 @@ def test_a_signal_while_a_round_is_recorded_waits_for_its_checkpoint(monkeypatch
     assert signal.getsignal(signal.SIGTERM) is before  # put back after the run
 
 
+def test_a_signal_while_ray_starts_waits_for_it_and_a_second_cuts_it_short(monkeypatch):
+    """``init_ray`` runs under ``held(second_cuts_short=True)``: a SIGINT while Ray starts is
+    raised once ``ray.init`` has returned (one that interrupted it could leave the driver
+    deadlocked in Ray's C++: a ``raysfl tune`` hung at exit, met once in 50), and a second one
+    is raised at once; a block held without it keeps holding."""
+    from raysfl.runtime import interrupts, placement
+
+    steps = []
+
+    def start(cfg, num_client_actors, num_servers, signals=1):
+        for _ in range(signals):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler runs here
+        steps.append("Ray is up")
+        return True
+
+    monkeypatch.setattr(placement, "_init_ray", start)
+    with pytest.raises(interrupts.Interrupted) as e:
+        with interrupts.handling():
+            placement.init_ray(None, 1, 1)
+            steps.append("after")
+    assert steps == ["Ray is up"] and e.value.signum == signal.SIGINT
+    steps.clear()
+    monkeypatch.setattr(placement, "_init_ray", lambda *a: start(*a, signals=2))
+    with pytest.raises(interrupts.Interrupted):
+        with interrupts.handling():
+            placement.init_ray(None, 1, 1)
+    assert steps == []  # the second signal cut the start short
+    with pytest.raises(interrupts.Interrupted):
+        with interrupts.handling():
+            with interrupts.held():
+                start(None, 1, 1, signals=2)
+    assert steps == ["Ray is up"]  # without it, a second signal is held too
+
+
 def test_sigint_ignored_before_the_run_is_handled_during_it():
     """A run started with SIGINT ignored (``cmd &`` in a script) can still be interrupted; the
     ignoring is put back after it."""
@@ -148,6 +183,28 @@ def test_a_handler_of_your_own_is_left_alone():
             assert signal.getsignal(signal.SIGTERM) is mine
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+@pytest.mark.parametrize("status", [130, 143, 0, 2])
+def test_the_command_exits_with_mains_status_after_the_exit_handlers(status):
+    """``raysfl`` / ``python -m raysfl`` (``cli.entry``): main's status is the process's, and the
+    ``atexit`` handlers (Ray's shutdown among them) run, also where an interrupted command leaves
+    by ``os._exit`` to skip the interpreter's teardown (it crashed with SIGSEGV now and then
+    after an interrupted ``raysfl tune``: exit -11). Their output and a line printed just
+    before leaving are not lost."""
+    code = ("import atexit, sys\n"
+            "import raysfl.cli as cli\n"
+            "atexit.register(lambda: print('exit handler ran', flush=False))\n"
+            "def main():\n"
+            "    print('one line', file=sys.stderr, end='\\n')\n"
+            "    sys.stdout.write('buffered')\n"
+            f"    return {status}\n"
+            "cli.main = main\n"
+            "cli.entry()\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == status, res.stderr[-2000:]
+    assert res.stdout == "bufferedexit handler ran\n" and res.stderr == "one line\n", (res.stdout, res.stderr)
 
 
 def _compare_command(out: Path) -> list[str]:

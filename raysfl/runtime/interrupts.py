@@ -15,6 +15,10 @@ make that hold:
   for SIGINT), so only the driver takes the signal, and it shuts Ray down itself.
 * A shell starts a background job (``&``) of a non-interactive script with SIGINT ignored;
   :func:`handling` installs its handler anyway, so such a run can still be interrupted.
+* Ray's start (``ray.init``) runs under :func:`held` as well: a SIGINT inside it could leave the
+  driver deadlocked in Ray's C++ (a half-built GCS accessor's destructor waiting on its own
+  thread, met once in 50 interrupted ``raysfl tune`` searches); the signal is raised once Ray is
+  up, and a second one cuts the start short.
 * The few statements that record a finished round (its metrics row, then its checkpoint) run
   under :func:`held`: a signal that arrives then is kept and raised once they are done, so a
   round whose line was printed is never left without its checkpoint.
@@ -48,11 +52,11 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum
 
 
-_state = {"depth": 0, "held": 0, "pending": None, "saved": {}}
+_state = {"depth": 0, "held": 0, "pending": None, "saved": {}, "second_cuts": 0}
 
 
 def _handler(signum, frame):  # noqa: ARG001 - the signal module's signature
-    if _state["held"]:
+    if _state["held"] and not (_state["second_cuts"] and _state["pending"] is not None):
         _state["pending"] = _state["pending"] or signum
         return
     raise Interrupted(signum)
@@ -127,19 +131,23 @@ def children_spared():
 
 
 @contextmanager
-def held():
+def held(second_cuts_short: bool = False):
     """Run the block to its end even if a signal comes; the signal is raised after it (unless
-    the block raised something itself)."""
+    the block raised something itself). ``second_cuts_short``: a second signal meanwhile is
+    raised at once (for a block that may take long, such as Ray's start: a user who presses
+    Ctrl-C again is not made to wait)."""
     if not (_main() and _state["depth"]):
         yield
         return
     _state["held"] += 1
+    _state["second_cuts"] += second_cuts_short
     ok = False
     try:
         yield
         ok = True
     finally:
         _state["held"] -= 1
+        _state["second_cuts"] -= second_cuts_short
         pending = _state["pending"]
         if not _state["held"] and pending is not None:
             _state["pending"] = None

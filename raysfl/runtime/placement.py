@@ -143,6 +143,17 @@ def start_hint(scheme: str, port: int) -> str:
 
 
 def init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
+    """Connect to the cluster in RAY_ADDRESS, or start a local one sized for this run
+    (:func:`_init_ray`). A SIGINT or SIGTERM meanwhile is raised once Ray is up (a second one at
+    once): one that interrupted ``ray.init`` could leave the driver deadlocked in Ray's C++
+    (runtime/interrupts.py)."""
+    from raysfl.runtime import interrupts
+
+    with interrupts.held(second_cuts_short=True):
+        return _init_ray(cfg, num_client_actors, num_servers)
+
+
+def _init_ray(cfg, num_client_actors: int, num_servers: int) -> bool:
     """Connect to the cluster in RAY_ADDRESS, or start a local one sized for this run.
 
     Returns True when this call started Ray. A Ray raysfl starts stays up for the later runs of
