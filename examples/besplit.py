@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # example_cli, also when imported by path
-from example_cli import model_preset_argv, run_example, traffic_line  # noqa: E402
+from example_cli import exit_with, model_preset_argv, run_example, traffic_line  # noqa: E402
 
 # Table 2: F-MNIST 100 clients / 40 per round, ResNet-18, batch 32; CIFAR-10 100 / 70, batch 64;
 # CIFAR-100 1000 / 200, ResNet-50 (not in the zoo: ResNet-18 here), batch 64. The paper's SGD lr
@@ -80,4 +80,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main())

@@ -13,7 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout or a Ray job's working dir
 
 from raysfl.api import run  # noqa: E402
-from raysfl.cli import build_parser, config_from_args  # noqa: E402
+from raysfl.cli import build_parser, config_from_args, exit_with, interrupted_line  # noqa: E402
 from raysfl.errors import ConfigError, RunFailed  # noqa: E402
 
 
@@ -60,13 +60,18 @@ def traffic_line(rows: list[dict]) -> str:
 
 def run_example(name: str, run_argv: list[str], report) -> int:
     """Run, print ``report(cfg, result)`` and where the results are; one-line errors (exit 2
-    for bad settings, 1 for a failed run)."""
+    for bad settings, 1 for a failed run) and interruptions (SIGINT, SIGTERM: 130, 143, the
+    finished rounds checkpointed), as the CLI prints them. An example's script ends with
+    ``exit_with(main())`` (:func:`raysfl.cli.exit_with`)."""
     try:
         cfg = config_from_args(build_parser().parse_args(run_argv))
         result = run(cfg)
     except (ConfigError, RunFailed) as e:
         print(f"{name}: error: {e}", file=sys.stderr)
         return 2 if isinstance(e, ConfigError) else 1
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: one line, as the CLI prints it (no traceback)
+        print(interrupted_line(e), file=sys.stderr)
+        return getattr(e, "exit_code", 130)
     print(report(cfg, result))
     print(f"final test accuracy {result.final['test_accuracy']:.4f} after {result.final['round']} rounds")
     print(f"TensorBoard:  tensorboard --logdir {result.run_dir / 'tb'}")

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # example_cli, also when imported by path
-from example_cli import preset_argv, run_example  # noqa: E402
+from example_cli import exit_with, preset_argv, run_example  # noqa: E402
 
 # Sec. IV-A: ResNet-18 on CIFAR-10, 20 clients, 2 local epochs, SGD lr 0.1, 100 rounds; the model,
 # clients and optimiser are FedPairing's defaults. digits: 20 rounds (a few minutes on 2 cores).
@@ -67,4 +67,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main())

@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # example_cli, also when imported by path
-from example_cli import preset_argv, run_example, without  # noqa: E402
+from example_cli import exit_with, preset_argv, run_example, without  # noqa: E402
 
 # The run length and target accuracy of Sec. 5.3.2 per data set (digits: the embedded stand-in
 # for FMNIST at a smaller scale). Everything else -- model, lr and decay, classes per client,
@@ -83,4 +83,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main())

@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # example_cli, also when imported by path
-from example_cli import model_preset_argv, run_example, traffic_line  # noqa: E402
+from example_cli import exit_with, model_preset_argv, run_example, traffic_line  # noqa: E402
 
 # Sec. IV-4: VGG-16 with its first four conv layers on the clients, batch 128, SGD momentum 0.9,
 # lr 0.005 / 0.01, lambda 5e-4; ViT-Base with its first three blocks on the clients, batch 64,
@@ -78,4 +78,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main())

@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # example_cli, also when imported by path
-from example_cli import preset_argv, run_example, without  # noqa: E402
+from example_cli import exit_with, preset_argv, run_example, without  # noqa: E402
 
 # cifar10 / cifar100: the paper's setting (Sec. III-A: ViT, 50 clients, Dirichlet 0.5, memory
 # U[2,16] GB, latency U[20,200] ms; it names no learning rate). digits: the embedded stand-in,
@@ -105,4 +105,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main())

@@ -456,7 +456,7 @@ def _list() -> None:
     print("partitioners: " + ", ".join(PARTITIONERS))
 
 
-def _interrupted(e: BaseException) -> str:
+def interrupted_line(e: BaseException) -> str:
     """The one line of an interrupted run or comparison: the signal, what was kept and how to go on."""
     import shlex
 
@@ -515,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"raysfl: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:  # Ctrl-C, SIGINT or SIGTERM (raysfl.runtime.interrupts)
-        print(_interrupted(e), file=sys.stderr)
+        print(interrupted_line(e), file=sys.stderr)
         return getattr(e, "exit_code", 130)
     except BrokenPipeError:  # `raysfl list | head`: the reader left; say nothing, as `ls | head` does
         try:
@@ -541,18 +541,23 @@ INTERRUPTED = (130, 143)  # main's status for SIGINT / SIGTERM
 
 
 def entry() -> None:
-    """The ``raysfl`` command and ``python -m raysfl``: :func:`main`, then exit with its status.
+    """The ``raysfl`` command and ``python -m raysfl``: :func:`main`, then :func:`exit_with` its
+    status."""
+    exit_with(main())
 
-    An interrupted command leaves by ``os._exit`` once what a normal exit runs first has run
-    (threads joined, ``atexit`` handlers: Ray shut down, logs flushed). The interpreter's own
+
+def exit_with(code: int) -> None:
+    """Exit a program of raysfl's (the CLI, the examples) with ``code``.
+
+    An interrupted one (130, 143) leaves by ``os._exit`` once what a normal exit runs first has
+    run (threads joined, ``atexit`` handlers: Ray shut down, logs flushed). The interpreter's own
     teardown after that crashed now and then: SIGSEGV, exit -11 instead of 130, in 3 of 65
     interrupted ``raysfl tune`` searches, every time after the last ``atexit`` handler had run
     (so in native code, Ray's or Tune's, that the teardown reaches; not pinned down further).
-    Nothing is lost by skipping it: what the command keeps was written and closed, and its one
-    line printed, before :func:`main` returned."""
+    Nothing is lost by skipping it: what the program keeps was written and closed, and its one
+    line printed, before it got here."""
     import threading
 
-    code = main()
     if code not in INTERRUPTED:
         sys.exit(code)
     import atexit

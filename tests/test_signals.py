@@ -207,6 +207,30 @@ def test_the_command_exits_with_mains_status_after_the_exit_handlers(status):
     assert res.stdout == "bufferedexit handler ran\n" and res.stderr == "one line\n", (res.stdout, res.stderr)
 
 
+@pytest.mark.slow  # the main example's Ray and actors start in a subprocess
+def test_ctrl_c_during_the_main_example_ends_it_in_one_line(tmp_path):
+    """``make demo``'s example (examples/flex_sfl.py) interrupted by Ctrl-C after its round 1:
+    exit 130 and the CLI's one line naming the checkpointed rounds and how to resume them, no
+    traceback. Before: a 30-line traceback ending in ``Interrupted: SIGINT``."""
+    marker = tempfile.mkdtemp(prefix="rsfe", dir="/tmp")
+    env = {**os.environ, "RAY_TMPDIR": marker, "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    try:
+        argv = [sys.executable, str(ROOT / "examples" / "flex_sfl.py"), "--out", str(tmp_path)]
+        proc, lines, first, reader = _start(argv, env, False, ready="round    1/", merged=True)
+        assert first.wait(300), "\n".join(lines[-20:])
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=120) == 130, "\n".join(lines[-20:])
+        reader.join(timeout=10)
+        text = "\n".join(lines)
+        said = [x for x in lines if x.startswith("raysfl: interrupted")]
+        assert len(said) == 1 and said[0].startswith("raysfl: interrupted (SIGINT); rounds 1..") and \
+            said[0].endswith(tuple(f"raysfl run --resume {d}" for d in tmp_path.iterdir())), text
+        assert "Traceback" not in text, text
+    finally:
+        kill_ours(marker)
+
+
 def _compare_command(out: Path) -> list[str]:
     return [sys.executable, "-m", "raysfl", "compare", "--algos", "splitfed_v2", "--seeds", "2", "--clients", "3",
             "--rounds", "2", "--local-steps", "150", "--batch-size", "16", "--num-cpus", "2", "--parallel", "1",
