@@ -550,21 +550,28 @@ def exit_with(code: int) -> None:
     """Exit a program of raysfl's (the CLI, the examples) with ``code``.
 
     An interrupted one (130, 143) leaves by ``os._exit`` once what a normal exit runs first has
-    run (threads joined, ``atexit`` handlers: Ray shut down, logs flushed). The interpreter's own
-    teardown after that crashed now and then: SIGSEGV, exit -11 instead of 130, in 3 of 65
-    interrupted ``raysfl tune`` searches, every time after the last ``atexit`` handler had run
-    (so in native code, Ray's or Tune's, that the teardown reaches; not pinned down further).
-    Nothing is lost by skipping it: what the program keeps was written and closed, and its one
-    line printed, before it got here."""
+    run, in its order: ``threading._shutdown`` (the threads' own exit hooks, such as the one that
+    lets idle ``concurrent.futures`` workers go, then the non-daemon threads joined), then the
+    ``atexit`` handlers (Ray shut down, logs flushed). The interpreter's own teardown after that
+    crashed now and then: SIGSEGV, exit -11 instead of 130, in 3 of 65 interrupted ``raysfl
+    tune`` searches, every time after the last ``atexit`` handler had run (so in native code,
+    Ray's or Tune's, that the teardown reaches; not pinned down further). Nothing is lost by
+    skipping it: what the program keeps was written and closed, and its one line printed, before
+    it got here. (Joining the threads without their exit hooks first hung where an idle
+    executor's worker waits for work: MLflow's asynchronous logging, a plugin's pool.)"""
     import threading
 
     if code not in INTERRUPTED:
         sys.exit(code)
     import atexit
 
-    for t in threading.enumerate():  # as a normal exit does first
-        if t is not threading.main_thread() and not t.daemon:
-            t.join()
+    shutdown = getattr(threading, "_shutdown", None)  # what Py_FinalizeEx calls before the atexit handlers
+    if shutdown is not None:
+        shutdown()
+    else:  # an interpreter without it: the threads joined, as it does
+        for t in threading.enumerate():
+            if t is not threading.main_thread() and not t.daemon:
+                t.join()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -79,3 +79,25 @@ def test_a_wait_cut_short_by_a_signal_still_waits_for_the_write_the_next_time():
     writer.submit(lambda: order.append("round 2's"), "round 2's checkpoint")
     writer.wait()
     assert order == ["round 1's", "round 2's"]
+
+
+def test_a_write_whose_thread_could_not_start_is_not_waited_for(monkeypatch):
+    """Where no thread is to be had, ``submit`` raises and leaves nothing to wait for: the run's
+    end (``wait`` in a ``finally``) does not hang on a write that never began, and the next
+    checkpoint goes as usual."""
+    writer, wrote = CheckpointWriter(), []
+
+    def no_thread(self):
+        raise RuntimeError("can't start new thread")
+
+    with monkeypatch.context() as m:
+        m.setattr(threading.Thread, "start", no_thread)
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            writer.submit(lambda: wrote.append(1), "round 1's checkpoint")
+    waiting = threading.Thread(target=writer.wait, daemon=True)
+    waiting.start()
+    waiting.join(10)
+    assert not waiting.is_alive() and wrote == []
+    writer.submit(lambda: wrote.append(2), "round 2's checkpoint")
+    writer.wait()
+    assert wrote == [2]

@@ -154,6 +154,83 @@ def test_a_signal_while_ray_starts_waits_for_it_and_a_second_cuts_it_short(monke
     assert steps == ["Ray is up"]  # without it, a second signal is held too
 
 
+def test_a_signal_raised_at_once_takes_a_held_one_with_it():
+    """A signal that comes just as the last held block ends -- its count down, what was pending
+    not yet read -- is raised at once and takes the held one with it: the next held block (the
+    way out's checkpoint) is not cut short by a signal already raised."""
+    from raysfl.runtime import interrupts
+
+    steps = []
+    with pytest.raises(interrupts.Interrupted) as e:
+        with interrupts.handling():
+            try:
+                interrupts._state["pending"] = signal.SIGINT  # held, as that block left it
+                with pytest.raises(interrupts.Interrupted):
+                    os.kill(os.getpid(), signal.SIGINT)  # not held: raised at once
+                    time.sleep(1)
+                with interrupts.held():
+                    steps.append("checkpoint")
+                steps.append("after it")
+            finally:
+                interrupts._state["pending"] = None
+            os.kill(os.getpid(), signal.SIGTERM)  # still handled after it
+            time.sleep(1)
+    assert steps == ["checkpoint", "after it"] and e.value.signum == signal.SIGTERM
+
+
+def test_a_signal_as_the_run_ends_waits_for_its_files_to_close(quick, monkeypatch):
+    """A Ctrl-C just after the last round, while the run's metrics and TensorBoard files close
+    (``RunLogger.close``), lets them close, then stops the command: the TensorBoard events'
+    tail is not left unwritten."""
+    import raysfl
+    from raysfl.metrics import RunLogger
+    from raysfl.runtime import interrupts
+
+    close, closed = RunLogger.close, []
+
+    def close_with_a_signal(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # the handler runs here
+        close(self, *args, **kwargs)
+        closed.append("closed")
+
+    monkeypatch.setattr(RunLogger, "close", close_with_a_signal)
+    with pytest.raises(interrupts.Interrupted) as e:
+        raysfl.run(quick(algo="centralized", rounds=1))
+    assert closed == ["closed"] and e.value.signum == signal.SIGINT
+
+
+def test_a_signal_while_the_last_checkpoint_is_waited_for_still_hands_the_actors_back(quick, monkeypatch):
+    """A Ctrl-C while a finished run waits for its last checkpoint lets the wait end, and the
+    actors still go back to the pool for the next run of the process, before the command
+    stops."""
+    import raysfl
+    from raysfl.runtime import interrupts
+    from raysfl.runtime.checkpoint_writer import CheckpointWriter
+    from raysfl.runtime.federation import Federation
+
+    wait, release, steps = CheckpointWriter.wait, Federation.release, []
+
+    def wait_with_a_signal(self, *args, **kwargs):
+        if kwargs.get("quiet") is False:  # the run's end, every round done
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)  # the handler runs here
+            steps.append("signalled")
+        wait(self, *args, **kwargs)
+        if kwargs.get("quiet") is False:
+            steps.append("waited")
+
+    def released(self, keep=True):
+        steps.append(f"released, keep={keep}")
+        return release(self, keep)
+
+    monkeypatch.setattr(CheckpointWriter, "wait", wait_with_a_signal)
+    monkeypatch.setattr(Federation, "release", released)
+    with pytest.raises(interrupts.Interrupted):
+        raysfl.run(quick(algo="splitfed_v2", rounds=1, checkpoint_every=1))
+    assert steps == ["signalled", "waited", "released, keep=True"]
+
+
 def test_sigint_ignored_before_the_run_is_handled_during_it():
     """A run started with SIGINT ignored (``cmd &`` in a script) can still be interrupted; the
     ignoring is put back after it."""
@@ -205,6 +282,20 @@ def test_the_command_exits_with_mains_status_after_the_exit_handlers(status):
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert res.returncode == status, res.stderr[-2000:]
     assert res.stdout == "bufferedexit handler ran\n" and res.stderr == "one line\n", (res.stdout, res.stderr)
+
+
+def test_an_interrupted_command_leaves_though_an_idle_executor_waits_for_work():
+    """``exit_with`` runs the threads' own exit hooks before it joins them, as a normal exit
+    does: an idle ``concurrent.futures`` worker (MLflow's asynchronous logging, a plugin's pool)
+    waits for work until its hook lets it go, and joining it first hung the command forever."""
+    code = ("import concurrent.futures\n"
+            "import raysfl.cli as cli\n"
+            "pool = concurrent.futures.ThreadPoolExecutor(1)\n"
+            "pool.submit(print, 'worked').result()\n"
+            "cli.exit_with(130)\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 130 and res.stdout == "worked\n", (res.returncode, res.stdout, res.stderr[-2000:])
 
 
 @pytest.mark.slow  # the main example's Ray and actors start in a subprocess

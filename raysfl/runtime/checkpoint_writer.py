@@ -36,10 +36,10 @@ class CheckpointWriter:
     def submit(self, write, what: str) -> None:
         """Start ``write()`` (``what``: e.g. "round 3's checkpoint") once the one before is done."""
         self.wait()
-        self._what = what
-        self._done = done = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(write, done), name="raysfl-checkpoint-writer")
-        self._thread.start()
+        done = threading.Event()
+        thread = threading.Thread(target=self._run, args=(write, done), name="raysfl-checkpoint-writer")
+        thread.start()  # it may fail (no thread to be had): nothing is then waited for
+        self._what, self._done, self._thread = what, done, thread
 
     def _run(self, write, done: threading.Event) -> None:
         try:

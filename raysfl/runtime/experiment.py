@@ -24,6 +24,7 @@ from raysfl.algorithms.roles import FederationContext
 from raysfl.data import own_partition
 from raysfl.errors import ConfigError, RunFailed, first_line
 from raysfl.metrics import RunLogger
+from raysfl.runtime import interrupts
 
 
 @dataclass
@@ -309,7 +310,8 @@ def _run_in(cfg, algo, run_dir: Path, state: dict | None, ds, stages: "StartupCl
         raise
     finally:
         try:
-            logger.close(stopped=exp.stopped)
+            with interrupts.held(second_cuts_short=True):  # a signal now waits for the run's files to close
+                logger.close(stopped=exp.stopped)
             if error is None:
                 from raysfl.trained import global_state_dict
 
@@ -549,13 +551,16 @@ def _run_federated(exp, state: dict | None, stages: "StartupClock", launch: Laun
             raise RunFailed(f"round {rnd} failed ({type(e).__name__}: {first}); metrics of rounds 1..{done} "
                             f"are in {exp.run_dir}; {resume_hint(exp)}") from e
     finally:
-        exp.writer.wait(quiet=not ok)  # the last checkpoint on disk before the run ends
-        if fed is not None:
-            fed.release(keep=ok)
-        else:
-            from raysfl.runtime import pool
+        try:
+            with interrupts.held(second_cuts_short=True):  # a signal now waits for it, then goes on below
+                exp.writer.wait(quiet=not ok)  # the last checkpoint on disk before the run ends
+        finally:
+            if fed is not None:
+                fed.release(keep=ok)
+            else:
+                from raysfl.runtime import pool
 
-            pool.destroy(launch.actors)
+                pool.destroy(launch.actors)
 
 
 def checkpoint_finished(exp, fed) -> None:
@@ -563,7 +568,6 @@ def checkpoint_finished(exp, fed) -> None:
     the rounds --checkpoint-every N saves) and its state is at hand (the snapshot taken after
     it: with retries, the default, or deadlines). --checkpoint-every 0 saves nothing."""
     from raysfl import checkpoint
-    from raysfl.runtime import interrupts
     from raysfl.runtime.rounds import save_checkpoint
 
     rows = exp.logger.rows

@@ -59,6 +59,10 @@ def _handler(signum, frame):  # noqa: ARG001 - the signal module's signature
     if _state["held"] and not (_state["second_cuts"] and _state["pending"] is not None):
         _state["pending"] = _state["pending"] or signum
         return
+    # raised now, for a signal held before it too: one that came as the last held block ended
+    # (after its count went down, before it read what was pending) would otherwise leave that
+    # one pending, to be raised again by the next held block -- the way out's checkpoint
+    _state["pending"] = None
     raise Interrupted(signum)
 
 
