@@ -284,6 +284,23 @@ def test_the_command_exits_with_mains_status_after_the_exit_handlers(status):
     assert res.stdout == "bufferedexit handler ran\n" and res.stderr == "one line\n", (res.stdout, res.stderr)
 
 
+def test_another_signal_on_the_way_out_leaves_at_once_without_a_traceback():
+    """A second Ctrl-C while an interrupted command runs its exit handlers (Ray's shutdown, say)
+    ends it there, with the same status and nothing more printed."""
+    code = ("import atexit, os, signal, sys, time\n"
+            "import raysfl.cli as cli\n"
+            "def slow():\n"
+            "    os.kill(os.getpid(), signal.SIGINT)\n"
+            "    time.sleep(30)\n"
+            "    print('not reached', file=sys.stderr)\n"
+            "atexit.register(slow)\n"
+            "cli.exit_with(130)\n")
+    start = time.monotonic()
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 130 and res.stderr == "" and time.monotonic() - start < 20, (res.returncode, res.stderr)
+
+
 def test_an_interrupted_command_leaves_though_an_idle_executor_waits_for_work():
     """``exit_with`` runs the threads' own exit hooks before it joins them, as a normal exit
     does: an idle ``concurrent.futures`` worker (MLflow's asynchronous logging, a plugin's pool)
