@@ -90,6 +90,33 @@ def test_a_difference_beyond_two_standard_errors_but_short_of_students_t_is_not_
     assert "PSL" in d.settle and 5 < d.settle["PSL"] <= 10  # 10 seeds would decide it: reproduce runs them
 
 
+def test_the_seeds_that_would_settle_a_row_are_looked_for_up_to_most_seeds():
+    """``--most-seeds N`` above the default is taken at its word: a row that 10 seeds leave
+    undecided but 14 would decide is settled at 14 (it was capped at 10, so the flag did
+    nothing above it), and a smaller N caps it."""
+    other = [r + d for r, d in zip(REF, (0.012, -0.004, 0.016, -0.006, 0.010))]
+    t = _table(["PSL"])
+    res = _results(t, {"ref": REF, "PSL": other})
+    assert "PSL" not in decide(t, res, 5).settle  # more than the default 10 would be needed
+    need = decide(t, res, 5, most_seeds=30).settle["PSL"]
+    assert 10 < need <= 30
+    assert "PSL" not in decide(t, res, 5, most_seeds=need - 1).settle
+
+
+def test_seeds_added_to_settle_a_row_skip_the_tuning_seeds():
+    """The seeds ``raysfl reproduce`` adds follow the largest one given, but never a tuning seed:
+    a table is not judged on a seed its settings were chosen on."""
+    from raysfl.reproduce.stats import more_seeds
+    from raysfl.tuning.rules import tuning_seeds
+
+    tuning = tuning_seeds(3)
+    given = [tuning[0] - 2, tuning[0] - 1]
+    added = more_seeds(given, 6, tuning)
+    assert added[:2] == given and len(added) == 6 and not set(added) & set(tuning)
+    assert added[2:] == [tuning[-1] + 1, tuning[-1] + 2, tuning[-1] + 3, tuning[-1] + 4]
+    assert more_seeds([0, 1, 2, 3, 4], 10, tuning) == list(range(10))
+
+
 def test_holm_across_the_compared_rows_decides_a_reproduction_only_when_every_row_passes():
     t = _table(["A", "B"])
     clear = [v - 0.10 for v in REF]

@@ -12,8 +12,7 @@ from raysfl.errors import ConfigError
 from raysfl.flags import seed_list
 from raysfl.reproduce.engine import plan, tuning_configs
 from raysfl.paper_tables import SCALES
-
-MOST_SEEDS = 10
+from raysfl.reproduce.stats import MOST_SEEDS, more_seeds
 
 
 def add_parser(sub) -> None:
@@ -150,6 +149,7 @@ def run_one(planned, cache: Path, out: Path, parallel: int, command: str, suffix
     from raysfl.data import dataset_info
     from raysfl.reproduce import report
     from raysfl.reproduce.engine import cached, plan, run_planned, tune_table
+    from raysfl.tuning.rules import tuning_seeds
 
     t = planned.table
     started = time.perf_counter()
@@ -167,12 +167,11 @@ def run_one(planned, cache: Path, out: Path, parallel: int, command: str, suffix
                      for c in cfgs if not cached(c, cache))
         runs = run_planned(planned, cache, parallel, say=say)
         results = report.row_results(planned.table, planned.seeds, runs, planned.diffs, classes, tuned, planned.same)
-        decision = report.decide(planned.table, results, len(planned.seeds), untuned)
+        decision = report.decide(planned.table, results, len(planned.seeds), untuned, most_seeds)
         target = min(max(decision.settle.values(), default=0), most_seeds)
         if target <= len(planned.seeds) or decision.verdict.startswith(("inconclusive", "too few", "untuned")):
             break
-        nxt = max(planned.seeds) + 1
-        seeds = planned.seeds + list(range(nxt, nxt + target - len(planned.seeds)))
+        seeds = more_seeds(planned.seeds, target, tuning_seeds(t.tuning.seeds) if t.tuning is not None else ())
         (say or _say)(f"reproduce {t.paper}/{t.name}: {', '.join(decision.settle)} undecided at "
                       f"{len(planned.seeds)} seeds; running {len(seeds)}")
         planned = plan(t, planned.scale, seeds, planned.overrides, tuned=tuned)
@@ -330,9 +329,10 @@ of its best gain over chance; or diverging: a non-finite training loss, or the l
 over the last 5 rounds) or, where the metric is the accuracy at the end, is still
 climbing on most seeds (its last 5 evaluations a point above the 5 before: unconverged); no
 verdict with fewer than five seeds or without tuning.
-Where five seeds leave a row undecided and at most ten would decide a difference of its size
-and spread, the table runs that many (7 to 10; estimated from the first seeds, and the seeds
-added after that look are not corrected for it: ours). Warnings under a table name a reference still climbing at the end,
+Where five seeds leave a row undecided and at most ten (`--most-seeds`) would decide a difference
+of its size and spread, the table runs that many (7 to 10, the next seeds that are not tuning
+seeds; estimated from the first seeds, and the seeds added after that look are not corrected
+for it: ours). Warnings under a table name a reference still climbing at the end,
 a row that barely moved, an evaluation period the last round cuts, a tuned value still at its
 grid's edge. Each table states the raysfl version, commit and date that wrote it (runs read
 back from the cache were made by the same resolved configs, possibly at an earlier commit;

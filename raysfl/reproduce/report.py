@@ -20,7 +20,6 @@ from raysfl.reproduce.fairness import describe
 from raysfl.reproduce.guards import K, RowHealth, row_health
 from raysfl.paper_tables import Metric, Table
 
-MOST_SEEDS = 10  # where the table's seeds leave a row undecided and this many would settle it: run them
 
 
 @dataclass
@@ -77,7 +76,7 @@ class Decision:
     verdict: str
     reasons: list[str]
     warnings: list[str]
-    settle: dict[str, int]       # undecided row -> the seeds that would decide it (at most MOST_SEEDS)
+    settle: dict[str, int]       # undecided row -> the seeds that would decide it (at most decide()'s most_seeds)
 
 
 def learns(metric: Metric) -> bool:
@@ -121,7 +120,8 @@ def row_results(table: Table, seeds: list[int], runs: dict[str, list[list[dict]]
     return out
 
 
-def decide(table: Table, results: list[RowResult], n_seeds: int, untuned: bool = False) -> Decision:
+def decide(table: Table, results: list[RowResult], n_seeds: int, untuned: bool = False,
+           most_seeds: int = stats.MOST_SEEDS) -> Decision:
     """The claim's criterion on paired seeds. Each compared row (a row whose results repeat an
     earlier compared row's on every seed is counted once) gets Student's t on its per-seed
     advantage (the reference's, in the metric's favourable direction; ``not_worse``: shifted by
@@ -162,7 +162,7 @@ def decide(table: Table, results: list[RowResult], n_seeds: int, untuned: bool =
             r.state = "bad"
         else:
             r.state = "noise"
-            need = stats.seeds_to_settle([-sign * d for d in r.diffs], shift, level, MOST_SEEDS)
+            need = stats.seeds_to_settle([-sign * d for d in r.diffs], shift, level, most_seeds)
             if need is not None and need > n_seeds:
                 settle[r.label] = need
         reasons.append(f"vs {r.label}: reference advantage {_num(adv, table.metric)} ± {_num(r.test.se, table.metric)}"

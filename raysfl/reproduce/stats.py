@@ -131,6 +131,20 @@ def critical_t(level: float, df: int) -> float:
     return t_quantile(1.0 - level / 2.0, df) if df >= 1 else math.nan
 
 
+MOST_SEEDS = 10  # where the table's seeds leave a row undecided and this many would settle it: run them
+
+
+def more_seeds(seeds: list[int], total: int, avoid=()) -> list[int]:
+    """``seeds`` and the next seeds after the largest, up to ``total`` in all, skipping ``avoid``
+    (the table's tuning seeds: a table is never judged on a seed its settings were chosen on)."""
+    out, avoid, s = list(seeds), set(avoid), max(seeds) + 1
+    while len(out) < total:
+        if s not in avoid:
+            out.append(s)
+        s += 1
+    return out
+
+
 def seeds_to_settle(values: list[float], shift: float, level: float, most: int) -> int | None:
     """The fewest seeds (at most ``most``) at which a difference of this mean and spread would
     pass the two-sided test at ``level`` (the spread taken as measured); None when even ``most``
