@@ -91,9 +91,9 @@ def test_a_difference_beyond_two_standard_errors_but_short_of_students_t_is_not_
 
 
 def test_the_seeds_that_would_settle_a_row_are_looked_for_up_to_most_seeds():
-    """``--most-seeds N`` above the default is taken at its word: a row that 10 seeds leave
-    undecided but 14 would decide is settled at 14 (it was capped at 10, so the flag did
-    nothing above it), and a smaller N caps it."""
+    """``--most-seeds N`` above the default is taken at its word: a row that 10 seeds would leave
+    undecided but more would decide gets that many (they were capped at 10, so the flag did
+    nothing above it), and an N short of them leaves it as it is."""
     other = [r + d for r, d in zip(REF, (0.012, -0.004, 0.016, -0.006, 0.010))]
     t = _table(["PSL"])
     res = _results(t, {"ref": REF, "PSL": other})
