@@ -266,3 +266,23 @@ def test_a_deciding_row_still_climbing_at_the_end_leaves_an_accuracy_table_incon
     to = _table(["PSL"], metric=Metric("rounds_to", target=0.5))
     res = row_results(to, list(range(5)), {"ref": [flat] * 5, "PSL": [climbing] * 5}, {}, num_classes=10)
     assert not decide(to, res, 5).verdict.startswith("inconclusive")
+
+
+def test_the_seed_rule_simulation_adds_seeds_as_reproduce_does():
+    """``scripts/seed_extension_error.py`` walks a row through reproduce's rule: a difference the
+    first 5 seeds leave undecided is looked at again with the seeds its spread asks for (and can
+    then be called significant), and never with ``--most-seeds 0``."""
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from seed_extension_error import ends_significant
+
+    diffs = np.array([0.9, -0.2, 1.1, 0.1, 0.6, 0.8, 0.7, 0.9, 0.6, 0.8])
+    assert stats.paired(list(diffs[:5])).p > stats.ALPHA  # undecided at 5
+    assert ends_significant(diffs, 5, 0) == (False, 5)
+    hit, used = ends_significant(diffs, 5, 10)
+    assert hit and 5 < used <= 10
+    assert ends_significant(np.array([1.0, 1.1, 0.9, 1.05, 0.95]), 5, 10) == (True, 5)
