@@ -21,7 +21,6 @@ from raysfl.reproduce.guards import K, RowHealth, row_health
 from raysfl.paper_tables import Metric, Table
 
 
-
 @dataclass
 class RowResult:
     label: str
