@@ -573,13 +573,7 @@ def exit_with(code: int) -> None:
             signal.signal(s, lambda *_: os._exit(code))
         except ValueError:  # not the main thread
             pass
-    shutdown = getattr(threading, "_shutdown", None)  # what Py_FinalizeEx calls before the atexit handlers
-    if shutdown is not None:
-        shutdown()
-    else:  # an interpreter without it: the threads joined, as it does
-        for t in threading.enumerate():
-            if t is not threading.main_thread() and not t.daemon:
-                t.join()
+    threading._shutdown()  # what Py_FinalizeEx calls before the atexit handlers
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +59,7 @@ def one_try(what: str, delay: float) -> tuple[str, bool]:
     try:
         if not seen.wait(300):
             return "never ready", False
-        threading.Event().wait(delay)
+        time.sleep(delay)
         os.killpg(proc.pid, signal.SIGINT)
         try:
             ending = str(proc.wait(120))
