@@ -124,7 +124,9 @@ def hand_off(payloads: list, direct: bool) -> list:
     byte goes through the driver). ``direct`` (``--direct-payloads``): each is put into the object
     store by this actor, and the driver passes on only the reference; the receiving actor fetches
     the payload from this actor's node (:func:`fetch` and :func:`gather` unwrap it), so the bytes
-    through the driver grow with the clients, not with the samples."""
+    through the driver grow with the clients, not with the samples. Such a payload belongs to
+    this actor (Ray's ownership): if the actor dies before it is fetched, Ray soon reports it
+    lost and the fetch gives DEAD, as for a sender that died before sending."""
     if not direct:
         return payloads
     import ray
