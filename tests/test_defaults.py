@@ -55,6 +55,20 @@ def test_a_setting_the_user_gives_beats_the_paper_and_validation_is_idempotent()
 def test_local_test_splits_are_held_out_and_reported(quick):
     res = raysfl.run(quick(algo="psl", clients=4, rounds=2, local_test_fraction=0.25))
     assert all(0.0 <= r["test_accuracy_local"] <= 1.0 for r in res.metrics)
+    # what a constant prediction per client scores there: iid splits' commonest class, a little
+    # above 1 / 10; a strong label skew's far above it (the verdicts' floor, guards.chance)
+    iid = {r["chance_local"] for r in res.metrics}
+    run = raysfl.run(quick(algo="psl", clients=4, rounds=1, local_test_fraction=0.25, partition="dirichlet",
+                           alpha=0.05))
+    skewed = run.metrics[0]["chance_local"]
+    assert len(iid) == 1 and 0.1 < min(iid) < 0.2 < 0.3 < skewed <= 1.0
+    # raysfl reproduce gives a run made before the column the same floor, from its config alone
+    from raysfl.reproduce.engine import with_local_chance
+    from raysfl.runtime.experiment import local_chance
+
+    assert local_chance(run.config) == skewed
+    older = [{k: v for k, v in r.items() if k != "chance_local"} for r in run.metrics]
+    assert with_local_chance(older, run.config, {})[0]["chance_local"] == skewed
     plain = raysfl.run(quick(algo="psl", clients=4, rounds=1))
     assert "test_accuracy_local" not in plain.metrics[0]
     import json

@@ -286,3 +286,85 @@ def test_the_seed_rule_simulation_adds_seeds_as_reproduce_does():
     hit, used = ends_significant(diffs, 5, 10)
     assert hit and 5 < used <= 10
     assert ends_significant(np.array([1.0, 1.1, 0.9, 1.05, 0.95]), 5, 10) == (True, 5)
+
+
+def test_a_per_client_model_stuck_on_its_clients_commonest_class_is_at_chance_on_their_splits():
+    """Under a strong label skew a constant prediction per client scores its split's commonest
+    class's share on the clients' own test splits, far above 1.5 / classes: read against the
+    run's ``chance_local`` it is at chance; the same run without the column (made before it
+    existed) is read against 1 / classes, and the global test set never reads it."""
+    stuck = [{"round": r, "acc_aux_local": 0.62, "chance_local": 0.60, "test_accuracy": 0.62, "train_loss": 1.0}
+             for r in range(1, 13)]
+    assert collapse(stuck, "acc_aux_local", 10) == (
+        "at chance (acc_aux_local 0.620 <= 0.600, the clients' commonest classes' share, + 0.5 / 10)")
+    learnt = [dict(r, acc_aux_local=0.95) for r in stuck]
+    assert collapse(learnt, "acc_aux_local", 10) is None
+    older = [{k: v for k, v in r.items() if k != "chance_local"} for r in stuck]
+    assert collapse(older, "acc_aux_local", 10) is None
+    assert collapse(stuck, "test_accuracy", 10) is None  # 0.62 on the global test set has learnt
+    # fallen and barely moved read the same floor: 0.99 -> 0.70 keeps under half of the gain over 0.6
+    fallen = [dict(r, acc_aux_local=0.99 if r["round"] <= 6 else 0.70) for r in stuck]
+    assert collapse(fallen, "acc_aux_local", 10).startswith("fell from acc_aux_local 0.990 to 0.700")
+    assert row_health([stuck], [0], "acc_aux_local", 10).barely_moved == (0.62, 0.62)
+    assert row_health([learnt], [0], "acc_aux_local", 10).barely_moved is None
+
+
+def test_a_row_counted_once_as_a_repeat_is_still_judged_on_its_own_runs():
+    """Two compared rows with the same finals on every seed count once in the test, but each
+    row's runs keep their own guards: a repeat whose loss diverged makes the table inconclusive."""
+    t = _table(["SplitFed", "FedAvg"])
+    res = _results(t, {"ref": REF, "SplitFed": [v - 0.1 for v in REF], "FedAvg": [v - 0.1 for v in REF]})
+    assert decide(t, res, 5).verdict == "reproduced"
+    runs = {"ref": [_runs(v) for v in REF], "SplitFed": [_runs(v - 0.1) for v in REF],
+            "FedAvg": [_runs(v - 0.1) for v in REF]}
+    runs["FedAvg"][2] = [dict(r, train_loss=0.3 if r["round"] <= 7 else 0.3 * 2 ** ((r["round"] - 7) / 3))
+                         for r in runs["FedAvg"][2]]
+    res = row_results(t, list(range(5)), runs, {label: {} for label in runs}, num_classes=10)
+    d = decide(t, res, 5)
+    assert res[2].same_as == "SplitFed" and not res[2].decides
+    assert d.verdict.startswith("inconclusive: FedAvg collapsed on seeds 2 (training loss rising")
+    assert not any("FedAvg (shown, not deciding)" in w for w in d.warnings)
+
+
+def test_chance_on_the_clients_splits_is_their_commonest_classes_share():
+    import numpy as np
+
+    from raysfl.runtime.fed_actor import ClientViews
+
+    labels = np.array([0, 0, 0, 1, 2, 2, 3, 3, 3, 3])
+    views = ClientViews([np.array([0, 1, 2, 3]), np.array([], np.int64), np.array([4, 5, 6, 7, 8, 9])], None)
+    assert views.chance_local(labels) == pytest.approx((3 / 4 + 4 / 6) / 2)  # the client with no split left out
+    assert math.isnan(ClientViews([], None).chance_local(labels))
+
+
+def test_the_floor_script_sets_a_published_tables_rows_against_their_seeds_floors(tmp_path, capsys):
+    """``scripts/local_chance_floor.py`` computes each seed's ``chance_local`` from the table's
+    reference config and names the rows at or under it plus 0.5 / classes."""
+    import sys
+    from pathlib import Path
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from raysfl.reproduce import tables_of
+    from raysfl.reproduce.fairness import resolve
+    from raysfl.runtime.experiment import local_chance
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from local_chance_floor import main
+
+    table = next(t for t in tables_of("besplit") if t.name == "kappa01")
+    floors = [local_chance(resolve(table.at_scale("small"), table.reference, "small", s)) for s in (0, 1)]
+    assert 0.3 < min(floors)  # kappa 0.1: far above 1.5 / 10
+    metric = "mean test_accuracy_local of the last 5 evaluated rounds"
+    rows = [("BESplit-G", 0, 0.95), ("BESplit-G", 1, 0.96), ("FedProx", 0, floors[0] + 0.04),
+            ("FedProx", 1, floors[1] + 0.06)]
+    (tmp_path / "besplit" / "kappa01").mkdir(parents=True)
+    pq.write_table(pa.table({"row": [r for r, _, _ in rows], "seed": [s for _, s, _ in rows],
+                             "value": [v for _, _, v in rows], "metric": [metric] * 4, "scale": ["small"] * 4}),
+                   tmp_path / "besplit" / "kappa01" / "table.parquet")
+    assert main(["--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"chance_local {floors[0]:.3f}, {floors[1]:.3f}" in out
+    assert f"FedProx, seed 0: {floors[0] + 0.04:.3f} <= {floors[0] + 0.05:.3f}" in out
+    assert "seed 1:" not in out and "BESplit-G" not in out  # 0.06 above the floor: above the line

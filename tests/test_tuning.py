@@ -205,6 +205,26 @@ def test_a_knob_a_row_does_not_read_is_left_out_of_its_grid():
     assert row_grid(psl, grid) == {"lr": (0.01, 0.1), "server_lr": (0.1, 0.01)}
 
 
+def test_a_table_of_your_own_with_a_narrow_grid_is_refused_in_one_line_before_anything_runs():
+    """The grid rule holds for any table ``raysfl reproduce`` tunes, not only the declared ones
+    (a test of those alone left a table of yours free to tune over a hair's width)."""
+    from raysfl.paper_tables import Claim, Metric, Row, Table, Tuning
+    from raysfl.reproduce.engine import check_grids
+
+    def table(factors):
+        return Table(paper="mine", name="narrow", title="t", source="nowhere", reference=Row("ref", {"algo": "psl"}),
+                     rows=(Row("SL", {"algo": "sl"}),), metric=Metric("final"), claim=Claim("ref wins"),
+                     scales={"small": {"dataset": "digits", "rounds": 2}, "paper": {"dataset": "cifar10", "rounds": 100}},
+                     tuning=Tuning(factors={"lr": factors}))
+
+    wide = table((1.0, 0.316, 0.1, 0.0316))
+    check_grids(wide, "small")
+    narrow = table((1.0, 0.5, 0.25, 0.125))  # 0.9 decades
+    with pytest.raises(ConfigError, match=r"^mine/narrow, row 'ref': the lr grid \[.*\] must hold at least 4 "
+                                          r"positive values over at least 1.5 decades$"):
+        check_grids(narrow, "small")
+
+
 def test_every_declared_table_tunes_each_row_on_the_same_grid_of_at_least_4_values_over_1_5_decades():
     """The grid holds the paper's own lr at both scales (SuperSFL's paper names none)."""
     from raysfl.reproduce import papers, tables_of

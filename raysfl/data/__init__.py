@@ -8,7 +8,8 @@ from raysfl.data.catalog import DATASETS, DatasetInfo, dataset_info
 from raysfl.data.custom import as_dataset, custom_dataset
 from raysfl.data.dicts import from_dicts
 from raysfl.data.datasets import check_dataset_args, load_dataset
-from raysfl.data.partition import PARTITIONERS, client_parts, hold_out, label_histograms, partition, quantile_bins
+from raysfl.data.partition import (PARTITIONERS, client_parts, constant_accuracy, hold_out, label_histograms, partition,
+                                   quantile_bins)
 
 __all__ = [
     "DATASETS",
@@ -18,6 +19,7 @@ __all__ = [
     "as_dataset",
     "check_dataset_args",
     "client_parts",
+    "constant_accuracy",
     "custom_dataset",
     "dataset_info",
     "from_dicts",

@@ -352,6 +352,16 @@ def label_histograms(labels, parts, num_classes: int) -> np.ndarray:
     return out
 
 
+def constant_accuracy(labels, splits: list[np.ndarray]) -> float:
+    """The best accuracy a constant prediction per split scores: each split's commonest label's
+    share, the mean over the non-empty splits (NaN where every split is empty). On the clients'
+    local test splits (:func:`hold_out`) it is the run's ``chance_local`` (ours): what a
+    per-client model stuck on its client's commonest class scores there."""
+    y = np.asarray(labels)
+    shares = [np.bincount(y[t]).max() / len(t) for t in splits if len(t)]
+    return float(np.mean(shares)) if shares else float("nan")
+
+
 def hold_out(parts: list[np.ndarray], fraction: float, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Each client's local test split: a seeded ``fraction`` of its own samples, held out of
     training (BESplit, Sec. 3.1: every client has a training and a test set of its own).

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from raysfl.errors import ConfigError
 from raysfl.flags import seed_list
-from raysfl.reproduce.engine import plan, tuning_configs
+from raysfl.reproduce.engine import check_grids, plan
 from raysfl.paper_tables import SCALES
 from raysfl.reproduce.stats import MOST_SEEDS, more_seeds
 
@@ -121,7 +121,7 @@ def run(ns) -> int:
         for t in chosen:
             if t.tuning is not None:
                 check_seeds_apart(tuning_seeds(t.tuning.seeds), seeds)
-                tuning_configs(t, ns.scale, overrides)  # every row's tuning reads the validation split, or one line
+                check_grids(t, ns.scale, overrides)  # the validation split, a grid wide enough: or one line
     if ns.most_seeds < 0:
         raise ConfigError(f"--most-seeds must be >= 0, got {ns.most_seeds}")
     out = Path(ns.out)
@@ -323,8 +323,10 @@ the whole model) is neither tuned nor run where the table reads what runs learn:
 row's tuning and runs stand for it, it counts once, and its simulated times are not shown
 (since 2026-12-05; a table of simulated time or bytes runs both). *Reproduced* when every compared row is
 decided the paper's way, *contradicted* when one is decided the other way, *not shown*
-otherwise; *inconclusive* when the reference or a deciding row collapsed on some seed (at
-chance: final accuracy at most 1.5x chance; fallen: its last 5 evaluations keep less than half
+otherwise; *inconclusive* when the reference or a compared row collapsed on some seed (at
+chance: final accuracy at most 1.5x chance, and on the clients' own test splits at most what a
+constant prediction per client scores there plus half of chance: `chance_local`, ours, since
+2026-12-07, also for runs cached before; fallen: its last 5 evaluations keep less than half
 of its best gain over chance; or diverging: a non-finite training loss, or the loss rising
 over the last 5 rounds) or, where the metric is the accuracy at the end, is still
 climbing on most seeds (its last 5 evaluations a point above the 5 before: unconverged); no

@@ -8,6 +8,7 @@ where the cluster holds them.
 from __future__ import annotations
 
 import json
+import math
 import signal
 import sys
 import threading
@@ -119,11 +120,11 @@ def tune_table(table: Table, scale: str, overrides: dict | None, cache: Path, sa
     {label: TuneResult}. Cached per row (:mod:`raysfl.tuning.search`)."""
     from dataclasses import replace
 
-    from raysfl.tuning.search import row_grid, tune_rows
+    from raysfl.tuning.search import tune_rows
 
     table = table.at_scale(scale)
     rows = tuning_configs(table, scale, overrides)
-    grids = {label: row_grid(cfgs[0], table.tuning.grid(cfgs[0])) for label, cfgs in rows.items()}
+    grids = tuning_grids(table, scale, rows)
     # a row that learns as an earlier one by construction takes that row's tuning (same grid, same choice)
     same = {label: rep for label, (rep, _) in same_rows(table, {k: c[0] for k, c in rows.items()}).items()
             if grids[label] == grids[rep]}
@@ -133,6 +134,30 @@ def tune_table(table: Table, scale: str, overrides: dict | None, cache: Path, sa
     own = {label: cfgs for label, cfgs in rows.items() if label not in same}
     out = tune_rows(own, {k: grids[k] for k in own}, {k: metrics[k] for k in own}, cache=cache, say=say)
     return {label: out[same.get(label, label)] for label in rows}
+
+
+def tuning_grids(table: Table, scale: str, rows: dict[str, list]) -> dict[str, dict]:
+    """Each row's grid, {label: {knob: values}} (``rows``: :func:`tuning_configs`)."""
+    from raysfl.tuning.search import row_grid
+
+    table = table.at_scale(scale)
+    return {label: row_grid(cfgs[0], table.tuning.grid(cfgs[0])) for label, cfgs in rows.items()}
+
+
+def check_grids(table: Table, scale: str, overrides: dict | None = None) -> None:
+    """Every row's tuning reads the validation split (:func:`tuning_configs`) and its grid spans
+    what a verdict's tuning budget needs (:func:`raysfl.tuning.grid.check_span`: a learning rate
+    over at least 4 values and 1.5 decades) -- for any table ``raysfl reproduce`` is asked for,
+    yours too -- or one line naming the table and the row, before anything runs."""
+    from raysfl.errors import ConfigError
+    from raysfl.tuning.grid import check_span
+
+    for label, grid in tuning_grids(table, scale, tuning_configs(table, scale, overrides)).items():
+        for knob, values in grid.items():
+            try:
+                check_span(knob, values)
+            except ConfigError as e:
+                raise ConfigError(f"{table.paper}/{table.name}, row '{label}': {e}") from None
 
 
 def check_column(table: Table, row, cfg) -> None:
@@ -268,6 +293,23 @@ def _go_on(run_dir: Path, cfg, seen: _KeepRows) -> list[dict] | None:
         return None
 
 
+def with_local_chance(rows: list[dict], cfg, floors: dict) -> list[dict]:
+    """``rows`` with the run's ``chance_local`` (the floor the guards read a ``*_local`` accuracy
+    against) where a run made before the column (2026-12-07) lacks it: it depends on the data
+    and partition alone (:func:`raysfl.runtime.experiment.local_chance`). ``floors``: computed
+    ones by (data, partition) settings, so that a table's rows share them."""
+    if not cfg.local_test_fraction or any(math.isfinite(r.get("chance_local", math.nan)) for r in rows):
+        return rows
+    from raysfl.runtime.experiment import local_chance
+
+    key = tuple(getattr(cfg, k) for k in ("dataset", "data_root", "validation", "clients", "partition", "alpha",
+                                            "classes_per_client", "shards_per_client", "quantity_skew", "target_bins",
+                                            "local_test_fraction", "seed"))
+    if key not in floors:
+        floors[key] = local_chance(cfg)
+    return [{**r, "chance_local": floors[key]} for r in rows]
+
+
 def left(durations: list[float], running: list[float], parallel: int, total: int) -> str:
     """``", about T left"``, for a table that takes hours: the ``total`` runs not yet done (those
     in progress included) at the mean of the ``durations`` of the runs done, less what the
@@ -330,8 +372,10 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
                 stop.set()
                 raise  # once the pool's threads have ended, each run checkpointed where it stopped
     columns = columns_read(t)
+    floors: dict = {}
     for label, i, rows in results:
-        out[label][i] = read_at(rows, planned.configs[label][i], columns) if rows is not None else rows
+        cfg = planned.configs[label][i]
+        out[label][i] = with_local_chance(read_at(rows, cfg, columns), cfg, floors) if rows is not None else rows
     for label, (rep, _) in planned.same.items():  # not run: the runs of the row that learns alike
         out[label] = list(out[rep])
     return out

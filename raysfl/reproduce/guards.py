@@ -12,13 +12,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-CHANCE_FACTOR = 1.5   # at chance: final accuracy at most 1.5x the chance accuracy (1 / classes)
+CHANCE_FACTOR = 1.5   # at chance: final accuracy at most 1.5x the chance accuracy (1 / classes); on the
+                      # clients' own splits, at most their commonest classes' share + 0.5 / classes
 K = 5                 # the last k rounds the trends are read over
 RISE = 1.25           # diverging: the last k rounds' mean loss 25 % above the best earlier k-round mean, still rising,
 RISE_BY = 0.1         # ... and at least 0.1 above it (a loss of 0.04 that wobbles to 0.06 has converged, not diverged)
 FELL = 0.5            # fallen: the last k evaluations' mean keeps under half of the run's best gain over chance
 CLIMB = 0.01          # still climbing: accuracy's last-k mean 1 point above the k rounds before, still rising
-STILL = 0.02          # barely moved: below 2x chance at the end, or within 2 points of the first evaluation below 50 %
+STILL = 0.02          # barely moved: below chance + 1 / classes at the end (2x chance on the global test set),
+                      # or within 2 points of the first evaluation below 50 %
 
 
 def _finite(v) -> bool:
@@ -68,11 +70,32 @@ def final_accuracy(rows: list[dict], column: str) -> float:
     return ev[-1] if ev else math.nan
 
 
+def chance(rows: list[dict], column: str, num_classes: int) -> float:
+    """What a model that learnt nothing scores on ``column``: 1 / classes on the global test
+    set; on the clients' own test splits (a ``*_local`` column) the run's ``chance_local``, the
+    best a constant prediction per client scores there (each split's commonest class), where
+    the run reports it -- under a strong label skew far above 1 / classes, so that a per-client
+    model stuck on its client's commonest class is seen (ours). ``raysfl reproduce`` gives a
+    run made before the column existed (2026-12-07) its value from its config
+    (:func:`raysfl.reproduce.engine.with_local_chance`); rows without it read 1 / classes."""
+    floor = 1.0 / num_classes
+    if column.endswith("_local"):
+        known = _evaluated(rows, "chance_local")
+        if known:
+            return max(floor, known[-1])
+    return floor
+
+
 def at_chance(rows: list[dict], column: str, num_classes: int) -> bool:
-    """The run ends at chance: its last accuracy at most ``CHANCE_FACTOR`` / classes (a run
-    with no accuracy at all counts too: it never evaluated a model that works)."""
+    """The run ends at chance: its last accuracy at most :func:`chance` + (``CHANCE_FACTOR`` - 1)
+    / classes -- 1.5 / classes on the global test set (a run with no accuracy at all counts too:
+    it never evaluated a model that works)."""
     acc = final_accuracy(rows, column)
-    return not math.isfinite(acc) or acc <= CHANCE_FACTOR / num_classes
+    return not math.isfinite(acc) or acc <= _chance_line(rows, column, num_classes)
+
+
+def _chance_line(rows: list[dict], column: str, num_classes: int) -> float:
+    return chance(rows, column, num_classes) + (CHANCE_FACTOR - 1.0) / num_classes
 
 
 def fell(rows: list[dict], column: str, num_classes: int, k: int = K) -> str | None:
@@ -83,8 +106,8 @@ def fell(rows: list[dict], column: str, num_classes: int, k: int = K) -> str | N
     ev = _evaluated(rows, column)
     if len(ev) < 2 * k:
         return None
-    chance, best, last = 1.0 / num_classes, max(ev), sum(ev[-k:]) / k
-    if best > 2 * chance and last < chance + FELL * (best - chance):
+    chance_, best, last = chance(rows, column, num_classes), max(ev), sum(ev[-k:]) / k
+    if best > chance_ + 1.0 / num_classes and last < chance_ + FELL * (best - chance_):
         return f"fell from {column} {best:.3f} to {last:.3f} over its last {k} evaluations"
     return None
 
@@ -92,7 +115,10 @@ def fell(rows: list[dict], column: str, num_classes: int, k: int = K) -> str | N
 def collapse(rows: list[dict], column: str, num_classes: int, k: int = K) -> str | None:
     """Why a run collapsed (at chance, fallen from what it had learnt, or diverging), or None."""
     if at_chance(rows, column, num_classes):
-        acc = final_accuracy(rows, column)
+        acc, floor = final_accuracy(rows, column), chance(rows, column, num_classes)
+        if floor > 1.0 / num_classes:
+            return (f"at chance ({column} {acc:.3f} <= {floor:.3f}, the clients' commonest classes' share, "
+                    f"+ {CHANCE_FACTOR - 1:g} / {num_classes})")
         return f"at chance ({column} {acc:.3f} <= {CHANCE_FACTOR:g} / {num_classes})"
     return fell(rows, column, num_classes, k) or diverging(rows, k)
 
@@ -153,7 +179,8 @@ def row_health(runs: list[list[dict]], seeds: list[int], column: str, num_classe
     last = [v for v in lasts if math.isfinite(v)]
     if accuracy and f and last:
         mf, ml = sum(f) / len(f), sum(last) / len(last)
-        if ml < 2.0 / num_classes or (ml - mf < STILL and ml < 0.5):
+        floor = sum(chance(rows, acc, num_classes) for rows in runs) / len(runs)
+        if ml < floor + 1.0 / num_classes or (ml - mf < STILL and ml < 0.5):
             h.barely_moved = (mf, ml)
     stale = [evaluated_before_the_end(rows) for rows in runs]
     h.stale_eval = next((s for s in stale if s is not None), None)

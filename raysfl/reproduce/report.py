@@ -128,7 +128,8 @@ def decide(table: Table, results: list[RowResult], n_seeds: int, untuned: bool =
     row decided the claimed way (and, for ``better``, by at least the margin); ``contradicted``:
     some row decided the other way; ``not shown`` otherwise; ``inconclusive`` whenever the
     reference or a deciding row collapsed (at chance, or diverging) on some seed, or, where the
-    metric is an accuracy at the end, is still climbing on most seeds (unconverged); no verdict
+    metric is an accuracy at the end, is still climbing on most seeds (unconverged) -- a row
+    counted once as a repeat of another's results is judged on its own runs too; no verdict
     with fewer seeds than the claim's ``min_seeds``, or where a tuned table's rows ran untuned
     (``untuned``: ``--no-tune``)."""
     claim, sign = table.claim, (1.0 if table.metric.higher_is_better else -1.0)
@@ -176,7 +177,9 @@ def decide(table: Table, results: list[RowResult], n_seeds: int, untuned: bool =
         return Decision(f"too few seeds ({n_seeds} < {claim.min_seeds}): no verdict", reasons, warnings, settle)
     if untuned:
         return Decision("untuned (--no-tune): no verdict", reasons, warnings, settle)
-    judged = [by[table.reference.label], *deciding]
+    # a row counted once as a repeat of another's numbers is still judged on its own runs: the
+    # same finals can end a run whose loss diverged (a row that runs_of another is those runs)
+    judged = [by[table.reference.label], *deciding, *(r for r in compared if r.same_as and r.runs_of is None)]
     broken = [f"{r.label} collapsed on seeds {', '.join(map(str, sorted(r.health.collapsed)))} "
               f"({next(iter(r.health.collapsed.values()))})" for r in judged if r.collapsed]
     if reads_convergence(table.metric):
@@ -223,7 +226,7 @@ def _warnings(table: Table, results: list[RowResult], deciding: list[RowResult],
         if r.health.stale_eval is not None:
             out.append(f"{r.label}'s last evaluation is of the model built in round {r.health.stale_eval}, not the "
                        f"last round's (it evaluates periodically): the rounds cut its evaluation period")
-        if r.collapsed and r is not ref and r not in deciding:
+        if r.collapsed and r is not ref and r not in deciding and not r.same_as:  # a repeat's: in the verdict
             out.append(f"{r.label} (shown, not deciding) collapsed on seeds "
                        f"{', '.join(map(str, sorted(r.health.collapsed)))}: {next(iter(r.health.collapsed.values()))}")
         for knob in r.at_edge:

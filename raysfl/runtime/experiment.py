@@ -190,6 +190,21 @@ def split_clients(cfg, ds, run_dir=None) -> list[np.ndarray]:
                      quantity_skew=cfg.quantity_skew or None, seed=cfg.seed)
 
 
+def local_chance(cfg, ds=None) -> float:
+    """A run of ``cfg``'s ``chance_local`` from its data and partition alone, without the run:
+    what a constant prediction per client scores on the clients' local test splits (NaN
+    without them). ``raysfl reproduce`` gives it to runs made before the column existed."""
+    from raysfl.data import constant_accuracy, hold_out
+
+    if not cfg.local_test_fraction:
+        return float("nan")
+    ds = ds if ds is not None else _load_data(cfg)
+    if ds.targets != "classes":
+        return float("nan")
+    _, tests = hold_out(split_clients(cfg, ds), cfg.local_test_fraction, cfg.seed)
+    return constant_accuracy(ds.y_train, tests)
+
+
 def prepare(cfg, algo, ds=None, model=None, run_dir=None) -> Prepared:
     """Load (unless given) and partition the data, sample the device profiles, build the model
     once (its shapes and FLOPs; ``model``: the initial model already built, a warm start's) and

@@ -53,6 +53,19 @@ class ClientViews:
     def __init__(self, local_tests: list[np.ndarray], histograms: np.ndarray | None):
         self.local_tests = [np.asarray(t, dtype=np.int64) for t in local_tests]
         self.histograms = None if histograms is None else np.asarray(histograms)
+        self._chance: float | None = None
+
+    def chance_local(self, labels) -> float:
+        """The best a constant prediction per client scores on the local test splits: each
+        split's commonest class's share, the mean over the clients with a split (the column
+        ``chance_local``, ours). A per-client model stuck on its client's commonest class scores
+        this, which under a strong label skew lies far above 1 / classes; the verdicts' guards
+        read a ``*_local`` accuracy against it (:func:`raysfl.reproduce.guards.chance`)."""
+        if self._chance is None:
+            from raysfl.data import constant_accuracy
+
+            self._chance = constant_accuracy(labels, self.local_tests)
+        return self._chance
 
 
 class FedActor(RunActor):
@@ -295,11 +308,14 @@ class Evaluator:
 
     def columns(self) -> dict[str, float]:
         """The round's columns of its recorded passes: ``test_loss_local`` (the mean over the
-        clients' local splits, as ``test_accuracy_local``) and the metrics of your own,
+        clients' local splits, as ``test_accuracy_local``), ``chance_local`` where the task has
+        classes (:meth:`ClientViews.chance_local`) and the metrics of your own,
         ``test_<name>`` over the test passes and ``test_<name>_local`` over the local ones (by
         sample count, or your ``metrics_aggregation``)."""
         local = self.recorded["local"]
         out = {"test_loss_local": float(np.mean([r[2] for r in local]))} if local else {}
+        if self.has_local_tests and self.ds.targets == "classes":
+            out["chance_local"] = self.views.chance_local(self.ds.y_train)
         if self.metrics is not None:
             out.update(self.metrics.combine([(n, v) for n, _, _, v in self.recorded["test"]]))
             if self.has_local_tests:

@@ -498,7 +498,8 @@ def evaluation_columns(cfg, ctx, extras: dict) -> dict[str, float]:
     """The evaluation's columns every algorithm has where the run asks for them, in every row
     (NaN where the round was not evaluated): on the clients' local test splits
     (``--local-test-fraction``) ``test_loss_local`` and, where the task has an accuracy,
-    ``test_accuracy_local``; the metrics of your own (:mod:`raysfl.user_metrics`). A metric of
+    ``test_accuracy_local``, and where it has class labels ``chance_local`` (what a constant
+    prediction per client scores there: the floor the verdicts' guards read it against); the metrics of your own (:mod:`raysfl.user_metrics`). A metric of
     yours that failed on the fed server is raised here, in its one line."""
     from raysfl.errors import ConfigError
     from raysfl.objective import objective_of
@@ -509,7 +510,9 @@ def evaluation_columns(cfg, ctx, extras: dict) -> dict[str, float]:
     nan = float("nan")
     names = []
     if cfg.local_test_fraction:  # every algorithm, on the clients' local test splits
-        names += (["test_accuracy_local"] if objective_of(ctx).has_accuracy else []) + ["test_loss_local"]
+        objective = objective_of(ctx)
+        names += (["test_accuracy_local"] if objective.has_accuracy else []) + ["test_loss_local"]
+        names += ["chance_local"] if objective.targets == "classes" else []
     mine = getattr(ctx, "metrics", None)
     if mine is not None:
         names += mine.columns() + (mine.columns("_local") if cfg.local_test_fraction else [])
