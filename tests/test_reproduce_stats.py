@@ -286,6 +286,8 @@ def test_the_seed_rule_simulation_adds_seeds_as_reproduce_does():
     hit, used = ends_significant(diffs, 5, 10)
     assert hit and 5 < used <= 10
     assert ends_significant(np.array([1.0, 1.1, 0.9, 1.05, 0.95]), 5, 10) == (True, 5)
+    # each look at a stricter level: the same row needs more seeds, or is not called at all
+    assert ends_significant(diffs, 5, 10, level=0.001) == (False, 5)
 
 
 def test_a_per_client_model_stuck_on_its_clients_commonest_class_is_at_chance_on_their_splits():
