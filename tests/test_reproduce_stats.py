@@ -293,17 +293,22 @@ def test_the_seed_rule_simulation_adds_seeds_as_reproduce_does():
 def test_a_per_client_model_stuck_on_its_clients_commonest_class_is_at_chance_on_their_splits():
     """Under a strong label skew a constant prediction per client scores its split's commonest
     class's share on the clients' own test splits, far above 1.5 / classes: read against the
-    run's ``chance_local`` it is at chance; the same run without the column (made before it
-    existed) is read against 1 / classes, and the global test set never reads it."""
-    stuck = [{"round": r, "acc_aux_local": 0.62, "chance_local": 0.60, "test_accuracy": 0.62, "train_loss": 1.0}
-             for r in range(1, 13)]
-    assert collapse(stuck, "acc_aux_local", 10) == (
-        "at chance (acc_aux_local 0.620 <= 0.600, the clients' commonest classes' share, + 0.5 / 10)")
+    run's floor of that column (``chance_aux_local`` for ``acc_aux_local``) it is at chance;
+    the same run without the column (made before it existed) is read against 1 / classes, and
+    neither the global test set nor a shared model's column reads it."""
+    stuck = [{"round": r, "acc_aux_local": 0.62, "chance_aux_local": 0.60, "test_accuracy_local": 0.62,
+              "chance_local": 0.18, "test_accuracy": 0.62, "train_loss": 1.0} for r in range(1, 13)]
+    assert collapse(stuck, "acc_aux_local", 10) == "at chance (acc_aux_local 0.620 <= chance_aux_local 0.600 + 0.5 / 10)"
     learnt = [dict(r, acc_aux_local=0.95) for r in stuck]
     assert collapse(learnt, "acc_aux_local", 10) is None
-    older = [{k: v for k, v in r.items() if k != "chance_local"} for r in stuck]
+    older = [{k: v for k, v in r.items() if k != "chance_aux_local"} for r in stuck]
     assert collapse(older, "acc_aux_local", 10) is None
     assert collapse(stuck, "test_accuracy", 10) is None  # 0.62 on the global test set has learnt
+    assert collapse(stuck, "test_accuracy_local", 10) is None  # one model for all: its floor is 0.18
+    assert collapse([dict(r, test_accuracy_local=0.2) for r in stuck], "test_accuracy_local", 10).startswith(
+        "at chance (test_accuracy_local 0.200 <= chance_local 0.180")
+    mine = [dict(r, test_balanced_acc_local=0.2) for r in stuck]  # a metric of yours: no floor of its own
+    assert collapse(mine, "test_balanced_acc_local", 10) is None
     # fallen and barely moved read the same floor: 0.99 -> 0.70 keeps under half of the gain over 0.6
     fallen = [dict(r, acc_aux_local=0.99 if r["round"] <= 6 else 0.70) for r in stuck]
     assert collapse(fallen, "acc_aux_local", 10).startswith("fell from acc_aux_local 0.990 to 0.700")
@@ -325,23 +330,28 @@ def test_a_row_counted_once_as_a_repeat_is_still_judged_on_its_own_runs():
     d = decide(t, res, 5)
     assert res[2].same_as == "SplitFed" and not res[2].decides
     assert d.verdict.startswith("inconclusive: FedAvg collapsed on seeds 2 (training loss rising")
-    assert not any("FedAvg (shown, not deciding)" in w for w in d.warnings)
+    assert any(w.startswith("FedAvg (counted once, as SplitFed) collapsed on seeds 2") for w in d.warnings)
+    assert decide(t, res, 5, untuned=True).verdict.startswith("untuned")  # no verdict: the warning still says it
 
 
-def test_chance_on_the_clients_splits_is_their_commonest_classes_share():
+def test_chance_on_the_clients_splits_is_what_a_constant_prediction_scores_there():
     import numpy as np
 
     from raysfl.runtime.fed_actor import ClientViews
 
     labels = np.array([0, 0, 0, 1, 2, 2, 3, 3, 3, 3])
     views = ClientViews([np.array([0, 1, 2, 3]), np.array([], np.int64), np.array([4, 5, 6, 7, 8, 9])], None)
-    assert views.chance_local(labels) == pytest.approx((3 / 4 + 4 / 6) / 2)  # the client with no split left out
-    assert math.isnan(ClientViews([], None).chance_local(labels))
+    # models of each client's own: each split's commonest class (the client with no split left out)
+    assert views.chance(labels, own_models=True) == pytest.approx((3 / 4 + 4 / 6) / 2)
+    # one model for all: one class, the best on average (0: 3/4 and 0; 3: 0 and 4/6)
+    assert views.chance(labels) == pytest.approx(3 / 8)
+    assert views.chance(labels, clients=[2], own_models=True) == pytest.approx(4 / 6)
+    assert math.isnan(ClientViews([], None).chance(labels))
 
 
 def test_the_floor_script_sets_a_published_tables_rows_against_their_seeds_floors(tmp_path, capsys):
-    """``scripts/local_chance_floor.py`` computes each seed's ``chance_local`` from the table's
-    reference config and names the rows at or under it plus 0.5 / classes."""
+    """``scripts/local_chance_floor.py`` computes each seed's floors from the table's reference
+    config and names the rows at or under theirs plus 0.5 / classes."""
     import sys
     from pathlib import Path
 
@@ -357,7 +367,9 @@ def test_the_floor_script_sets_a_published_tables_rows_against_their_seeds_floor
 
     table = next(t for t in tables_of("besplit") if t.name == "kappa01")
     floors = [local_chance(resolve(table.at_scale("small"), table.reference, "small", s)) for s in (0, 1)]
-    assert 0.3 < min(floors)  # kappa 0.1: far above 1.5 / 10
+    own = [local_chance(resolve(table.at_scale("small"), table.reference, "small", s), own_models=True)
+           for s in (0, 1)]
+    assert 0.1 < max(floors) < 0.3 < min(own)  # kappa 0.1: a class of each client's own far above one for all
     metric = "mean test_accuracy_local of the last 5 evaluated rounds"
     rows = [("BESplit-G", 0, 0.95), ("BESplit-G", 1, 0.96), ("FedProx", 0, floors[0] + 0.04),
             ("FedProx", 1, floors[1] + 0.06)]
@@ -367,6 +379,6 @@ def test_the_floor_script_sets_a_published_tables_rows_against_their_seeds_floor
                    tmp_path / "besplit" / "kappa01" / "table.parquet")
     assert main(["--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert f"chance_local {floors[0]:.3f}, {floors[1]:.3f}" in out
-    assert f"FedProx, seed 0: {floors[0] + 0.04:.3f} <= {floors[0] + 0.05:.3f}" in out
+    assert f"one class for all {floors[0]:.3f}, {floors[1]:.3f}; each client's commonest {own[0]:.3f}" in out
+    assert f"FedProx (test_accuracy_local), seed 0: {floors[0] + 0.04:.3f} <= {floors[0] + 0.05:.3f}" in out
     assert "seed 1:" not in out and "BESplit-G" not in out  # 0.06 above the floor: above the line

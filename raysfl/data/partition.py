@@ -352,14 +352,20 @@ def label_histograms(labels, parts, num_classes: int) -> np.ndarray:
     return out
 
 
-def constant_accuracy(labels, splits: list[np.ndarray]) -> float:
-    """The best accuracy a constant prediction per split scores: each split's commonest label's
-    share, the mean over the non-empty splits (NaN where every split is empty). On the clients'
-    local test splits (:func:`hold_out`) it is the run's ``chance_local`` (ours): what a
-    per-client model stuck on its client's commonest class scores there."""
+def constant_accuracy(labels, splits: list[np.ndarray], per_split: bool = True) -> float:
+    """The best mean accuracy over the non-empty ``splits`` that a constant prediction scores
+    (NaN where every split is empty): ``per_split``, a constant of each split's own, its
+    commonest label (a model of each client's own, stuck on its client's commonest class);
+    else one constant for all, the label whose mean share over the splits is largest (one
+    model shared by the clients). On the clients' local test splits (:func:`hold_out`) these
+    are the floors ``raysfl reproduce`` reads their accuracies against (``chance_local``, ours)."""
     y = np.asarray(labels)
-    shares = [np.bincount(y[t]).max() / len(t) for t in splits if len(t)]
-    return float(np.mean(shares)) if shares else float("nan")
+    splits = [np.asarray(t, dtype=np.int64) for t in splits if len(t)]
+    if not splits:
+        return float("nan")
+    width = int(y.max()) + 1 if len(y) else 1
+    shares = np.stack([np.bincount(y[t], minlength=width) / len(t) for t in splits])
+    return float(shares.max(axis=1).mean() if per_split else shares.mean(axis=0).max())
 
 
 def hold_out(parts: list[np.ndarray], fraction: float, seed: int) -> tuple[list[np.ndarray], list[np.ndarray]]:

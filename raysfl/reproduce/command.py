@@ -325,7 +325,8 @@ row's tuning and runs stand for it, it counts once, and its simulated times are 
 decided the paper's way, *contradicted* when one is decided the other way, *not shown*
 otherwise; *inconclusive* when the reference or a compared row collapsed on some seed (at
 chance: final accuracy at most 1.5x chance, and on the clients' own test splits at most what a
-constant prediction per client scores there plus half of chance: `chance_local`, ours, since
+constant prediction scores there plus half of chance -- each client's commonest class for
+models of each client's own, one class for a shared model: `chance_local`, ours, since
 2026-12-07, also for runs cached before; fallen: its last 5 evaluations keep less than half
 of its best gain over chance; or diverging: a non-finite training loss, or the loss rising
 over the last 5 rounds) or, where the metric is the accuracy at the end, is still

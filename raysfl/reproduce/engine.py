@@ -293,21 +293,44 @@ def _go_on(run_dir: Path, cfg, seen: _KeepRows) -> list[dict] | None:
         return None
 
 
-def with_local_chance(rows: list[dict], cfg, floors: dict) -> list[dict]:
-    """``rows`` with the run's ``chance_local`` (the floor the guards read a ``*_local`` accuracy
-    against) where a run made before the column (2026-12-07) lacks it: it depends on the data
-    and partition alone (:func:`raysfl.runtime.experiment.local_chance`). ``floors``: computed
-    ones by (data, partition) settings, so that a table's rows share them."""
-    if not cfg.local_test_fraction or any(math.isfinite(r.get("chance_local", math.nan)) for r in rows):
-        return rows
-    from raysfl.runtime.experiment import local_chance
+# the floors of the accuracies on the clients' own splits (raysfl.reproduce.guards.floor_column),
+# for runs made before their columns: whether each reads models of each client's own. A cached
+# test_accuracy_local is read against one class for all: right for the global models the
+# published tables read it of (BESplit-G and its baselines), a lower floor for psl's own models.
+LOCAL_FLOORS = {"test_accuracy_local": ("chance_local", False), "acc_g_local": ("chance_g_local", False),
+           "acc_aux_local": ("chance_aux_local", True)}
 
-    key = tuple(getattr(cfg, k) for k in ("dataset", "data_root", "validation", "clients", "partition", "alpha",
-                                            "classes_per_client", "shards_per_client", "quantity_skew", "target_bins",
-                                            "local_test_fraction", "seed"))
-    if key not in floors:
-        floors[key] = local_chance(cfg)
-    return [{**r, "chance_local": floors[key]} for r in rows]
+
+def with_local_chance(rows: list[dict], cfg, floors: dict) -> list[dict]:
+    """``rows`` with the floors of their accuracies on the clients' own test splits where a run
+    made before those columns (2026-12-07) lacks them: they depend on the data and partition
+    alone (:func:`raysfl.runtime.experiment.local_chance`). ``floors``: those computed, and the
+    data sets loaded, shared by a table's rows. A data set that cannot be read here leaves the
+    rows as they are: their guards then read 1 / classes, as before the columns."""
+    if not cfg.local_test_fraction or not rows:
+        return rows
+    need = {floor: own for column, (floor, own) in LOCAL_FLOORS.items()
+            if column in rows[-1] and not any(math.isfinite(r.get(floor, math.nan)) for r in rows)}
+    if not need:
+        return rows
+    from raysfl.errors import ConfigError
+    from raysfl.runtime.experiment import _load_data, local_chance
+
+    data_key = ("data", cfg.dataset, cfg.data_root, cfg.validation)
+    split_key = tuple(getattr(cfg, k) for k in ("dataset", "data_root", "validation", "clients", "partition", "alpha",
+                                                  "classes_per_client", "shards_per_client", "quantity_skew",
+                                                  "target_bins", "local_test_fraction", "seed"))
+    try:
+        if data_key not in floors:
+            floors[data_key] = _load_data(cfg)
+        values = {}
+        for floor, own in need.items():
+            if (split_key, own) not in floors:
+                floors[(split_key, own)] = local_chance(cfg, floors[data_key], own_models=own)
+            values[floor] = floors[(split_key, own)]
+    except ConfigError:  # the data set is not here (mnist5k without its package): no floor
+        return rows
+    return [{**r, **values} for r in rows]
 
 
 def left(durations: list[float], running: list[float], parallel: int, total: int) -> str:

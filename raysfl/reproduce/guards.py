@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 CHANCE_FACTOR = 1.5   # at chance: final accuracy at most 1.5x the chance accuracy (1 / classes); on the
-                      # clients' own splits, at most their commonest classes' share + 0.5 / classes
+                      # clients' own splits, at most what a constant prediction scores there + 0.5 / classes
 K = 5                 # the last k rounds the trends are read over
 RISE = 1.25           # diverging: the last k rounds' mean loss 25 % above the best earlier k-round mean, still rising,
 RISE_BY = 0.1         # ... and at least 0.1 above it (a loss of 0.04 that wobbles to 0.06 has converged, not diverged)
@@ -70,20 +70,30 @@ def final_accuracy(rows: list[dict], column: str) -> float:
     return ev[-1] if ev else math.nan
 
 
+def floor_column(column: str) -> str | None:
+    """The column holding the floor of an accuracy on the clients' own test splits:
+    ``test_accuracy_local`` -> ``chance_local``, ``acc_<x>_local`` -> ``chance_<x>_local``
+    (BESplit's ``acc_aux_local``, ``acc_g_local``); None for any other column."""
+    if column == "test_accuracy_local":
+        return "chance_local"
+    if column.startswith("acc_") and column.endswith("_local"):
+        return "chance_" + column[len("acc_"):]
+    return None
+
+
 def chance(rows: list[dict], column: str, num_classes: int) -> float:
     """What a model that learnt nothing scores on ``column``: 1 / classes on the global test
-    set; on the clients' own test splits (a ``*_local`` column) the run's ``chance_local``, the
-    best a constant prediction per client scores there (each split's commonest class), where
-    the run reports it -- under a strong label skew far above 1 / classes, so that a per-client
-    model stuck on its client's commonest class is seen (ours). ``raysfl reproduce`` gives a
-    run made before the column existed (2026-12-07) its value from its config
-    (:func:`raysfl.reproduce.engine.with_local_chance`); rows without it read 1 / classes."""
+    set; on the clients' own test splits the run's floor of that accuracy (:func:`floor_column`,
+    ours): what a constant prediction scores there -- each client's commonest class where each
+    has a model of its own (BESplit-A's auxiliary models, psl's), one class for all where they
+    share one -- which under a strong label skew lies far above 1 / classes, so that a model
+    stuck on a constant is seen. ``raysfl reproduce`` gives a run made before the columns
+    existed (2026-12-07) their values from its config
+    (:func:`raysfl.reproduce.engine.with_local_chance`); rows without them read 1 / classes."""
     floor = 1.0 / num_classes
-    if column.endswith("_local"):
-        known = _evaluated(rows, "chance_local")
-        if known:
-            return max(floor, known[-1])
-    return floor
+    name = floor_column(column)
+    known = _evaluated(rows, name) if name else []
+    return max(floor, known[-1]) if known else floor
 
 
 def at_chance(rows: list[dict], column: str, num_classes: int) -> bool:
@@ -117,7 +127,7 @@ def collapse(rows: list[dict], column: str, num_classes: int, k: int = K) -> str
     if at_chance(rows, column, num_classes):
         acc, floor = final_accuracy(rows, column), chance(rows, column, num_classes)
         if floor > 1.0 / num_classes:
-            return (f"at chance ({column} {acc:.3f} <= {floor:.3f}, the clients' commonest classes' share, "
+            return (f"at chance ({column} {acc:.3f} <= {floor_column(column)} {floor:.3f} "
                     f"+ {CHANCE_FACTOR - 1:g} / {num_classes})")
         return f"at chance ({column} {acc:.3f} <= {CHANCE_FACTOR:g} / {num_classes})"
     return fell(rows, column, num_classes, k) or diverging(rows, k)

@@ -226,8 +226,9 @@ def _warnings(table: Table, results: list[RowResult], deciding: list[RowResult],
         if r.health.stale_eval is not None:
             out.append(f"{r.label}'s last evaluation is of the model built in round {r.health.stale_eval}, not the "
                        f"last round's (it evaluates periodically): the rounds cut its evaluation period")
-        if r.collapsed and r is not ref and r not in deciding and not r.same_as:  # a repeat's: in the verdict
-            out.append(f"{r.label} (shown, not deciding) collapsed on seeds "
+        if r.collapsed and r is not ref and r not in deciding:
+            role = f"counted once, as {r.same_as}" if r.same_as else "shown, not deciding"
+            out.append(f"{r.label} ({role}) collapsed on seeds "
                        f"{', '.join(map(str, sorted(r.health.collapsed)))}: {next(iter(r.health.collapsed.values()))}")
         for knob in r.at_edge:
             out.append(f"{r.label}'s tuned {knob} ({r.tuned.get(knob):g}) is at the edge of its grid after widening "

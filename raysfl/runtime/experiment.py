@@ -190,10 +190,12 @@ def split_clients(cfg, ds, run_dir=None) -> list[np.ndarray]:
                      quantity_skew=cfg.quantity_skew or None, seed=cfg.seed)
 
 
-def local_chance(cfg, ds=None) -> float:
-    """A run of ``cfg``'s ``chance_local`` from its data and partition alone, without the run:
-    what a constant prediction per client scores on the clients' local test splits (NaN
-    without them). ``raysfl reproduce`` gives it to runs made before the column existed."""
+def local_chance(cfg, ds=None, own_models: bool = False) -> float:
+    """What a constant prediction scores on the local test splits of a run of ``cfg`` (NaN
+    without them), from its data and partition alone, without the run: each client's commonest
+    class with ``own_models``, else one class for all (:meth:`ClientViews.chance
+    <raysfl.runtime.fed_actor.ClientViews.chance>`). ``raysfl reproduce`` gives the floors to
+    runs made before their columns existed."""
     from raysfl.data import constant_accuracy, hold_out
 
     if not cfg.local_test_fraction:
@@ -202,7 +204,7 @@ def local_chance(cfg, ds=None) -> float:
     if ds.targets != "classes":
         return float("nan")
     _, tests = hold_out(split_clients(cfg, ds), cfg.local_test_fraction, cfg.seed)
-    return constant_accuracy(ds.y_train, tests)
+    return constant_accuracy(ds.y_train, tests, per_split=own_models)
 
 
 def prepare(cfg, algo, ds=None, model=None, run_dir=None) -> Prepared:

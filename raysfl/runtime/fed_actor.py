@@ -53,19 +53,24 @@ class ClientViews:
     def __init__(self, local_tests: list[np.ndarray], histograms: np.ndarray | None):
         self.local_tests = [np.asarray(t, dtype=np.int64) for t in local_tests]
         self.histograms = None if histograms is None else np.asarray(histograms)
-        self._chance: float | None = None
+        self._chance: dict = {}
 
-    def chance_local(self, labels) -> float:
-        """The best a constant prediction per client scores on the local test splits: each
-        split's commonest class's share, the mean over the clients with a split (the column
-        ``chance_local``, ours). A per-client model stuck on its client's commonest class scores
-        this, which under a strong label skew lies far above 1 / classes; the verdicts' guards
-        read a ``*_local`` accuracy against it (:func:`raysfl.reproduce.guards.chance`)."""
-        if self._chance is None:
+    def chance(self, labels, clients=None, own_models: bool = False) -> float:
+        """What a model that learnt nothing but a constant scores on the local test splits of
+        ``clients`` (None: every client with one), the mean over them: with ``own_models`` (a
+        model of each client's own) its split's commonest class, else the one class best for
+        them all (:func:`raysfl.data.constant_accuracy`). Under a strong label skew the first lies
+        far above 1 / classes. The columns ``chance_local``, ``chance_<x>_local`` (ours): the
+        floors the verdicts' guards read ``test_accuracy_local``, ``acc_<x>_local`` against
+        (:func:`raysfl.reproduce.guards.chance`)."""
+        key = (None if clients is None else tuple(clients), own_models)
+        if key not in self._chance:
             from raysfl.data import constant_accuracy
 
-            self._chance = constant_accuracy(labels, self.local_tests)
-        return self._chance
+            picked = self.local_tests if clients is None else [self.local_tests[c] for c in clients
+                                                               if c < len(self.local_tests)]
+            self._chance[key] = constant_accuracy(labels, picked, per_split=own_models)
+        return self._chance[key]
 
 
 class FedActor(RunActor):
@@ -207,21 +212,27 @@ class FedActor(RunActor):
             acc, loss, extras = self.role.evaluate(ev)
             extras = {**self.role.take_records(), **extras}  # what it recorded while evaluating
             if ev.has_local_tests and "test_accuracy_local" not in extras:
-                extras = {**extras, "test_accuracy_local": self._local_accuracy(ev)}
+                extras = {**extras, **self._local_accuracy(ev)}
+            if ev.has_local_tests and "chance_local" not in extras:  # the role's own: one model (BESplit-G)
+                extras = {**extras, "chance_local": ev.chance()}
             return acc, loss, {**extras, **ev.columns()}
         except ConfigError as e:  # a metric of yours (raysfl.user_metrics)
             return float("nan"), float("nan"), {METRIC_ERROR: str(e)}
 
-    def _local_accuracy(self, ev) -> float:
+    def _local_accuracy(self, ev) -> dict[str, float]:
+        """``test_accuracy_local``: the mean over the clients of the model each would run on its
+        split; and ``chance_local``, its floor over the same clients -- a class of each one's
+        own where their models differ (psl's own models), else one class for all."""
         clients = self.role.local_test_clients([c for c, t in enumerate(self.views.local_tests) if len(t)])
-        accs, loaded = [], None
+        accs, loaded, models = [], None, 0
         for c in clients:
             state = self.role.client_model(c)
             if state is not loaded:  # clients sharing one state load it once
                 ev.load(state)
-                loaded = state
+                loaded, models = state, models + 1
             accs.append(ev.local(ev.model, c))
-        return float(np.mean(accs)) if accs else float("nan")
+        return {"test_accuracy_local": float(np.mean(accs)) if accs else float("nan"),
+                "chance_local": ev.chance(clients, own_models=models > 1)}
 
     def get_state(self) -> dict:
         require_run(self)
@@ -237,6 +248,8 @@ class Evaluator:
     * ``ev(state)``: a full-model state dict on the global test set -> (accuracy, loss);
     * ``ev.module(m)``: any module mapping inputs to logits (e.g. a client's encoder prefix plus
       its own classifier, built on ``ev.model``), on the global test set;
+    * ``ev.chance(clients, own_models)``: what a constant prediction scores on those splits,
+      the floor of such an accuracy (``chance_local``);
     * ``ev.local(m, client)``: accuracy of ``m`` on ``client``'s local test split
       (``ev.has_local_tests``: whether the run has them, ``--local-test-fraction``);
     * ``ev.on_label_mix(m, client)``: accuracy of ``m`` on the global test set weighted by
@@ -308,14 +321,11 @@ class Evaluator:
 
     def columns(self) -> dict[str, float]:
         """The round's columns of its recorded passes: ``test_loss_local`` (the mean over the
-        clients' local splits, as ``test_accuracy_local``), ``chance_local`` where the task has
-        classes (:meth:`ClientViews.chance_local`) and the metrics of your own,
+        clients' local splits, as ``test_accuracy_local``) and the metrics of your own,
         ``test_<name>`` over the test passes and ``test_<name>_local`` over the local ones (by
         sample count, or your ``metrics_aggregation``)."""
         local = self.recorded["local"]
         out = {"test_loss_local": float(np.mean([r[2] for r in local]))} if local else {}
-        if self.has_local_tests and self.ds.targets == "classes":
-            out["chance_local"] = self.views.chance_local(self.ds.y_train)
         if self.metrics is not None:
             out.update(self.metrics.combine([(n, v) for n, _, _, v in self.recorded["test"]]))
             if self.has_local_tests:
@@ -340,6 +350,13 @@ class Evaluator:
     @property
     def has_local_tests(self) -> bool:
         return any(len(t) for t in self.views.local_tests)
+
+    def chance(self, clients=None, own_models: bool = False) -> float:
+        """The floor of an accuracy on the local test splits of ``clients`` (None: all), NaN
+        without classes: :meth:`ClientViews.chance`."""
+        if self.ds.targets != "classes":
+            return float("nan")
+        return self.views.chance(self.ds.y_train, clients, own_models)
 
     def __call__(self, state: dict[str, np.ndarray]) -> tuple[float, float]:
         self.load(state)

@@ -226,7 +226,8 @@ class EvidentialAggregator(Aggregator):
     @classmethod
     def columns(cls, cfg) -> list[str]:
         dtd = cfg.algo_params.dtd
-        local = ["acc_g_local"] + (["acc_aux_local", "acc_aux_local_std"] if dtd else [])
+        local = ["acc_g_local", "chance_g_local"] + (["acc_aux_local", "acc_aux_local_std", "chance_aux_local"]
+                                                     if dtd else [])
         return local + (["acc_aux", "acc_aux_std", "eval_test_share"] if dtd else [])
 
     def client_start(self, client: int, cut: int):
@@ -260,13 +261,18 @@ class EvidentialAggregator(Aggregator):
         auxiliary model on its own split, mean; ``acc_aux_local_std`` across clients). On the
         global, balanced test set: ``test_accuracy`` (the global model) and ``acc_aux`` /
         ``acc_aux_std`` (the auxiliary models) -- where a purely local auxiliary model is
-        capped by the classes its client has seen."""
+        capped by the classes its client has seen. Ours: ``chance_g_local`` and
+        ``chance_aux_local``, what a constant prediction scores on the same splits -- one class
+        for the global model, each client's commonest for the auxiliary models -- the floors
+        the verdicts' guards read those accuracies against."""
         acc, loss = ev(self.global_state)
         nan = float("nan")
         clients = range(self.cfg.clients) if ev.has_local_tests else []
         g_local = [a for a in (ev.local(ev.model, c) for c in clients) if a == a]  # ev.model: the global model
-        extras = {"acc_g_local": float(np.mean(g_local)) if g_local else nan}
+        extras = {"acc_g_local": float(np.mean(g_local)) if g_local else nan,
+                  "chance_g_local": ev.chance() if ev.has_local_tests else nan}  # one model: one class (ours)
         extras["test_accuracy_local"] = extras["acc_g_local"]  # the generic column: the same model
+        extras["chance_local"] = extras["chance_g_local"]
         if not self.params.dtd:
             return acc, loss, extras
         accs, local = [], []
@@ -283,5 +289,7 @@ class EvidentialAggregator(Aggregator):
                        "acc_aux_std": float(np.std(accs)) if accs else nan,
                        "acc_aux_local": float(np.mean(local)) if local else nan,
                        "acc_aux_local_std": float(np.std(local)) if local else nan,
+                       # its floor (ours): a model of each client's own, stuck on its commonest class
+                       "chance_aux_local": ev.chance(sorted(self.own), own_models=True) if local else nan,
                        "eval_test_share": ev.test_share if self.own else nan})
         return acc, loss, extras

@@ -62,7 +62,9 @@ class Wiring:
         steps of work, whatever the timing. The crash takes the results of the actor's call
         before it as arguments, so Ray sends it only once they have reached the driver: a
         process killed sooner can take its last reply with it (a loaded machine lost a client
-        actor's step that way, docs/reliability.md)."""
+        actor's step that way, docs/reliability.md). With ``--direct-payloads on`` that reply is
+        a reference to the actor's own object, which its death can still take before the
+        server fetches it (docs/architecture.md, "Direct payloads")."""
         if (kind, index) in self.crashes and (step is None or step == self.crashes[(kind, index)]):
             del self.crashes[(kind, index)]
             actor = self.clients[index] if kind == "client" else self.servers[index]
