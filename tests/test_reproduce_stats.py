@@ -382,3 +382,19 @@ def test_the_floor_script_sets_a_published_tables_rows_against_their_seeds_floor
     assert f"one class for all {floors[0]:.3f}, {floors[1]:.3f}; each client's commonest {own[0]:.3f}" in out
     assert f"FedProx (test_accuracy_local), seed 0: {floors[0] + 0.04:.3f} <= {floors[0] + 0.05:.3f}" in out
     assert "seed 1:" not in out and "BESplit-G" not in out  # 0.06 above the floor: above the line
+
+
+def test_a_cached_run_whose_data_set_cannot_be_read_keeps_its_rows_and_says_so_once(tmp_path):
+    import dataclasses
+
+    import raysfl
+    from raysfl.reproduce.engine import with_local_chance
+    from raysfl.resolve import validate
+
+    cfg = dataclasses.replace(validate(raysfl.config_from_kwargs(algo="besplit", local_test_fraction=0.2)),
+                              dataset="fashion_mnist", data_root=str(tmp_path / "nothing here"))
+    rows = [{"round": 1, "test_accuracy_local": 0.5}]
+    said, floors = [], {}
+    assert with_local_chance(rows, cfg, floors, said.append) == rows
+    assert with_local_chance(rows, dataclasses.replace(cfg, seed=1), floors, said.append) == rows
+    assert len(said) == 1 and said[0].startswith("raysfl reproduce: ") and "read 1 / classes there" in said[0]

@@ -301,12 +301,13 @@ LOCAL_FLOORS = {"test_accuracy_local": ("chance_local", False), "acc_g_local": (
            "acc_aux_local": ("chance_aux_local", True)}
 
 
-def with_local_chance(rows: list[dict], cfg, floors: dict) -> list[dict]:
+def with_local_chance(rows: list[dict], cfg, floors: dict, say=None) -> list[dict]:
     """``rows`` with the floors of their accuracies on the clients' own test splits where a run
     made before those columns (2026-12-07) lacks them: they depend on the data and partition
     alone (:func:`raysfl.runtime.experiment.local_chance`). ``floors``: those computed, and the
     data sets loaded, shared by a table's rows. A data set that cannot be read here leaves the
-    rows as they are: their guards then read 1 / classes, as before the columns."""
+    rows as they are -- their guards then read 1 / classes, as before the columns -- and
+    ``say`` says so once per data set."""
     if not cfg.local_test_fraction or not rows:
         return rows
     need = {floor: own for column, (floor, own) in LOCAL_FLOORS.items()
@@ -321,6 +322,8 @@ def with_local_chance(rows: list[dict], cfg, floors: dict) -> list[dict]:
                                                   "classes_per_client", "shards_per_client", "quantity_skew",
                                                   "target_bins", "local_test_fraction", "seed"))
     try:
+        if floors.get(data_key) is False:
+            raise ConfigError(f"data set {cfg.dataset} unreadable")  # said once already
         if data_key not in floors:
             floors[data_key] = _load_data(cfg)
         values = {}
@@ -328,7 +331,11 @@ def with_local_chance(rows: list[dict], cfg, floors: dict) -> list[dict]:
             if (split_key, own) not in floors:
                 floors[(split_key, own)] = local_chance(cfg, floors[data_key], own_models=own)
             values[floor] = floors[(split_key, own)]
-    except ConfigError:  # the data set is not here (mnist5k without its package): no floor
+    except ConfigError as e:  # the data set is not here (mnist5k without its package): no floor
+        if floors.get(data_key) is not False and say is not None:
+            say(f"raysfl reproduce: {first_line(e)}; its runs cached before 2026-12-07 have no floors on the "
+                f"clients' own splits: their guards read 1 / classes there")
+        floors[data_key] = False
         return rows
     return [{**r, **values} for r in rows]
 
@@ -398,7 +405,7 @@ def run_planned(planned: Planned, cache: Path, parallel: int = 1, say=None) -> d
     floors: dict = {}
     for label, i, rows in results:
         cfg = planned.configs[label][i]
-        out[label][i] = with_local_chance(read_at(rows, cfg, columns), cfg, floors) if rows is not None else rows
+        out[label][i] = with_local_chance(read_at(rows, cfg, columns), cfg, floors, say) if rows is not None else rows
     for label, (rep, _) in planned.same.items():  # not run: the runs of the row that learns alike
         out[label] = list(out[rep])
     return out
