@@ -314,29 +314,27 @@ def with_local_chance(rows: list[dict], cfg, floors: dict, say=None) -> list[dic
             if column in rows[-1] and not any(math.isfinite(r.get(floor, math.nan)) for r in rows)}
     if not need:
         return rows
+    from raysfl.config import DATA_DEFINING
     from raysfl.errors import ConfigError
     from raysfl.runtime.experiment import _load_data, local_chance
 
     data_key = ("data", cfg.dataset, cfg.data_root, cfg.validation)
-    split_key = tuple(getattr(cfg, k) for k in ("dataset", "data_root", "validation", "clients", "partition", "alpha",
-                                                  "classes_per_client", "shards_per_client", "quantity_skew",
-                                                  "target_bins", "local_test_fraction", "seed"))
-    try:
-        if floors.get(data_key) is False:
-            raise ConfigError(f"data set {cfg.dataset} unreadable")  # said once already
-        if data_key not in floors:
+    if data_key not in floors:
+        try:
             floors[data_key] = _load_data(cfg)
-        values = {}
-        for floor, own in need.items():
-            if (split_key, own) not in floors:
-                floors[(split_key, own)] = local_chance(cfg, floors[data_key], own_models=own)
-            values[floor] = floors[(split_key, own)]
-    except ConfigError as e:  # the data set is not here (mnist5k without its package): no floor
-        if floors.get(data_key) is not False and say is not None:
-            say(f"raysfl reproduce: {first_line(e)}; its runs cached before 2026-12-07 have no floors on the "
-                f"clients' own splits: their guards read 1 / classes there")
-        floors[data_key] = False
+        except ConfigError as e:  # the data set is not here (mnist5k without its package): no floor
+            floors[data_key] = None
+            if say is not None:
+                say(f"raysfl reproduce: {first_line(e)}; its runs cached before 2026-12-07 have no floors on the "
+                    f"clients' own splits: their guards read 1 / classes there")
+    if floors[data_key] is None:
         return rows
+    split_key = (cfg.data_root, cfg.seed, *(getattr(cfg, k) for k in DATA_DEFINING))
+    values = {}
+    for floor, own in need.items():
+        if (split_key, own) not in floors:
+            floors[(split_key, own)] = local_chance(cfg, floors[data_key], own_models=own)
+        values[floor] = floors[(split_key, own)]
     return [{**r, **values} for r in rows]
 
 

@@ -101,11 +101,7 @@ def at_chance(rows: list[dict], column: str, num_classes: int) -> bool:
     / classes -- 1.5 / classes on the global test set (a run with no accuracy at all counts too:
     it never evaluated a model that works)."""
     acc = final_accuracy(rows, column)
-    return not math.isfinite(acc) or acc <= _chance_line(rows, column, num_classes)
-
-
-def _chance_line(rows: list[dict], column: str, num_classes: int) -> float:
-    return chance(rows, column, num_classes) + (CHANCE_FACTOR - 1.0) / num_classes
+    return not math.isfinite(acc) or acc <= chance(rows, column, num_classes) + (CHANCE_FACTOR - 1.0) / num_classes
 
 
 def fell(rows: list[dict], column: str, num_classes: int, k: int = K) -> str | None:

@@ -102,14 +102,13 @@ def check_fault_steps(cfg, ds, algo) -> None:
     the run starts (it could never fire there). With --local-steps validation did it; with
     --local-epochs the count comes from the clients' shares of the data, known once it is split.
     Algorithms that plan their own steps (GAPSL) are not checked."""
-    from raysfl.data import hold_out
     from raysfl.faults import check_steps, parse_faults
     from raysfl.runtime.planning import client_schedule
 
     faults = [f for f in parse_faults(cfg.faults) if f.step is not None]
     if not faults or cfg.local_steps is not None or algo.plans_own_steps:
         return
-    parts, _ = hold_out(split_clients(cfg, ds, cfg.resume), cfg.local_test_fraction, cfg.seed)
+    parts, _ = client_splits(cfg, ds, cfg.resume)
     most = max(client_schedule(cfg, len(p), 0)[0] for p in parts)  # --epoch: a round from an epoch's start
     check_steps(faults, most, f"the most a client takes with --local-epochs {cfg.local_epochs:g}")
 
@@ -190,21 +189,28 @@ def split_clients(cfg, ds, run_dir=None) -> list[np.ndarray]:
                      quantity_skew=cfg.quantity_skew or None, seed=cfg.seed)
 
 
+def client_splits(cfg, ds, run_dir=None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The clients' (training indices, local test indices): :func:`split_clients`, then each
+    client's ``--local-test-fraction`` held out (:func:`raysfl.data.hold_out`)."""
+    from raysfl.data import hold_out
+
+    return hold_out(split_clients(cfg, ds, run_dir), cfg.local_test_fraction, cfg.seed)
+
+
 def local_chance(cfg, ds=None, own_models: bool = False) -> float:
     """What a constant prediction scores on the local test splits of a run of ``cfg`` (NaN
     without them), from its data and partition alone, without the run: each client's commonest
     class with ``own_models``, else one class for all (:meth:`ClientViews.chance
     <raysfl.runtime.fed_actor.ClientViews.chance>`). ``raysfl reproduce`` gives the floors to
     runs made before their columns existed."""
-    from raysfl.data import constant_accuracy, hold_out
+    from raysfl.data import constant_accuracy
 
     if not cfg.local_test_fraction:
         return float("nan")
     ds = ds if ds is not None else _load_data(cfg)
     if ds.targets != "classes":
         return float("nan")
-    _, tests = hold_out(split_clients(cfg, ds), cfg.local_test_fraction, cfg.seed)
-    return constant_accuracy(ds.y_train, tests, per_split=own_models)
+    return constant_accuracy(ds.y_train, client_splits(cfg, ds)[1], per_split=own_models)
 
 
 def prepare(cfg, algo, ds=None, model=None, run_dir=None) -> Prepared:
@@ -213,15 +219,14 @@ def prepare(cfg, algo, ds=None, model=None, run_dir=None) -> Prepared:
     set the resolved algorithm's planner up (``planner.setup``), as the run does; also used to
     rebuild a finished run's roles (``raysfl.api.load_run``). ``run_dir``: the run's directory,
     which keeps a partition of yours (:func:`split_clients`)."""
-    from raysfl.data import hold_out, label_histograms
+    from raysfl.data import label_histograms
     from raysfl.devices import sample_profiles
     from raysfl.models import build_model
     from raysfl.objective import get_loss
 
     if ds is None:
         ds = _load_data(cfg)
-    parts, local_tests = hold_out(split_clients(cfg, ds, run_dir), cfg.local_test_fraction,
-                                  cfg.seed)  # --local-test-fraction
+    parts, local_tests = client_splits(cfg, ds, run_dir)
     profiles = sample_profiles(cfg.clients, cfg.devices, cfg.seed)
     if model is None:
         model = build_model(cfg.model, ds.input_shape, ds.num_classes, seed=cfg.seed)
